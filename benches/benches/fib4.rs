@@ -1,0 +1,65 @@
+//! IPv4 FIB bulk lookups: DPDK's `rte_fib` (DIR24_8) on a 900k-route BGP-like table and a
+//! 1k-route pod table. lace's FIB goes into the same groups as `lace/<burst>` so criterion shows
+//! both side by side.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use lace_benches::dpdk::{DpdkFib4, Eal, EalOptions};
+use lace_benches::report::{size_tag, Scale};
+use lace_benches::workload::{self, Route4};
+
+/// Addresses per iteration: enough to spread over the table, few enough for quick samples.
+const LOOKUPS: usize = 1 << 16;
+
+fn bench_table(c: &mut Criterion, eal: Eal, group: &str, routes: &[Route4], seed: u64) {
+    let scale = Scale::for_criterion();
+    let dests = workload::destinations_v4(routes, LOOKUPS, seed);
+    let (fib, _) = DpdkFib4::new(eal, routes).expect("rte_fib builds");
+    let mut group = c.benchmark_group(group);
+    group.throughput(Throughput::Elements(dests.len() as u64));
+    for &burst in &scale.bursts {
+        let mut out = vec![0u64; burst];
+        group.bench_with_input(BenchmarkId::new("rte_fib", burst), &burst, |b, &burst| {
+            b.iter(|| {
+                for chunk in dests.chunks(burst) {
+                    fib.lookup_bulk(black_box(chunk), &mut out[..chunk.len()]);
+                }
+                black_box(&out);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn fib4(c: &mut Criterion) {
+    let eal = Eal::init(&EalOptions::default()).expect("DPDK EAL starts");
+    let scale = Scale::for_criterion();
+    let bgp = workload::bgp_v4_routes(scale.fib4_routes, scale.seed, scale.nexthops);
+    bench_table(
+        c,
+        eal,
+        &format!("fib4.{}", size_tag(bgp.len())),
+        &bgp,
+        scale.seed + 1,
+    );
+    let pods = workload::pod_routes_v4(scale.pod_routes);
+    bench_table(
+        c,
+        eal,
+        &format!("fib4.pod{}", size_tag(pods.len())),
+        &pods,
+        scale.seed + 2,
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = fib4
+}
+criterion_main!(benches);

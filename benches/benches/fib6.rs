@@ -1,0 +1,45 @@
+//! IPv6 FIB bulk lookups: DPDK's `rte_fib6` (TRIE) on a 200k-route BGP-like table. lace's FIB
+//! goes into the same group as `lace/<burst>`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use lace_benches::dpdk::{DpdkFib6, Eal, EalOptions};
+use lace_benches::report::{size_tag, Scale};
+use lace_benches::workload;
+
+/// Addresses per iteration.
+const LOOKUPS: usize = 1 << 16;
+
+fn fib6(c: &mut Criterion) {
+    let eal = Eal::init(&EalOptions::default()).expect("DPDK EAL starts");
+    let scale = Scale::for_criterion();
+    let routes = workload::bgp_v6_routes(scale.fib6_routes, scale.seed + 3, scale.nexthops);
+    let dests = workload::destinations_v6(&routes, LOOKUPS, scale.seed + 4);
+    let (fib, _) = DpdkFib6::new(eal, &routes).expect("rte_fib6 builds");
+    let mut group = c.benchmark_group(format!("fib6.{}", size_tag(routes.len())));
+    group.throughput(Throughput::Elements(dests.len() as u64));
+    for &burst in &scale.bursts {
+        let mut out = vec![0u64; burst];
+        group.bench_with_input(BenchmarkId::new("rte_fib6", burst), &burst, |b, &burst| {
+            b.iter(|| {
+                for chunk in dests.chunks(burst) {
+                    fib.lookup_bulk(black_box(chunk), &mut out[..chunk.len()]);
+                }
+                black_box(&out);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = fib6
+}
+criterion_main!(benches);

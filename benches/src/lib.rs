@@ -1,0 +1,18 @@
+//! lace-benches: lace's table benchmarks and the DPDK anchors they are compared with.
+//!
+//! * [`dpdk`]: safe wrappers over `rte_eal`, `rte_fib` (DIR24_8), `rte_fib6` (TRIE) and
+//!   `rte_hash`, bound with bindgen at build time against the system DPDK (22.11). The crate's
+//!   only `unsafe` lives there.
+//! * [`workload`]: deterministic route tables (BGP-like IPv4/IPv6, pod networks), lookup
+//!   streams and exact-match keys.
+//! * [`report`]: [`report::Figure`]s with anchors and ratios, targets, the text table and
+//!   JSON, and the cycle/latency measurement helpers.
+//! * [`anchors`]: the DPDK measurements every lace figure is reported beside.
+//!
+//! The `lace-bench` binary prints the whole report; the criterion benches under `benches/`
+//! reuse the same pieces. Timing figures are never asserted on.
+
+pub mod anchors;
+pub mod dpdk;
+pub mod report;
+pub mod workload;

@@ -1,0 +1,79 @@
+//! # lace-shared — the contract between lace-control and lace-forwarder
+//!
+//! Control (one writer) compiles a node's forwarding tables; the forwarder (many reader cores,
+//! another process) looks packets up in them. This crate is everything both sides must agree
+//! on, and nothing else: no I/O beyond mapping memory, no async runtime, no Kubernetes.
+//!
+//! What it promises:
+//! - **Tables in shared memory** (`/dev/shm`, or hugetlbfs when mounted), created by the writer
+//!   with mode 0600 and mapped read-only by readers. Layouts are `#[repr(C)]`, pointer-free
+//!   (offsets, never addresses) and checked at attach by magic, ABI version and layout hash.
+//! - **Atomic publication**: a batch of changes becomes visible to readers at once, by one
+//!   release-store of the root offset. Readers never lock, block, allocate or make system calls
+//!   to look up.
+//! - **Safe reclamation**: memory a change replaced is reused only after every online reader has
+//!   passed a quiescent point (QSBR). A reader that dies or goes offline never blocks it.
+//! - **Restartability**: a writer re-attaches the existing tables and continues; a reader
+//!   re-attaches and reads the current tables at once. A full region is an error, never a
+//!   corruption.
+//!
+//! Module map: [`region`] (files, mapping, header, locks), [`mem`] (bounds-checked access by
+//! offset), [`arena`] (the writer's allocator), [`qsbr`] (reader slots and grace periods),
+//! [`fib`] (LPM), [`hash`] (exact-match tables), [`array`] (dense tables), [`types`] (ids and
+//! table entries), [`tables`] (the node's table set: writer and reader APIs).
+
+#![cfg_attr(not(test), warn(missing_docs))]
+
+pub mod arena;
+pub mod array;
+pub mod error;
+pub mod fib;
+pub mod hash;
+pub mod mem;
+pub mod pod;
+pub mod qsbr;
+pub mod region;
+pub mod tables;
+pub mod types;
+
+pub use error::{Error, Result};
+
+/// ABI version of the shared-memory layout. Bump on any change a layout hash would not catch.
+pub const ABI_VERSION: u32 = 1;
+
+/// Hash of the layout of every type stored in shared memory. Computed at compile time from
+/// sizes, alignments and field offsets, so two builds that disagree on a layout refuse to attach.
+pub const LAYOUT_HASH: u64 = layout::HASH;
+
+mod layout {
+    use crate::region::RegionHeader;
+    use std::mem::{align_of, offset_of, size_of};
+
+    const fn fnv(mut h: u64, v: u64) -> u64 {
+        let mut i = 0;
+        while i < 8 {
+            h ^= (v >> (i * 8)) & 0xff;
+            h = h.wrapping_mul(0x100_0000_01b3);
+            i += 1;
+        }
+        h
+    }
+
+    const fn fold(vals: &[usize]) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325;
+        let mut i = 0;
+        while i < vals.len() {
+            h = fnv(h, vals[i] as u64);
+            i += 1;
+        }
+        h
+    }
+
+    pub(super) const HASH: u64 = fold(&[
+        size_of::<RegionHeader>(),
+        align_of::<RegionHeader>(),
+        offset_of!(RegionHeader, root),
+        offset_of!(RegionHeader, epoch),
+        offset_of!(RegionHeader, params),
+    ]);
+}

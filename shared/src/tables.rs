@@ -1,0 +1,964 @@
+//! A node's table set: the writer API control uses and the reader API the forwarder uses.
+//!
+//! ```text
+//!  tables region (control: rw, forwarder: ro)            qsbr region (both rw)
+//!  ┌──────────────┐                                       ┌──────────┬────────┬───
+//!  │ RegionHeader │ root ──► RootRec (one per publish)    │ header   │ slot 0 │ …
+//!  ├──────────────┤            networks ─► [NetworkRec]   └──────────┴────────┴───
+//!  │ arena        │                         fib4, fib6, neigh, fdb, flood
+//!  │  blocks …    │            ports, nodes, next hops ─► paged arrays
+//!  └──────────────┘            local SIDs, underlay ─► hash tables
+//! ```
+//!
+//! **Publication.** Changes are staged into blocks the readers cannot reach (copy-on-write);
+//! [`TableWriter::publish`] writes a new root record and release-stores its offset in the
+//! header. A reader takes a [`Snapshot`] by one acquire-load of that offset, so it sees all of a
+//! batch or none of it.
+//!
+//! **Reclamation.** Blocks replaced by a publication are freed once every online reader has
+//! reported a quiescent point after it ([`ReaderHandle::quiescent`]); see [`crate::qsbr`]. The
+//! borrow checker enforces the reader's side: a `Snapshot` borrows its handle, and reporting a
+//! quiescent point needs the handle mutably, so no snapshot survives a quiescent point.
+//!
+//! **Restarts.** [`TableWriter::open`] re-attaches existing regions: it rebuilds the allocator
+//! and its bookkeeping from what is reachable from the published root, so nothing published is
+//! lost and an interrupted batch leaves no trace. [`TableReader::attach`] maps the current
+//! tables and can look up at once.
+//!
+//! **Errors.** A failed change (region or table full, bad argument) leaves the published
+//! tables untouched; the staged batch is abandoned ([`TableWriter::abort`]) when the failure
+//! happened half-way, and the error says so.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::arena::{Arena, ArenaStats};
+use crate::array::{ArrayHdr, PagedArray};
+use crate::error::{Error, Result};
+use crate::fib::{Fib, FibHdr, FibWriter};
+use crate::hash::{HashHdr, HashTable};
+use crate::mem::{Mem, MemMut};
+use crate::pod::Pod;
+use crate::qsbr::Qsbr;
+use crate::region::{Region, RegionKind, HEADER_SIZE};
+use crate::types::*;
+
+/// The root record: every global table's header and the networks. One per publication.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RootRec {
+    /// Publication number.
+    pub generation: u64,
+    /// Networks by id ([`NetworkRec`]).
+    pub networks: ArrayHdr,
+    /// Ports by id ([`PortRec`]).
+    pub ports: ArrayHdr,
+    /// Remote nodes by id ([`NodeRec`]).
+    pub nodes: ArrayHdr,
+    /// Next hops by index ([`NextHopRec`]); FIB leaves hold these indices.
+    pub nexthops: ArrayHdr,
+    /// Local SIDs (SID as u128 → [`SidRec`]).
+    pub sids: HashHdr,
+    /// Static underlay neighbors (IPv6 as u128 → [`NeighRec`]).
+    pub underlay: HashHdr,
+}
+// SAFETY: repr(C) of Pod fields; every bit pattern valid.
+unsafe impl Pod for RootRec {}
+
+/// Where a node's tables live and how big they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablesConfig {
+    /// Directory of the region files: a hugetlbfs mount, or tmpfs (`/dev/shm`).
+    pub dir: PathBuf,
+    /// Name distinguishing table sets in one directory (e.g. the node name).
+    pub name: String,
+    /// Size of the tables region in bytes (fixed at creation; sparse on tmpfs).
+    pub size: u64,
+    /// Reader slots (forwarder worker threads, plus tools) in the QSBR region.
+    pub reader_slots: u32,
+}
+
+impl TablesConfig {
+    /// A configuration in the default directory ([`default_dir`]) with a 1 GiB region and
+    /// 128 reader slots.
+    pub fn new(name: &str) -> TablesConfig {
+        TablesConfig {
+            dir: default_dir(),
+            name: name.to_string(),
+            size: 1 << 30,
+            reader_slots: 128,
+        }
+    }
+    /// Path of the tables region.
+    pub fn tables_path(&self) -> PathBuf {
+        self.dir.join(format!("lace-{}.tables", self.name))
+    }
+    /// Path of the QSBR region.
+    pub fn qsbr_path(&self) -> PathBuf {
+        self.dir.join(format!("lace-{}.qsbr", self.name))
+    }
+}
+
+/// The first hugetlbfs mount in `/proc/mounts`, else `/dev/shm`.
+pub fn default_dir() -> PathBuf {
+    std::fs::read_to_string("/proc/mounts")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (_, at, fs) = (f.next()?, f.next()?, f.next()?);
+                (fs == "hugetlbfs").then(|| PathBuf::from(at))
+            })
+        })
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+}
+
+/// Writer bookkeeping per network: the FIB writers.
+#[derive(Debug, Default, Clone)]
+struct NetState {
+    fib4: FibWriter<u32>,
+    fib6: FibWriter<u128>,
+}
+
+/// Control's handle on a node's tables. Single writer: a second one is refused.
+#[derive(Debug)]
+pub struct TableWriter {
+    tables: Region,
+    qsbr: Qsbr,
+    arena: Arena,
+    /// The staged root (what the next publish makes visible).
+    root: RootRec,
+    /// Offset of the published root block.
+    published: u64,
+    nets: HashMap<u32, NetState>,
+    /// Next-hop interning: value → index, and each index's route count.
+    nh_index: HashMap<NextHop, u32>,
+    nh_refs: HashMap<u32, u32>,
+    nh_free: Vec<u32>,
+    nh_next: u32,
+    dirty: bool,
+}
+
+/// Byte range of the tables file locked by the writer.
+const WRITER_LOCK: (u64, u64) = (0, 1);
+
+fn ip_key(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => v4_key(a),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+impl TableWriter {
+    /// Creates fresh regions (fails if they exist).
+    pub fn create(cfg: &TablesConfig) -> Result<TableWriter> {
+        let mut tables = Region::create(&cfg.tables_path(), RegionKind::Tables, cfg.size, [0; 4])?;
+        Self::lock(&tables)?;
+        let qsbr = match Qsbr::create(&cfg.qsbr_path(), cfg.reader_slots) {
+            Ok(q) => q,
+            Err(e) => {
+                let _ = std::fs::remove_file(cfg.tables_path());
+                return Err(e);
+            }
+        };
+        let arena = Self::arena_of(&mut tables, None)?;
+        let mut w = TableWriter {
+            tables,
+            qsbr,
+            arena,
+            root: RootRec::default(),
+            published: 0,
+            nets: HashMap::new(),
+            nh_index: HashMap::new(),
+            nh_refs: HashMap::new(),
+            nh_free: Vec::new(),
+            nh_next: 1,
+            dirty: true,
+        };
+        w.publish()?;
+        Ok(w)
+    }
+
+    /// Re-attaches existing regions after a restart; nothing published is lost.
+    pub fn open(cfg: &TablesConfig) -> Result<TableWriter> {
+        let mut tables = Region::open_rw(&cfg.tables_path(), RegionKind::Tables)?;
+        Self::lock(&tables)?;
+        let qsbr = Qsbr::open(&cfg.qsbr_path())?;
+        let published = tables.header().root.load(Ordering::Acquire);
+        let root = if published == 0 {
+            RootRec::default()
+        } else {
+            *tables
+                .mem()
+                .get::<RootRec>(published)
+                .ok_or_else(|| Error::Corrupt {
+                    path: cfg.tables_path(),
+                    what: format!("root offset {published} outside the region"),
+                })?
+        };
+        let mut live = Vec::new();
+        if published != 0 {
+            live.push((published, std::mem::size_of::<RootRec>() as u64));
+            trace_root(tables.mem(), &root, &mut live);
+        }
+        let arena = Self::arena_of(&mut tables, Some(live))?;
+        let mut w = TableWriter {
+            tables,
+            qsbr,
+            arena,
+            root,
+            published,
+            nets: HashMap::new(),
+            nh_index: HashMap::new(),
+            nh_refs: HashMap::new(),
+            nh_free: Vec::new(),
+            nh_next: 1,
+            dirty: false,
+        };
+        w.rebuild_bookkeeping();
+        Ok(w)
+    }
+
+    /// [`TableWriter::open`] if the regions exist, else [`TableWriter::create`].
+    pub fn open_or_create(cfg: &TablesConfig) -> Result<TableWriter> {
+        if cfg.tables_path().exists() && cfg.qsbr_path().exists() {
+            Self::open(cfg)
+        } else {
+            let _ = std::fs::remove_file(cfg.tables_path());
+            let _ = std::fs::remove_file(cfg.qsbr_path());
+            Self::create(cfg)
+        }
+    }
+
+    fn lock(tables: &Region) -> Result<()> {
+        if tables.try_lock(WRITER_LOCK.0, WRITER_LOCK.1)? {
+            Ok(())
+        } else {
+            Err(Error::WriterBusy {
+                path: tables.path().to_path_buf(),
+                pid: tables
+                    .lock_holder(WRITER_LOCK.0, WRITER_LOCK.1)?
+                    .unwrap_or(0),
+            })
+        }
+    }
+
+    fn arena_of(tables: &mut Region, live: Option<Vec<(u64, u64)>>) -> Result<Arena> {
+        let len = tables.len() as u64;
+        let high_water = tables.header().high_water.load(Ordering::Relaxed);
+        let path = tables.path().to_path_buf();
+        let (base, n) = tables.raw_mut().ok_or_else(|| Error::Corrupt {
+            path,
+            what: "tables mapped read-only for the writer".into(),
+        })?;
+        // SAFETY: `tables` is a read-write mapping of `n` bytes and this is its only MemMut (the
+        // OFD lock makes this process the only writer, and one arena is built per writer). The
+        // arena lives in the same `TableWriter` as the mapping and is only used through it;
+        // MemMut does not touch the memory when dropped, so field drop order does not matter.
+        let mem = unsafe { MemMut::from_raw(base, n) };
+        match live {
+            None => Ok(Arena::new(mem, HEADER_SIZE, len)),
+            Some(live) => {
+                let epoch = tables.header().epoch.fetch_add(1, Ordering::SeqCst) + 1;
+                Arena::recover(mem, HEADER_SIZE, len, high_water, live, epoch)
+            }
+        }
+    }
+
+    /// Rebuilds next-hop interning, reference counts and FIB writers from the staged root.
+    fn rebuild_bookkeeping(&mut self) {
+        let mem = self.arena.mem();
+        self.nets.clear();
+        self.nh_index.clear();
+        self.nh_refs.clear();
+        self.nh_free.clear();
+        let mut max = 0;
+        for (i, rec) in PagedArray::<NextHopRec>::iter(mem, &self.root.nexthops) {
+            if let Some(h) = NextHop::from_rec(rec) {
+                self.nh_index.insert(h, i);
+                self.nh_refs.insert(i, 0);
+                max = max.max(i);
+            }
+        }
+        for (id, rec) in PagedArray::<NetworkRec>::iter(mem, &self.root.networks) {
+            if rec.kind == 0 {
+                continue;
+            }
+            let st = NetState {
+                fib4: FibWriter::recover(mem, &rec.fib4),
+                fib6: FibWriter::recover(mem, &rec.fib6),
+            };
+            for (_, _, nh) in Fib::<u32>::routes(mem, &rec.fib4).into_iter().chain(
+                Fib::<u128>::routes(mem, &rec.fib6)
+                    .into_iter()
+                    .map(|r| (0, 0, r.2)),
+            ) {
+                *self.nh_refs.entry(nh).or_insert(0) += 1;
+            }
+            self.nets.insert(id, st);
+        }
+        self.nh_next = max + 1;
+        // Indices below the highest in use that hold nothing are free.
+        let used: std::collections::HashSet<u32> = self.nh_index.values().copied().collect();
+        self.nh_free = (1..self.nh_next).filter(|i| !used.contains(i)).collect();
+        // A next hop no route refers to any more is released at the next change.
+    }
+
+    /// Abandons everything staged since the last publication.
+    pub fn abort(&mut self) {
+        self.arena.rollback();
+        self.root = if self.published == 0 {
+            RootRec::default()
+        } else {
+            self.arena
+                .mem()
+                .get::<RootRec>(self.published)
+                .copied()
+                .unwrap_or_default()
+        };
+        self.rebuild_bookkeeping();
+        self.dirty = false;
+    }
+
+    /// Runs a change; if it fails after staging part of it, abandons the batch.
+    fn staged<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        match f(self) {
+            Ok(v) => {
+                self.dirty = true;
+                Ok(v)
+            }
+            Err(e) => {
+                self.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes every staged change visible to readers at once. Returns the generation.
+    pub fn publish(&mut self) -> Result<u64> {
+        if !self.dirty {
+            return Ok(self.root.generation);
+        }
+        let hdr = self.tables.header();
+        let generation = hdr.generation.load(Ordering::Relaxed) + 1;
+        self.root.generation = generation;
+        let size = std::mem::size_of::<RootRec>();
+        let off = match self.arena.alloc(size) {
+            Ok(o) => o,
+            Err(e) => {
+                self.abort();
+                return Err(e);
+            }
+        };
+        *self.arena.mem_mut().get_mut::<RootRec>(off) = self.root;
+        let old = self.published;
+        if old != 0 {
+            self.arena.retire(old, size);
+        }
+        let hdr = self.tables.header();
+        hdr.root.store(off, Ordering::SeqCst);
+        hdr.generation.store(generation, Ordering::Release);
+        let epoch = hdr.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        hdr.high_water
+            .store(self.arena.stats().high_water, Ordering::Relaxed);
+        self.arena.published(epoch);
+        self.published = off;
+        self.dirty = false;
+        self.reclaim()?;
+        Ok(generation)
+    }
+
+    /// Frees replaced memory that no reader can hold any more. Called by `publish`; call it
+    /// periodically when idle so memory returns even without new changes.
+    pub fn reclaim(&mut self) -> Result<u64> {
+        let Some(needed) = self.arena.oldest_retired_epoch() else {
+            return Ok(0);
+        };
+        let scan = self.qsbr.scan(needed)?;
+        Ok(self.arena.reclaim(scan.safe_epoch))
+    }
+
+    /// Allocator figures.
+    pub fn stats(&self) -> ArenaStats {
+        self.arena.stats()
+    }
+
+    /// The generation of the last publication.
+    pub fn generation(&self) -> u64 {
+        self.tables.header().generation.load(Ordering::Relaxed)
+    }
+
+    /// The QSBR region (for inspecting readers).
+    pub fn qsbr(&self) -> &Qsbr {
+        &self.qsbr
+    }
+
+    /// Reads the staged (not necessarily published) tables.
+    pub fn staged_view(&self) -> Snapshot<'_> {
+        Snapshot {
+            mem: self.arena.mem(),
+            root: self.root,
+        }
+    }
+
+    // ---- networks -------------------------------------------------------------------------
+
+    fn net_rec(&self, id: NetworkId) -> Option<NetworkRec> {
+        PagedArray::<NetworkRec>::get(self.arena.mem(), &self.root.networks, id.0)
+            .copied()
+            .filter(|r| r.kind != 0)
+    }
+
+    fn net_rec_or_err(&self, id: NetworkId) -> Result<NetworkRec> {
+        self.net_rec(id).ok_or_else(|| Error::Invalid {
+            what: format!(
+                "network {}: no such network in the tables; set_network first",
+                id.0
+            ),
+        })
+    }
+
+    fn put_net(&mut self, id: NetworkId, rec: NetworkRec) -> Result<()> {
+        PagedArray::<NetworkRec>::set(&mut self.arena, &mut self.root.networks, id.0, rec)
+            .map(|_| ())
+    }
+
+    /// Adds a network or changes its settings (its tables are kept).
+    pub fn set_network(&mut self, id: NetworkId, info: &NetworkInfo) -> Result<()> {
+        if id.0 == 0 {
+            return Err(Error::Invalid {
+                what: "network id 0 is reserved; ids start at 1".into(),
+            });
+        }
+        self.staged(|w| {
+            let mut rec = w.net_rec(id).unwrap_or_default();
+            info.write(&mut rec);
+            w.put_net(id, rec)?;
+            w.nets.entry(id.0).or_default();
+            Ok(())
+        })
+    }
+
+    /// Removes a network and all its tables.
+    pub fn remove_network(&mut self, id: NetworkId) -> Result<bool> {
+        let Some(mut rec) = self.net_rec(id) else {
+            return Ok(false);
+        };
+        self.staged(|w| {
+            let mut st = w.nets.remove(&id.0).unwrap_or_default();
+            let mem = w.arena.mem();
+            let hops: Vec<u32> = Fib::<u32>::routes(mem, &rec.fib4)
+                .into_iter()
+                .map(|r| r.2)
+                .chain(Fib::<u128>::routes(mem, &rec.fib6).into_iter().map(|r| r.2))
+                .collect();
+            st.fib4.clear(&mut w.arena, &mut rec.fib4);
+            st.fib6.clear(&mut w.arena, &mut rec.fib6);
+            HashTable::<u128, NeighRec>::free(&mut w.arena, &mut rec.neigh);
+            HashTable::<u64, FdbRec>::free(&mut w.arena, &mut rec.fdb);
+            PagedArray::<u32>::free(&mut w.arena, &mut rec.flood);
+            for nh in hops {
+                w.unref_nh(nh)?;
+            }
+            PagedArray::<NetworkRec>::remove(&mut w.arena, &mut w.root.networks, id.0)?;
+            Ok(true)
+        })
+    }
+
+    // ---- next hops ------------------------------------------------------------------------
+
+    fn intern_nh(&mut self, h: NextHop) -> Result<u32> {
+        if let Some(&i) = self.nh_index.get(&h) {
+            *self.nh_refs.entry(i).or_insert(0) += 1;
+            return Ok(i);
+        }
+        let i = match self.nh_free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.nh_next;
+                if i > crate::fib::MAX_NEXT_HOP {
+                    return Err(Error::TableFull {
+                        table: "next hops",
+                        capacity: crate::fib::MAX_NEXT_HOP as u64,
+                    });
+                }
+                self.nh_next += 1;
+                i
+            }
+        };
+        PagedArray::<NextHopRec>::set(&mut self.arena, &mut self.root.nexthops, i, h.to_rec())?;
+        self.nh_index.insert(h, i);
+        self.nh_refs.insert(i, 1);
+        Ok(i)
+    }
+
+    fn unref_nh(&mut self, i: u32) -> Result<()> {
+        let r = self.nh_refs.entry(i).or_insert(1);
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.nh_refs.remove(&i);
+            if let Some(rec) =
+                PagedArray::<NextHopRec>::get(self.arena.mem(), &self.root.nexthops, i).copied()
+            {
+                if let Some(h) = NextHop::from_rec(&rec) {
+                    self.nh_index.remove(&h);
+                }
+            }
+            PagedArray::<NextHopRec>::remove(&mut self.arena, &mut self.root.nexthops, i)?;
+            self.nh_free.push(i);
+        }
+        Ok(())
+    }
+
+    // ---- routes ---------------------------------------------------------------------------
+
+    /// Adds or replaces the route `prefix/len` in network `net`.
+    pub fn add_route(
+        &mut self,
+        net: NetworkId,
+        prefix: IpAddr,
+        len: u8,
+        nh: NextHop,
+    ) -> Result<()> {
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            let i = w.intern_nh(nh)?;
+            let st = w.nets.entry(net.0).or_default();
+            let old = match prefix {
+                IpAddr::V4(a) => {
+                    st.fib4
+                        .insert(&mut w.arena, &mut rec.fib4, u32::from(a), len, i)?
+                }
+                IpAddr::V6(a) => {
+                    st.fib6
+                        .insert(&mut w.arena, &mut rec.fib6, u128::from(a), len, i)?
+                }
+            };
+            if let Some(o) = old {
+                w.unref_nh(o)?;
+            }
+            w.put_net(net, rec)
+        })
+    }
+
+    /// Removes the route `prefix/len` from network `net`; false if it did not exist.
+    pub fn remove_route(&mut self, net: NetworkId, prefix: IpAddr, len: u8) -> Result<bool> {
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            let st = w.nets.entry(net.0).or_default();
+            let old = match prefix {
+                IpAddr::V4(a) => st
+                    .fib4
+                    .remove(&mut w.arena, &mut rec.fib4, u32::from(a), len)?,
+                IpAddr::V6(a) => st
+                    .fib6
+                    .remove(&mut w.arena, &mut rec.fib6, u128::from(a), len)?,
+            };
+            if let Some(o) = old {
+                w.unref_nh(o)?;
+                w.put_net(net, rec)?;
+            }
+            Ok(old.is_some())
+        })
+    }
+
+    // ---- neighbors, FDB, flood list -------------------------------------------------------
+
+    /// Sets `ip → mac` in network `net`'s neighbor table.
+    pub fn set_neighbor(
+        &mut self,
+        net: NetworkId,
+        ip: IpAddr,
+        mac: MacAddr,
+        learned: bool,
+    ) -> Result<()> {
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            let v = NeighRec::new(mac, learned);
+            HashTable::<u128, NeighRec>::insert(&mut w.arena, &mut rec.neigh, ip_key(ip), v)?;
+            w.put_net(net, rec)
+        })
+    }
+
+    /// Removes `ip` from network `net`'s neighbor table.
+    pub fn remove_neighbor(&mut self, net: NetworkId, ip: IpAddr) -> Result<bool> {
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            let old =
+                HashTable::<u128, NeighRec>::remove(&mut w.arena, &mut rec.neigh, &ip_key(ip))?;
+            w.put_net(net, rec)?;
+            Ok(old.is_some())
+        })
+    }
+
+    /// Sets where `mac` lives in network `net`. A learned entry with an older sequence number
+    /// than the one present is ignored (MAC mobility: newest wins); returns whether it applied.
+    pub fn set_fdb(&mut self, net: NetworkId, mac: MacAddr, entry: FdbEntry) -> Result<bool> {
+        let mut rec = self.net_rec_or_err(net)?;
+        if let Some(cur) = HashTable::<u64, FdbRec>::get(self.arena.mem(), &rec.fdb, &mac.to_u64())
+            .and_then(FdbEntry::from_rec)
+        {
+            if entry.learned && seq_older(entry.seq, cur.seq) {
+                return Ok(false);
+            }
+        }
+        self.staged(|w| {
+            HashTable::<u64, FdbRec>::insert(
+                &mut w.arena,
+                &mut rec.fdb,
+                mac.to_u64(),
+                entry.to_rec(),
+            )?;
+            w.put_net(net, rec)?;
+            Ok(true)
+        })
+    }
+
+    /// Removes `mac` from network `net`'s FDB.
+    pub fn remove_fdb(&mut self, net: NetworkId, mac: MacAddr) -> Result<bool> {
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            let old = HashTable::<u64, FdbRec>::remove(&mut w.arena, &mut rec.fdb, &mac.to_u64())?;
+            w.put_net(net, rec)?;
+            Ok(old.is_some())
+        })
+    }
+
+    /// Replaces network `net`'s flood list (nodes that host its endpoints).
+    pub fn set_flood(&mut self, net: NetworkId, nodes: &[NodeId]) -> Result<()> {
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            PagedArray::<u32>::free(&mut w.arena, &mut rec.flood);
+            for (i, n) in nodes.iter().enumerate() {
+                PagedArray::<u32>::set(&mut w.arena, &mut rec.flood, i as u32, n.0)?;
+            }
+            w.put_net(net, rec)
+        })
+    }
+
+    // ---- ports, nodes, SIDs, underlay -----------------------------------------------------
+
+    /// Binds a port.
+    pub fn set_port(&mut self, id: PortId, info: &PortInfo) -> Result<()> {
+        self.staged(|w| {
+            PagedArray::<PortRec>::set(&mut w.arena, &mut w.root.ports, id.0, info.to_rec())
+                .map(|_| ())
+        })
+    }
+
+    /// Unbinds a port.
+    pub fn remove_port(&mut self, id: PortId) -> Result<()> {
+        self.staged(|w| {
+            PagedArray::<PortRec>::remove(&mut w.arena, &mut w.root.ports, id.0).map(|_| ())
+        })
+    }
+
+    /// Adds or changes a remote node.
+    pub fn set_node(&mut self, id: NodeId, info: &NodeInfo) -> Result<()> {
+        self.staged(|w| {
+            PagedArray::<NodeRec>::set(&mut w.arena, &mut w.root.nodes, id.0, info.to_rec())
+                .map(|_| ())
+        })
+    }
+
+    /// Removes a remote node.
+    pub fn remove_node(&mut self, id: NodeId) -> Result<()> {
+        self.staged(|w| {
+            PagedArray::<NodeRec>::remove(&mut w.arena, &mut w.root.nodes, id.0).map(|_| ())
+        })
+    }
+
+    /// Installs a local SID.
+    pub fn set_local_sid(&mut self, sid: Sid, b: SidBehavior) -> Result<()> {
+        self.staged(|w| {
+            HashTable::<u128, SidRec>::insert(
+                &mut w.arena,
+                &mut w.root.sids,
+                u128::from(sid.0),
+                b.to_rec(),
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Removes a local SID.
+    pub fn remove_local_sid(&mut self, sid: Sid) -> Result<bool> {
+        self.staged(|w| {
+            HashTable::<u128, SidRec>::remove(&mut w.arena, &mut w.root.sids, &u128::from(sid.0))
+                .map(|o| o.is_some())
+        })
+    }
+
+    /// Sets a static underlay neighbor.
+    pub fn set_underlay_neighbor(&mut self, ip: Ipv6Addr, mac: MacAddr) -> Result<()> {
+        self.staged(|w| {
+            let v = NeighRec::new(mac, false);
+            HashTable::<u128, NeighRec>::insert(
+                &mut w.arena,
+                &mut w.root.underlay,
+                u128::from(ip),
+                v,
+            )
+            .map(|_| ())
+        })
+    }
+}
+
+/// Sequence-number order with wrap-around (RFC 1982 style): `a` is older than `b`.
+fn seq_older(a: u32, b: u32) -> bool {
+    a != b && b.wrapping_sub(a) < (1 << 31)
+}
+
+/// Lists every block reachable from a root record.
+pub(crate) fn trace_root(mem: Mem<'_>, root: &RootRec, out: &mut Vec<(u64, u64)>) {
+    PagedArray::<NetworkRec>::trace(mem, &root.networks, out);
+    PagedArray::<PortRec>::trace(mem, &root.ports, out);
+    PagedArray::<NodeRec>::trace(mem, &root.nodes, out);
+    PagedArray::<NextHopRec>::trace(mem, &root.nexthops, out);
+    HashTable::<u128, SidRec>::trace(mem, &root.sids, out);
+    HashTable::<u128, NeighRec>::trace(mem, &root.underlay, out);
+    for (_, rec) in PagedArray::<NetworkRec>::iter(mem, &root.networks) {
+        if rec.kind == 0 {
+            continue;
+        }
+        Fib::<u32>::trace(mem, &rec.fib4, out);
+        Fib::<u128>::trace(mem, &rec.fib6, out);
+        HashTable::<u128, NeighRec>::trace(mem, &rec.neigh, out);
+        HashTable::<u64, FdbRec>::trace(mem, &rec.fdb, out);
+        PagedArray::<u32>::trace(mem, &rec.flood, out);
+    }
+}
+
+// ---- readers ----------------------------------------------------------------------------------
+
+/// The forwarder's mapping of a node's tables (read-only) and QSBR slots.
+#[derive(Debug)]
+pub struct TableReader {
+    tables: Region,
+    qsbr: Qsbr,
+}
+
+impl TableReader {
+    /// Maps existing tables read-only. Fails clearly if they are missing or of another ABI.
+    pub fn attach(cfg: &TablesConfig) -> Result<Arc<TableReader>> {
+        Self::attach_paths(&cfg.tables_path(), &cfg.qsbr_path())
+    }
+
+    /// As [`TableReader::attach`], with explicit paths.
+    pub fn attach_paths(tables: &Path, qsbr: &Path) -> Result<Arc<TableReader>> {
+        Ok(Arc::new(TableReader {
+            tables: Region::open_ro(tables, RegionKind::Tables)?,
+            qsbr: Qsbr::open(qsbr)?,
+        }))
+    }
+
+    /// Claims a reader slot for the calling worker; the handle starts online.
+    pub fn register(self: &Arc<Self>) -> Result<ReaderHandle> {
+        let slot = self.qsbr.claim()?;
+        let h = ReaderHandle {
+            reader: Arc::clone(self),
+            slot,
+            online: false,
+        };
+        Ok(h)
+    }
+
+    /// Generation of the tables as last published.
+    pub fn generation(&self) -> u64 {
+        self.tables.header().generation.load(Ordering::Acquire)
+    }
+
+    /// The read-only region (tests use it to prove writes fault).
+    pub fn region(&self) -> &Region {
+        &self.tables
+    }
+}
+
+/// One reader thread's registration. Not `Sync`: one per worker.
+#[derive(Debug)]
+pub struct ReaderHandle {
+    reader: Arc<TableReader>,
+    slot: u32,
+    online: bool,
+}
+
+impl ReaderHandle {
+    /// The current tables. Goes online first if the handle was offline.
+    #[inline]
+    pub fn snapshot(&mut self) -> Snapshot<'_> {
+        let hdr = self.reader.tables.header();
+        if !self.online {
+            self.reader
+                .qsbr
+                .online(self.slot, hdr.epoch.load(Ordering::SeqCst));
+            self.online = true;
+        }
+        let off = hdr.root.load(Ordering::Acquire);
+        let mem = self.reader.tables.mem();
+        let root = if off == 0 {
+            RootRec::default()
+        } else {
+            mem.get::<RootRec>(off).copied().unwrap_or_default()
+        };
+        Snapshot { mem, root }
+    }
+
+    /// Reports a quiescent point: no snapshot taken before is in use any more.
+    #[inline]
+    pub fn quiescent(&mut self) {
+        if self.online {
+            let e = self.reader.tables.header().epoch.load(Ordering::Acquire);
+            self.reader.qsbr.report(self.slot, e);
+        }
+    }
+
+    /// Goes offline (e.g. before sleeping): the writer stops waiting for this reader.
+    pub fn offline(&mut self) {
+        if self.online {
+            self.reader.qsbr.offline(self.slot);
+            self.online = false;
+        }
+    }
+
+    /// The QSBR slot index.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+}
+
+impl Drop for ReaderHandle {
+    fn drop(&mut self) {
+        self.reader.qsbr.release(self.slot);
+    }
+}
+
+/// A consistent view of the tables as of one publication.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    mem: Mem<'a>,
+    root: RootRec,
+}
+
+impl<'a> Snapshot<'a> {
+    /// Publication number of this view.
+    pub fn generation(&self) -> u64 {
+        self.root.generation
+    }
+
+    /// The raw memory view (for bulk lookups by the forwarder's stages).
+    pub fn mem(&self) -> Mem<'a> {
+        self.mem
+    }
+
+    /// A network's tables.
+    #[inline]
+    pub fn network(&self, id: NetworkId) -> Option<NetworkView<'a>> {
+        PagedArray::<NetworkRec>::get(self.mem, &self.root.networks, id.0)
+            .filter(|r| r.kind != 0)
+            .map(|rec| NetworkView { mem: self.mem, rec })
+    }
+
+    /// Decodes next hop `index` (as returned by FIB lookups).
+    #[inline]
+    pub fn nexthop(&self, index: u32) -> Option<NextHop> {
+        self.nexthop_rec(index).and_then(NextHop::from_rec)
+    }
+
+    /// The raw next-hop record `index`.
+    #[inline]
+    pub fn nexthop_rec(&self, index: u32) -> Option<&'a NextHopRec> {
+        PagedArray::<NextHopRec>::get(self.mem, &self.root.nexthops, index).filter(|r| r.kind != 0)
+    }
+
+    /// A port's binding.
+    #[inline]
+    pub fn port(&self, id: PortId) -> Option<PortInfo> {
+        PagedArray::<PortRec>::get(self.mem, &self.root.ports, id.0).and_then(PortInfo::from_rec)
+    }
+
+    /// A remote node.
+    #[inline]
+    pub fn node(&self, id: NodeId) -> Option<NodeInfo> {
+        PagedArray::<NodeRec>::get(self.mem, &self.root.nodes, id.0).and_then(NodeInfo::from_rec)
+    }
+
+    /// A local SID's behaviour.
+    #[inline]
+    pub fn local_sid(&self, sid: Sid) -> Option<SidBehavior> {
+        HashTable::<u128, SidRec>::get(self.mem, &self.root.sids, &u128::from(sid.0))
+            .and_then(SidBehavior::from_rec)
+    }
+
+    /// A static underlay neighbor.
+    pub fn underlay_neighbor(&self, ip: Ipv6Addr) -> Option<MacAddr> {
+        HashTable::<u128, NeighRec>::get(self.mem, &self.root.underlay, &u128::from(ip))
+            .filter(|r| r.flags & 1 != 0)
+            .map(|r| MacAddr(r.mac))
+    }
+}
+
+/// One network's tables inside a [`Snapshot`].
+#[derive(Debug, Clone, Copy)]
+pub struct NetworkView<'a> {
+    mem: Mem<'a>,
+    rec: &'a NetworkRec,
+}
+
+impl<'a> NetworkView<'a> {
+    /// Settings.
+    pub fn info(&self) -> Option<NetworkInfo> {
+        NetworkInfo::read(self.rec)
+    }
+
+    /// IPv4 longest-prefix match: the next-hop index (0 = no route).
+    #[inline]
+    pub fn route4_index(&self, ip: Ipv4Addr) -> u32 {
+        Fib::<u32>::lookup(self.mem, &self.rec.fib4, u32::from(ip))
+    }
+
+    /// IPv6 longest-prefix match: the next-hop index (0 = no route).
+    #[inline]
+    pub fn route6_index(&self, ip: Ipv6Addr) -> u32 {
+        Fib::<u128>::lookup(self.mem, &self.rec.fib6, u128::from(ip))
+    }
+
+    /// Bulk IPv4 lookup (host-order keys) into next-hop indices.
+    #[inline]
+    pub fn route4_bulk(&self, keys: &[u32], out: &mut [u32]) {
+        Fib::<u32>::lookup_bulk(self.mem, &self.rec.fib4, keys, out)
+    }
+
+    /// Bulk IPv6 lookup into next-hop indices.
+    #[inline]
+    pub fn route6_bulk(&self, keys: &[u128], out: &mut [u32]) {
+        Fib::<u128>::lookup_bulk(self.mem, &self.rec.fib6, keys, out)
+    }
+
+    /// The IPv4 FIB header (for benchmarks and tools).
+    pub fn fib4(&self) -> &'a FibHdr {
+        &self.rec.fib4
+    }
+
+    /// Neighbor lookup.
+    #[inline]
+    pub fn neighbor(&self, ip: IpAddr) -> Option<MacAddr> {
+        HashTable::<u128, NeighRec>::get(self.mem, &self.rec.neigh, &ip_key(ip))
+            .filter(|r| r.flags & 1 != 0)
+            .map(|r| MacAddr(r.mac))
+    }
+
+    /// FDB lookup.
+    #[inline]
+    pub fn fdb(&self, mac: MacAddr) -> Option<FdbEntry> {
+        HashTable::<u64, FdbRec>::get(self.mem, &self.rec.fdb, &mac.to_u64())
+            .and_then(FdbEntry::from_rec)
+    }
+
+    /// Nodes to flood BUM traffic to.
+    pub fn flood(&self) -> impl Iterator<Item = NodeId> + 'a {
+        PagedArray::<u32>::iter(self.mem, &self.rec.flood).map(|(_, n)| NodeId(*n))
+    }
+}

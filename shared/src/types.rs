@@ -1,0 +1,596 @@
+//! Identifiers and table entries shared by control and forwarder.
+//!
+//! Each entry exists twice: as a typed Rust value the APIs take and return (an enum where the
+//! domain has alternatives), and as the `#[repr(C)]` record stored in shared memory. Decoding a
+//! record never fails: an unknown tag decodes as the entry being absent or as a drop, so a
+//! reader of a newer writer's region degrades to dropping, never to undefined behaviour.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::pod::Pod;
+
+/// A network's numeric id (`status.id` of a lace-cni.io Network). 0 is never a valid id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NetworkId(pub u32);
+
+/// A node's numeric id, unique in the cluster while the node exists. 0 is never valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+/// A forwarder port (pod interface or uplink) on this node. 0 is never valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortId(pub u32);
+
+/// An SRv6 segment identifier (an IPv6 address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sid(pub Ipv6Addr);
+
+/// An Ethernet MAC address.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl std::fmt::Debug for MacAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+impl MacAddr {
+    /// The MAC as the low 48 bits of a u64 (the FDB key).
+    #[inline]
+    pub fn to_u64(self) -> u64 {
+        let m = self.0;
+        u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]])
+    }
+    /// Back from [`MacAddr::to_u64`].
+    #[inline]
+    pub fn from_u64(v: u64) -> MacAddr {
+        let b = v.to_be_bytes();
+        MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
+    }
+}
+
+/// An IPv4 address as a neighbor-table key (IPv4-mapped IPv6, host order).
+#[inline]
+pub fn v4_key(a: Ipv4Addr) -> u128 {
+    u128::from(a.to_ipv6_mapped())
+}
+
+/// Where a FIB route sends a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NextHop {
+    /// Deliver to a pod port on this node, rewriting the destination MAC.
+    Local {
+        /// The pod's port.
+        port: PortId,
+        /// The pod's MAC.
+        mac: MacAddr,
+    },
+    /// A block on this node: resolve the destination in the network's neighbor table.
+    LocalBlock,
+    /// Encapsulate to another node (`H.Encaps.Red` to `sid`).
+    Remote {
+        /// The node owning the destination.
+        node: NodeId,
+        /// That node's SID for this network (End.DT46 / End.DT2U), precomputed by control.
+        sid: Sid,
+    },
+    /// Out of an uplink to a gateway (external networks, static routes).
+    Uplink {
+        /// The uplink port.
+        port: PortId,
+        /// The gateway, IPv4-mapped for IPv4.
+        gateway: Ipv6Addr,
+    },
+    /// Addressed to the forwarder itself (the network gateway): ARP/NDP/echo are answered.
+    Receive,
+    /// Silently dropped and counted (a blackhole route).
+    Drop,
+    /// Dropped with ICMP destination unreachable.
+    Unreachable,
+}
+
+/// Next-hop record in shared memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct NextHopRec {
+    /// [`NextHop`] variant: 0 absent, 1 Local, 2 LocalBlock, 3 Remote, 4 Uplink, 5 Receive,
+    /// 6 Drop, 7 Unreachable.
+    pub kind: u8,
+    /// The MAC of `Local`.
+    pub mac: [u8; 6],
+    _pad: u8,
+    /// Port (`Local`, `Uplink`) or node (`Remote`).
+    pub id: u32,
+    /// SID (`Remote`) or gateway (`Uplink`), network order.
+    pub addr: [u8; 16],
+    _pad2: u32,
+}
+// SAFETY: repr(C), integers and byte arrays, explicit padding, every bit pattern valid.
+unsafe impl Pod for NextHopRec {}
+crate::assert_layout!(NextHopRec, 32, 4);
+
+impl NextHop {
+    /// Encodes for shared memory.
+    pub fn to_rec(self) -> NextHopRec {
+        let mut r = NextHopRec::default();
+        match self {
+            NextHop::Local { port, mac } => {
+                r.kind = 1;
+                r.id = port.0;
+                r.mac = mac.0;
+            }
+            NextHop::LocalBlock => r.kind = 2,
+            NextHop::Remote { node, sid } => {
+                r.kind = 3;
+                r.id = node.0;
+                r.addr = sid.0.octets();
+            }
+            NextHop::Uplink { port, gateway } => {
+                r.kind = 4;
+                r.id = port.0;
+                r.addr = gateway.octets();
+            }
+            NextHop::Receive => r.kind = 5,
+            NextHop::Drop => r.kind = 6,
+            NextHop::Unreachable => r.kind = 7,
+        }
+        r
+    }
+
+    /// Decodes; None for an absent or unknown record.
+    pub fn from_rec(r: &NextHopRec) -> Option<NextHop> {
+        Some(match r.kind {
+            1 => NextHop::Local {
+                port: PortId(r.id),
+                mac: MacAddr(r.mac),
+            },
+            2 => NextHop::LocalBlock,
+            3 => NextHop::Remote {
+                node: NodeId(r.id),
+                sid: Sid(Ipv6Addr::from(r.addr)),
+            },
+            4 => NextHop::Uplink {
+                port: PortId(r.id),
+                gateway: Ipv6Addr::from(r.addr),
+            },
+            5 => NextHop::Receive,
+            6 => NextHop::Drop,
+            7 => NextHop::Unreachable,
+            _ => return None,
+        })
+    }
+}
+
+/// Kind of a lace network (the seed's `spec.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetworkKind {
+    /// Routed, host-local blocks.
+    L3,
+    /// Flat L2 domain.
+    L2,
+    /// Underlay prefixes outside the cluster.
+    External,
+}
+
+/// A network's data-plane settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkInfo {
+    /// Kind.
+    pub kind: NetworkKind,
+    /// `spec.anonymous`: no implicit self-route.
+    pub anonymous: bool,
+    /// MAC the forwarder answers ARP/NDP with for the gateway.
+    pub gateway_mac: MacAddr,
+    /// IPv4 gateway (first address of the block/prefix), if the network has IPv4.
+    pub gateway4: Option<Ipv4Addr>,
+    /// IPv6 gateway, if the network has IPv6.
+    pub gateway6: Option<Ipv6Addr>,
+    /// MTU offered to endpoints.
+    pub mtu: u16,
+}
+
+/// What a port is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortKind {
+    /// A pod (or VM) interface attached to one network.
+    Pod,
+    /// The node's uplink to the underlay.
+    Uplink,
+}
+
+/// A port's binding: which network and endpoint it is, for ingress checks and delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Kind.
+    pub kind: PortKind,
+    /// The network packets from this port belong to (pods); unused for uplinks.
+    pub network: NetworkId,
+    /// The endpoint's MAC (anti-spoofing source check, delivery rewrite).
+    pub mac: MacAddr,
+    /// The endpoint's IPv4 address, if any.
+    pub ipv4: Option<Ipv4Addr>,
+    /// The endpoint's IPv6 address, if any.
+    pub ipv6: Option<Ipv6Addr>,
+    /// Opaque endpoint id from control (for counters and events).
+    pub endpoint: u64,
+}
+
+/// A remote node: where its SIDs live and how to reach it on the underlay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// The node's SRv6 locator prefix.
+    pub locator: Ipv6Addr,
+    /// Locator prefix length.
+    pub locator_len: u8,
+    /// The node's underlay address (outer destination when no SRH is used).
+    pub underlay: Ipv6Addr,
+}
+
+/// SRv6 endpoint behaviours a local SID can have (RFC 8986).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SidBehavior {
+    /// End: the node's own SID, advance to the next segment.
+    End,
+    /// End.DT46: decapsulate and look the inner packet up in a network's FIB.
+    EndDt46(NetworkId),
+    /// End.DT2U: decapsulate and forward the inner frame by the network's FDB.
+    EndDt2u(NetworkId),
+    /// End.DT2M: decapsulate and flood the inner frame to the network's local ports.
+    EndDt2m(NetworkId),
+}
+
+/// Where a MAC lives (FDB value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FdbTarget {
+    /// On a local port.
+    Port(PortId),
+    /// Behind a remote node.
+    Node(NodeId),
+}
+
+/// An FDB entry: location plus the mobility sequence number (newest wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FdbEntry {
+    /// Location.
+    pub target: FdbTarget,
+    /// Mobility sequence number.
+    pub seq: u32,
+    /// Learned from traffic (as opposed to from an endpoint).
+    pub learned: bool,
+}
+
+/// Network record in shared memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NetworkRec {
+    /// 0 absent, 1 L3, 2 L2, 3 External.
+    pub kind: u8,
+    /// Bit 0: anonymous.
+    pub flags: u8,
+    /// MTU.
+    pub mtu: u16,
+    /// IPv4 gateway (host order), 0 = none.
+    pub gateway4: u32,
+    /// IPv6 gateway (network order), all zero = none.
+    pub gateway6: [u8; 16],
+    /// Gateway MAC.
+    pub gateway_mac: [u8; 6],
+    _pad: [u8; 2],
+    /// IPv4 FIB.
+    pub fib4: crate::fib::FibHdr,
+    /// IPv6 FIB.
+    pub fib6: crate::fib::FibHdr,
+    /// Neighbor table (IP → MAC).
+    pub neigh: crate::hash::HashHdr,
+    /// FDB (MAC → location).
+    pub fdb: crate::hash::HashHdr,
+    /// Flood list: nodes hosting endpoints of this (l2) network.
+    pub flood: crate::array::ArrayHdr,
+}
+// SAFETY: repr(C) of Pod fields with explicit padding; every bit pattern valid.
+unsafe impl Pod for NetworkRec {}
+
+impl NetworkInfo {
+    /// Encodes into an existing record (keeping its tables).
+    pub fn write(&self, r: &mut NetworkRec) {
+        r.kind = match self.kind {
+            NetworkKind::L3 => 1,
+            NetworkKind::L2 => 2,
+            NetworkKind::External => 3,
+        };
+        r.flags = self.anonymous as u8;
+        r.mtu = self.mtu;
+        r.gateway4 = self.gateway4.map_or(0, u32::from);
+        r.gateway6 = self.gateway6.map_or([0; 16], |a| a.octets());
+        r.gateway_mac = self.gateway_mac.0;
+    }
+
+    /// Decodes; None for an absent record.
+    pub fn read(r: &NetworkRec) -> Option<NetworkInfo> {
+        Some(NetworkInfo {
+            kind: match r.kind {
+                1 => NetworkKind::L3,
+                2 => NetworkKind::L2,
+                3 => NetworkKind::External,
+                _ => return None,
+            },
+            anonymous: r.flags & 1 != 0,
+            gateway_mac: MacAddr(r.gateway_mac),
+            gateway4: (r.gateway4 != 0).then(|| Ipv4Addr::from(r.gateway4)),
+            gateway6: (r.gateway6 != [0; 16]).then(|| Ipv6Addr::from(r.gateway6)),
+            mtu: r.mtu,
+        })
+    }
+}
+
+/// Port record in shared memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortRec {
+    /// 0 absent, 1 Pod, 2 Uplink.
+    pub kind: u8,
+    /// Bit 0: has IPv4; bit 1: has IPv6.
+    pub flags: u8,
+    /// MAC.
+    pub mac: [u8; 6],
+    /// Network id.
+    pub network: u32,
+    /// IPv4 (host order).
+    pub ipv4: u32,
+    /// IPv6 (network order).
+    pub ipv6: [u8; 16],
+    /// Endpoint id.
+    pub endpoint: u64,
+}
+// SAFETY: repr(C), integers and byte arrays without implicit padding (1+1+6+4+4+16+8 = 40).
+unsafe impl Pod for PortRec {}
+crate::assert_layout!(PortRec, 40, 8);
+
+impl PortInfo {
+    /// Encodes.
+    pub fn to_rec(&self) -> PortRec {
+        PortRec {
+            kind: match self.kind {
+                PortKind::Pod => 1,
+                PortKind::Uplink => 2,
+            },
+            flags: self.ipv4.is_some() as u8 | (self.ipv6.is_some() as u8) << 1,
+            mac: self.mac.0,
+            network: self.network.0,
+            ipv4: self.ipv4.map_or(0, u32::from),
+            ipv6: self.ipv6.map_or([0; 16], |a| a.octets()),
+            endpoint: self.endpoint,
+        }
+    }
+    /// Decodes; None for an absent record.
+    pub fn from_rec(r: &PortRec) -> Option<PortInfo> {
+        Some(PortInfo {
+            kind: match r.kind {
+                1 => PortKind::Pod,
+                2 => PortKind::Uplink,
+                _ => return None,
+            },
+            network: NetworkId(r.network),
+            mac: MacAddr(r.mac),
+            ipv4: (r.flags & 1 != 0).then(|| Ipv4Addr::from(r.ipv4)),
+            ipv6: (r.flags & 2 != 0).then(|| Ipv6Addr::from(r.ipv6)),
+            endpoint: r.endpoint,
+        })
+    }
+}
+
+/// Node record in shared memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeRec {
+    /// 0 absent, 1 present.
+    pub present: u8,
+    /// Locator length.
+    pub locator_len: u8,
+    _pad: [u8; 6],
+    /// Locator (network order).
+    pub locator: [u8; 16],
+    /// Underlay address (network order).
+    pub underlay: [u8; 16],
+}
+// SAFETY: repr(C), byte arrays with explicit padding (1+1+6+16+16 = 40).
+unsafe impl Pod for NodeRec {}
+crate::assert_layout!(NodeRec, 40, 1);
+
+impl NodeInfo {
+    /// Encodes.
+    pub fn to_rec(&self) -> NodeRec {
+        NodeRec {
+            present: 1,
+            locator_len: self.locator_len,
+            _pad: [0; 6],
+            locator: self.locator.octets(),
+            underlay: self.underlay.octets(),
+        }
+    }
+    /// Decodes; None for an absent record.
+    pub fn from_rec(r: &NodeRec) -> Option<NodeInfo> {
+        (r.present == 1).then(|| NodeInfo {
+            locator: Ipv6Addr::from(r.locator),
+            locator_len: r.locator_len,
+            underlay: Ipv6Addr::from(r.underlay),
+        })
+    }
+}
+
+/// Local SID record (value of the SID table).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SidRec {
+    /// 0 absent, 1 End, 2 End.DT46, 3 End.DT2U, 4 End.DT2M.
+    pub behavior: u32,
+    /// Network id (DT behaviours).
+    pub network: u32,
+}
+// SAFETY: repr(C), two u32, every bit pattern valid.
+unsafe impl Pod for SidRec {}
+crate::assert_layout!(SidRec, 8, 4);
+
+impl SidBehavior {
+    /// Encodes.
+    pub fn to_rec(self) -> SidRec {
+        let (behavior, network) = match self {
+            SidBehavior::End => (1, 0),
+            SidBehavior::EndDt46(n) => (2, n.0),
+            SidBehavior::EndDt2u(n) => (3, n.0),
+            SidBehavior::EndDt2m(n) => (4, n.0),
+        };
+        SidRec { behavior, network }
+    }
+    /// Decodes; None for an absent or unknown record.
+    pub fn from_rec(r: &SidRec) -> Option<SidBehavior> {
+        Some(match r.behavior {
+            1 => SidBehavior::End,
+            2 => SidBehavior::EndDt46(NetworkId(r.network)),
+            3 => SidBehavior::EndDt2u(NetworkId(r.network)),
+            4 => SidBehavior::EndDt2m(NetworkId(r.network)),
+            _ => return None,
+        })
+    }
+}
+
+/// FDB record (value of a network's FDB).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FdbRec {
+    /// 0 absent, 1 port, 2 node; bit 7: learned.
+    pub kind: u8,
+    _pad: [u8; 3],
+    /// Port or node id.
+    pub id: u32,
+    /// Mobility sequence number.
+    pub seq: u32,
+    _pad2: u32,
+}
+// SAFETY: repr(C), integers with explicit padding, every bit pattern valid.
+unsafe impl Pod for FdbRec {}
+crate::assert_layout!(FdbRec, 16, 4);
+
+impl FdbEntry {
+    /// Encodes.
+    pub fn to_rec(&self) -> FdbRec {
+        let (k, id) = match self.target {
+            FdbTarget::Port(p) => (1, p.0),
+            FdbTarget::Node(n) => (2, n.0),
+        };
+        FdbRec {
+            kind: k | if self.learned { 0x80 } else { 0 },
+            _pad: [0; 3],
+            id,
+            seq: self.seq,
+            _pad2: 0,
+        }
+    }
+    /// Decodes; None for an absent or unknown record.
+    pub fn from_rec(r: &FdbRec) -> Option<FdbEntry> {
+        let target = match r.kind & 0x7f {
+            1 => FdbTarget::Port(PortId(r.id)),
+            2 => FdbTarget::Node(NodeId(r.id)),
+            _ => return None,
+        };
+        Some(FdbEntry {
+            target,
+            seq: r.seq,
+            learned: r.kind & 0x80 != 0,
+        })
+    }
+}
+
+/// Neighbor record (value of a network's neighbor table, and of the underlay neighbors).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NeighRec {
+    /// The MAC.
+    pub mac: [u8; 6],
+    /// Bit 0: present; bit 1: learned.
+    pub flags: u8,
+    _pad: u8,
+}
+// SAFETY: repr(C), bytes only, every bit pattern valid.
+unsafe impl Pod for NeighRec {}
+crate::assert_layout!(NeighRec, 8, 1);
+
+impl NeighRec {
+    /// A present entry for `mac`.
+    pub fn new(mac: MacAddr, learned: bool) -> NeighRec {
+        NeighRec {
+            mac: mac.0,
+            flags: 1 | (learned as u8) << 1,
+            _pad: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let hops = [
+            NextHop::Local {
+                port: PortId(3),
+                mac: MacAddr([2, 0, 0, 0, 0, 9]),
+            },
+            NextHop::LocalBlock,
+            NextHop::Remote {
+                node: NodeId(7),
+                sid: Sid("fc00:0:7:e000::1".parse().unwrap()),
+            },
+            NextHop::Uplink {
+                port: PortId(1),
+                gateway: "::ffff:192.0.2.1".parse().unwrap(),
+            },
+            NextHop::Receive,
+            NextHop::Drop,
+            NextHop::Unreachable,
+        ];
+        for h in hops {
+            assert_eq!(NextHop::from_rec(&h.to_rec()), Some(h));
+        }
+        assert_eq!(NextHop::from_rec(&NextHopRec::default()), None);
+        let p = PortInfo {
+            kind: PortKind::Pod,
+            network: NetworkId(4),
+            mac: MacAddr([2, 1, 2, 3, 4, 5]),
+            ipv4: Some("10.40.1.2".parse().unwrap()),
+            ipv6: None,
+            endpoint: 99,
+        };
+        assert_eq!(PortInfo::from_rec(&p.to_rec()), Some(p));
+        for b in [
+            SidBehavior::End,
+            SidBehavior::EndDt46(NetworkId(2)),
+            SidBehavior::EndDt2u(NetworkId(3)),
+            SidBehavior::EndDt2m(NetworkId(4)),
+        ] {
+            assert_eq!(SidBehavior::from_rec(&b.to_rec()), Some(b));
+        }
+        let f = FdbEntry {
+            target: FdbTarget::Node(NodeId(5)),
+            seq: 12,
+            learned: true,
+        };
+        assert_eq!(FdbEntry::from_rec(&f.to_rec()), Some(f));
+        let mac = MacAddr([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff]);
+        assert_eq!(MacAddr::from_u64(mac.to_u64()), mac);
+        assert_eq!(mac.to_string(), "aa:bb:cc:dd:ee:ff");
+    }
+}
