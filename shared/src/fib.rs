@@ -8,9 +8,9 @@
 //!    │           │                                    0 = no route, UNIFORM|nh = all slots nh,
 //!    │           ▼                                    else offset of a chunk block
 //!    │         chunk block  [u32; 1024] top entries + the short routes that start in it
-//!    │           │  top entry: leaf (next-hop index, 0 = none) or SUBTREE|offset/16
+//!    │           │  top entry: leaf (next-hop index, 0 = none) or SUBTREE|offset/64
 //!    │           ▼
-//!    │         subtree block  SubHdr, [Node], [leaf u32], [route records]
+//!    │         subtree block  Meta, [Skip], [Node], [leaf u32], SubHdr, [route records]
 //!    │                        Node = { vector, leafvec: u64, base0, base1: u32 } — 6 key bits
 //!    │                        per level; children and leaf runs found by popcount
 //!    │ wide ──► the routes shorter than one chunk (len <= TOP-10)
@@ -42,15 +42,42 @@ use crate::error::{Error, Result};
 use crate::mem::Mem;
 use crate::pod::Pod;
 
-/// Top-entry flag: the low 31 bits are a subtree block offset in 16-byte units.
+/// Top-entry flag: the low 30 bits are a subtree block offset in 64-byte units.
 const SUBTREE: u32 = 1 << 31;
+/// Top-entry flag (with [`SUBTREE`]): the subtree starts with a root skip.
+const SKIPPED: u32 = 1 << 30;
 /// Chunk-directory flag: the whole chunk maps to the next hop in the low 32 bits.
 const UNIFORM: u64 = 1 << 63;
 /// Top slots per chunk (log2).
 const CHUNK_BITS: u32 = 10;
 const CHUNK_SLOTS: usize = 1 << CHUNK_BITS;
-/// Flag in `SubHdr::n_routes`: a [`Skip`] follows the header.
-const SKIP_FLAG: u32 = 1 << 31;
+/// Flag in [`Meta::flags`]: a [`Skip`] follows the meta word.
+const SKIP_FLAG: u32 = 1;
+/// Subtree blocks are cache-line aligned: the root node and its first leaves share a line.
+const SUB_ALIGN: u64 = 64;
+
+#[inline(always)]
+fn block_of(e: u32) -> u64 {
+    ((e & !(SUBTREE | SKIPPED)) as u64) << 6
+}
+/// Everything about the FIB's shared layout, for [`crate::LAYOUT_HASH`].
+pub(crate) const LAYOUT: [usize; 14] = [
+    std::mem::size_of::<FibHdr>(),
+    std::mem::size_of::<Node>(),
+    std::mem::offset_of!(Node, base0),
+    std::mem::size_of::<Meta>(),
+    std::mem::size_of::<SubHdr>(),
+    std::mem::size_of::<Skip>(),
+    std::mem::size_of::<Rec4>(),
+    std::mem::size_of::<Rec6>(),
+    std::mem::size_of::<ChunkHdr>(),
+    CHUNK_BITS as usize,
+    <u32 as LpmKey>::TOP as usize,
+    <u128 as LpmKey>::TOP as usize,
+    SUBTREE as usize | SKIPPED as usize,
+    SUB_ALIGN as usize,
+];
+
 /// Largest next-hop index a FIB can hold (the top bit tags subtrees).
 pub const MAX_NEXT_HOP: u32 = SUBTREE - 1;
 
@@ -228,23 +255,36 @@ pub struct Node {
     pub vector: u64,
     /// Bit i set: a new run of equal leaves starts at (leaf) position i.
     pub leafvec: u64,
-    /// Index of this node's first leaf.
+    /// Byte offset (in the subtree block) of this node's first leaf.
     pub base0: u32,
-    /// Index of this node's first child.
+    /// Byte offset (in the subtree block) of this node's first child.
     pub base1: u32,
 }
 // SAFETY: repr(C), integers only, no padding (8+8+4+4), every bit pattern valid.
 unsafe impl Pod for Node {}
 crate::assert_layout!(Node, 24, 8);
 
+/// First word of a subtree block: all a lookup needs besides the nodes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    /// Byte offset of the [`SubHdr`] in the block.
+    tail: u32,
+    /// [`SKIP_FLAG`].
+    flags: u32,
+}
+// SAFETY: repr(C), integers only, every bit pattern valid.
+unsafe impl Pod for Meta {}
+crate::assert_layout!(Meta, 8, 4);
+
+/// The writer's description of a subtree, after its leaves (off the lookup path).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 struct SubHdr {
     n_nodes: u32,
     n_leaves: u32,
-    /// Route count, with [`SKIP_FLAG`] when a [`Skip`] follows.
     n_routes: u32,
-    /// Next hop for keys outside the skipped prefix.
+    /// The value pushed into the leaves from shorter routes (the slot's cover).
     default: u32,
 }
 // SAFETY: repr(C), integers only, every bit pattern valid.
@@ -256,7 +296,8 @@ crate::assert_layout!(SubHdr, 16, 4);
 struct Skip {
     /// Bit offset the root node starts at.
     start: u32,
-    _pad: u32,
+    /// Next hop for keys outside the skipped prefix.
+    default: u32,
     /// Left-aligned key bits every route in the subtree shares, up to `start`.
     bits: [u64; 2],
 }
@@ -272,31 +313,38 @@ fn popcnt_upto(v: u64, p: u32) -> u32 {
     (v & (u64::MAX >> (63 - p))).count_ones()
 }
 
-/// Where a subtree's parts are.
+/// Where a subtree's parts are (byte offsets in the block).
 #[derive(Clone, Copy)]
 struct SubLayout {
     nodes: u64,
     leaves: u64,
+    hdr: u64,
     routes: u64,
     size: u64,
 }
 
 fn sub_layout<K: LpmKey>(n_nodes: u32, n_leaves: u32, n_routes: u32, skip: bool) -> SubLayout {
-    let mut at = 16 + if skip { 24 } else { 0 };
-    let nodes = at;
-    at += n_nodes as u64 * 24;
-    let leaves = at;
-    at += n_leaves as u64 * 4;
+    let nodes = 8 + if skip { 24 } else { 0 };
+    let leaves = nodes + n_nodes as u64 * 24;
+    let hdr = (leaves + n_leaves as u64 * 4).div_ceil(8) * 8;
     let ra = std::mem::align_of::<K::Rec>() as u64;
-    at = at.div_ceil(ra) * ra;
-    let routes = at;
-    at += n_routes as u64 * std::mem::size_of::<K::Rec>() as u64;
+    let routes = (hdr + 16).div_ceil(ra) * ra;
+    let end = routes + n_routes as u64 * std::mem::size_of::<K::Rec>() as u64;
     SubLayout {
         nodes,
         leaves,
+        hdr,
         routes,
-        size: at,
+        size: end.div_ceil(SUB_ALIGN) * SUB_ALIGN,
     }
+}
+
+/// A subtree's description and layout.
+fn sub_info<K: LpmKey>(mem: Mem<'_>, block: u64) -> Option<(SubHdr, SubLayout)> {
+    let m = mem.get::<Meta>(block)?;
+    let h = *mem.get::<SubHdr>(block + m.tail as u64)?;
+    let l = sub_layout::<K>(h.n_nodes, h.n_leaves, h.n_routes, m.flags & SKIP_FLAG != 0);
+    Some((h, l))
 }
 
 /// Read side: lookups.
@@ -308,7 +356,7 @@ impl<K: LpmKey> Fib<K> {
     #[inline]
     pub fn lookup(mem: Mem<'_>, hdr: &FibHdr, key: K) -> u32 {
         match Self::top_entry(mem, hdr, key) {
-            Some(e) if e & SUBTREE != 0 => Self::walk(mem, ((e & !SUBTREE) as u64) << 4, key),
+            Some(e) if e & SUBTREE != 0 => Self::walk(mem, e, key),
             Some(e) => e,
             None => 0,
         }
@@ -321,103 +369,106 @@ impl<K: LpmKey> Fib<K> {
             return None;
         }
         let top = key.top();
-        let d = *mem.get::<u64>(hdr.dir + 8 * (top >> CHUNK_BITS) as u64)?;
-        if d & UNIFORM != 0 {
+        let d = mem.read::<u64>(hdr.dir + 8 * (top >> CHUNK_BITS) as u64)?;
+        if d & UNIFORM != 0 || d == 0 {
             return Some(d as u32);
         }
-        if d == 0 {
-            return None;
-        }
-        mem.get::<u32>(d + CHUNK_HDR + 4 * (top as u64 & (CHUNK_SLOTS as u64 - 1)))
-            .copied()
+        mem.read::<u32>(d + CHUNK_HDR + 4 * (top as u64 & (CHUNK_SLOTS as u64 - 1)))
     }
 
-    /// Address of the top entry, for prefetching.
+    /// Walks the subtree of top entry `e` (which has [`SUBTREE`] set).
     #[inline(always)]
-    fn top_entry_addr(mem: Mem<'_>, hdr: &FibHdr, key: K) -> Option<u64> {
-        if hdr.dir == 0 {
-            return None;
-        }
-        let top = key.top();
-        let d = *mem.get::<u64>(hdr.dir + 8 * (top >> CHUNK_BITS) as u64)?;
-        (d & UNIFORM == 0 && d != 0)
-            .then(|| d + CHUNK_HDR + 4 * (top as u64 & (CHUNK_SLOTS as u64 - 1)))
-    }
-
-    #[inline(always)]
-    fn walk(mem: Mem<'_>, block: u64, key: K) -> u32 {
-        let Some(h) = mem.get::<SubHdr>(block) else {
-            return 0;
-        };
+    fn walk(mem: Mem<'_>, e: u32, key: K) -> u32 {
+        let block = block_of(e);
         let mut depth = K::TOP;
-        let mut at = block + 16;
-        if h.n_routes & SKIP_FLAG != 0 {
-            let Some(s) = mem.get::<Skip>(at) else {
+        let mut at = block + 8;
+        if e & SKIPPED != 0 {
+            let Some(s) = mem.read::<Skip>(at) else {
                 return 0;
             };
             let bits = ((s.bits[0] as u128) << 64) | s.bits[1] as u128;
             if (key.wide() ^ bits) & wmask(s.start) != 0 {
-                return h.default;
+                return s.default;
             }
             depth = s.start;
             at += 24;
         }
-        let Some(nodes) = mem.slice::<Node>(at, h.n_nodes as usize) else {
-            return 0;
-        };
-        let Some(leaves) = mem.slice::<u32>(at + 24 * h.n_nodes as u64, h.n_leaves as usize) else {
-            return 0;
-        };
-        let mut i = 0usize;
-        loop {
-            let Some(n) = nodes.get(i) else { return 0 };
+        // A malformed block can only send the walk elsewhere in the region (every access is
+        // bounds-checked), and the walk ends: each step consumes six key bits.
+        while depth < K::BITS + 6 {
+            let Some(n) = mem.read::<Node>(at) else {
+                return 0;
+            };
             let p = key.bits6(depth);
             if (n.vector >> p) & 1 != 0 {
-                i = (n.base1 + popcnt_upto(n.vector, p) - 1) as usize;
+                at = block + n.base1 as u64 + 24 * (popcnt_upto(n.vector, p) as u64 - 1);
                 depth += 6;
             } else {
-                let l = n.base0 as usize + popcnt_upto(n.leafvec, p) as usize - 1;
-                return leaves.get(l).copied().unwrap_or(0);
+                let run = (popcnt_upto(n.leafvec, p) as u64).wrapping_sub(1);
+                return mem
+                    .read::<u32>(block + n.base0 as u64 + 4 * run)
+                    .unwrap_or(0);
             }
         }
+        0
     }
 
     /// Looks up a burst of keys: `out[i]` = next hop of `keys[i]` (0 = no route).
     ///
-    /// Works in stages over the burst so the memory accesses of different keys overlap:
-    /// all top entries are prefetched, then all subtree roots, then the walks run.
+    /// Software-pipelined like DPDK's bulk lookups: while key `i` walks its subtree, the
+    /// subtree root of key `i + D` and the top entry of key `i + 2D` are being prefetched, so
+    /// memory latency overlaps with work instead of adding to it.
     pub fn lookup_bulk(mem: Mem<'_>, hdr: &FibHdr, keys: &[K], out: &mut [u32]) {
-        const STAGE: usize = 32;
+        const D: usize = 8;
+        const R: usize = 32; // ring of in-flight keys, > 2·D
         let n = keys.len().min(out.len());
-        let mut base = 0;
-        while base < n {
-            let m = (n - base).min(STAGE);
-            let ks = &keys[base..base + m];
-            let os = &mut out[base..base + m];
-            for k in ks {
-                if let Some(a) = Self::top_entry_addr(mem, hdr, *k) {
-                    mem.prefetch(a);
-                }
-            }
-            let mut blocks = [0u64; STAGE];
-            for (j, k) in ks.iter().enumerate() {
-                let e = Self::top_entry(mem, hdr, *k).unwrap_or(0);
-                if e & SUBTREE != 0 {
-                    let b = ((e & !SUBTREE) as u64) << 4;
-                    mem.prefetch(b);
-                    mem.prefetch(b + 64);
-                    blocks[j] = b;
-                    os[j] = 0;
+        let n_chunks = 1usize << (K::TOP - CHUNK_BITS);
+        let dir = if hdr.dir == 0 {
+            None
+        } else {
+            mem.slice::<u64>(hdr.dir, n_chunks)
+        };
+        let Some(dir) = dir else {
+            out[..n].fill(0);
+            return;
+        };
+        // ring[i % R]: for a key in flight, the address of its top entry (stage 1) and then
+        // its top entry itself (stage 2); 0 once its result is in `out`.
+        let mut ring = [0u64; R];
+        for i in 0..n + 2 * D {
+            if i < n {
+                let top = keys[i].top();
+                let d = dir[(top >> CHUNK_BITS) as usize & (n_chunks - 1)];
+                ring[i % R] = if d & UNIFORM != 0 || d == 0 {
+                    out[i] = d as u32;
+                    0
                 } else {
-                    os[j] = e;
+                    let a = d + CHUNK_HDR + 4 * (top as u64 & (CHUNK_SLOTS as u64 - 1));
+                    mem.prefetch(a);
+                    a
+                };
+            }
+            if i >= D && i - D < n {
+                let j = i - D;
+                let a = ring[j % R];
+                if a != 0 {
+                    let e = mem.read::<u32>(a).unwrap_or(0);
+                    ring[j % R] = if e & SUBTREE != 0 {
+                        mem.prefetch(block_of(e));
+                        e as u64
+                    } else {
+                        out[j] = e;
+                        0
+                    };
                 }
             }
-            for j in 0..m {
-                if blocks[j] != 0 {
-                    os[j] = Self::walk(mem, blocks[j], ks[j]);
+            if i >= 2 * D {
+                let j = i - 2 * D;
+                let e = ring[j % R];
+                if e != 0 {
+                    out[j] = Self::walk(mem, e as u32, keys[j]);
                 }
             }
-            base += m;
         }
     }
 
@@ -457,14 +508,8 @@ impl<K: LpmKey> Fib<K> {
             };
             for &e in entries {
                 if e & SUBTREE != 0 {
-                    let b = ((e & !SUBTREE) as u64) << 4;
-                    if let Some(h) = mem.get::<SubHdr>(b) {
-                        let l = sub_layout::<K>(
-                            h.n_nodes,
-                            h.n_leaves,
-                            h.n_routes & !SKIP_FLAG,
-                            h.n_routes & SKIP_FLAG != 0,
-                        );
+                    let b = block_of(e);
+                    if let Some((_, l)) = sub_info::<K>(mem, b) {
                         out.push((b, l.size));
                     }
                 }
@@ -513,7 +558,7 @@ fn visit_routes<K: LpmKey>(mem: Mem<'_>, hdr: &FibHdr, f: &mut dyn FnMut(K, u8, 
         };
         for &e in entries {
             if e & SUBTREE != 0 {
-                for (p, l, nh) in sub_routes::<K>(mem, ((e & !SUBTREE) as u64) << 4) {
+                for (p, l, nh) in sub_routes::<K>(mem, block_of(e)) {
                     f(p, l, nh);
                 }
             }
@@ -522,12 +567,10 @@ fn visit_routes<K: LpmKey>(mem: Mem<'_>, hdr: &FibHdr, f: &mut dyn FnMut(K, u8, 
 }
 
 fn sub_routes<K: LpmKey>(mem: Mem<'_>, block: u64) -> Vec<(K, u8, u32)> {
-    let Some(h) = mem.get::<SubHdr>(block) else {
+    let Some((h, l)) = sub_info::<K>(mem, block) else {
         return Vec::new();
     };
-    let n = h.n_routes & !SKIP_FLAG;
-    let l = sub_layout::<K>(h.n_nodes, h.n_leaves, n, h.n_routes & SKIP_FLAG != 0);
-    mem.slice::<K::Rec>(block + l.routes, n as usize)
+    mem.slice::<K::Rec>(block + l.routes, h.n_routes as usize)
         .map(|rs| rs.iter().map(K::unrec).collect())
         .unwrap_or_default()
 }
@@ -913,12 +956,11 @@ impl<K: LpmKey> FibWriter<K> {
             *arena.mem_mut().get_mut::<u32>(a) = v;
             return Ok(());
         }
-        let block = ((e & !SUBTREE) as u64) << 4;
+        let block = block_of(e);
         let routes = sub_routes::<K>(arena.mem(), block);
-        let cur = arena
-            .mem()
-            .get::<SubHdr>(block)
+        let cur = sub_info::<K>(arena.mem(), block)
             .ok_or_else(corrupt)?
+            .0
             .default;
         if cur == v {
             return Ok(());
@@ -959,8 +1001,8 @@ impl<K: LpmKey> FibWriter<K> {
         let key = K::from_wide((slot as u128) << (128 - K::TOP));
         let e = Fib::<K>::top_entry(mem, hdr, key).unwrap_or(0);
         if e & SUBTREE != 0 {
-            let b = ((e & !SUBTREE) as u64) << 4;
-            let def = mem.get::<SubHdr>(b).ok_or_else(corrupt)?.default;
+            let b = block_of(e);
+            let def = sub_info::<K>(mem, b).ok_or_else(corrupt)?.0.default;
             Ok((sub_routes::<K>(mem, b), def))
         } else {
             Ok((Vec::new(), e))
@@ -1011,7 +1053,7 @@ impl<K: LpmKey> FibWriter<K> {
             self.emit_subtree(arena, routes, default)?
         };
         if e & SUBTREE != 0 {
-            free_subtree::<K>(arena, ((e & !SUBTREE) as u64) << 4);
+            free_subtree::<K>(arena, block_of(e));
         }
         *arena.mem_mut().get_mut::<u32>(a) = ne;
         if routes.is_empty() {
@@ -1114,29 +1156,41 @@ impl<K: LpmKey> FibWriter<K> {
             built.skip.is_some(),
         );
         let off = arena.alloc(l.size as usize)?;
-        if off >> 4 > MAX_NEXT_HOP as u64 {
+        if off % SUB_ALIGN != 0 || off >> 6 >= SKIPPED as u64 {
+            arena.retire(off, l.size as usize);
             return Err(Error::Invalid {
                 what:
-                    "FIB subtree beyond the 32 GiB addressable by top entries; use a smaller region"
+                    "FIB subtree beyond the 64 GiB addressable by top entries; use a smaller region"
                         .into(),
             });
         }
         let m = arena.mem_mut();
-        *m.get_mut::<SubHdr>(off) = SubHdr {
+        *m.get_mut::<Meta>(off) = Meta {
+            tail: l.hdr as u32,
+            flags: if built.skip.is_some() { SKIP_FLAG } else { 0 },
+        };
+        *m.get_mut::<SubHdr>(off + l.hdr) = SubHdr {
             n_nodes: built.nodes.len() as u32,
             n_leaves: built.leaves.len() as u32,
-            n_routes: n_routes | if built.skip.is_some() { SKIP_FLAG } else { 0 },
+            n_routes,
             default,
         };
         if let Some((start, bits)) = built.skip {
-            *m.get_mut::<Skip>(off + 16) = Skip {
+            *m.get_mut::<Skip>(off + 8) = Skip {
                 start,
-                _pad: 0,
+                default,
                 bits: [(bits >> 64) as u64, bits as u64],
             };
         }
-        m.slice_mut::<Node>(off + l.nodes, built.nodes.len())
-            .copy_from_slice(&built.nodes);
+        // `build` links by index; in the block, links are byte offsets.
+        let nodes = m.slice_mut::<Node>(off + l.nodes, built.nodes.len());
+        for (dst, n) in nodes.iter_mut().zip(&built.nodes) {
+            *dst = Node {
+                base0: (l.leaves + 4 * n.base0 as u64) as u32,
+                base1: (l.nodes + 24 * n.base1 as u64) as u32,
+                ..*n
+            };
+        }
         m.slice_mut::<u32>(off + l.leaves, built.leaves.len())
             .copy_from_slice(&built.leaves);
         let mut by_prefix = sorted;
@@ -1148,18 +1202,12 @@ impl<K: LpmKey> FibWriter<K> {
         {
             *r = K::rec(p, len, nh);
         }
-        Ok(SUBTREE | (off >> 4) as u32)
+        Ok(SUBTREE | if built.skip.is_some() { SKIPPED } else { 0 } | (off >> 6) as u32)
     }
 }
 
 fn free_subtree<K: LpmKey>(arena: &mut Arena, block: u64) {
-    if let Some(h) = arena.mem().get::<SubHdr>(block).copied() {
-        let l = sub_layout::<K>(
-            h.n_nodes,
-            h.n_leaves,
-            h.n_routes & !SKIP_FLAG,
-            h.n_routes & SKIP_FLAG != 0,
-        );
+    if let Some((_, l)) = sub_info::<K>(arena.mem(), block) {
         arena.retire(block, l.size as usize);
     }
 }

@@ -115,7 +115,7 @@ pub trait HashKey: Pod + Eq {
 
 /// The 64-bit finaliser of MurmurHash3: a bijection with full avalanche.
 #[inline(always)]
-pub fn mix64(mut x: u64) -> u64 {
+pub const fn mix64(mut x: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;

@@ -69,11 +69,45 @@ mod layout {
         h
     }
 
-    pub(super) const HASH: u64 = fold(&[
-        size_of::<RegionHeader>(),
-        align_of::<RegionHeader>(),
-        offset_of!(RegionHeader, root),
-        offset_of!(RegionHeader, epoch),
-        offset_of!(RegionHeader, params),
-    ]);
+    pub(super) const HASH: u64 = {
+        use crate::array::ArrayHdr;
+        use crate::hash::{mix64, HashHdr, HashTable};
+        use crate::tables::RootRec;
+        use crate::types::*;
+        let mut h = fold(&[
+            size_of::<RegionHeader>(),
+            align_of::<RegionHeader>(),
+            offset_of!(RegionHeader, root),
+            offset_of!(RegionHeader, epoch),
+            offset_of!(RegionHeader, params),
+            size_of::<RootRec>(),
+            size_of::<ArrayHdr>(),
+            size_of::<HashHdr>(),
+            size_of::<NetworkRec>(),
+            offset_of!(NetworkRec, fib4),
+            offset_of!(NetworkRec, fdb),
+            size_of::<PortRec>(),
+            size_of::<NodeRec>(),
+            size_of::<NextHopRec>(),
+            size_of::<SidRec>(),
+            size_of::<FdbRec>(),
+            size_of::<NeighRec>(),
+            HashTable::<u64, FdbRec>::BUCKET_BYTES,
+            HashTable::<u64, FdbRec>::SLOTS,
+            HashTable::<u128, NeighRec>::BUCKET_BYTES,
+            HashTable::<u128, NeighRec>::SLOTS,
+            HashTable::<u128, SidRec>::BUCKET_BYTES,
+            HashTable::<u128, SidRec>::SLOTS,
+            crate::qsbr::SLOT_SIZE as usize,
+        ]);
+        // The hash function is part of the layout: a different one puts keys in other buckets.
+        h = fnv(h, mix64(0x6c61_6365));
+        let fib = crate::fib::LAYOUT;
+        let mut i = 0;
+        while i < fib.len() {
+            h = fnv(h, fib[i] as u64);
+            i += 1;
+        }
+        h
+    };
 }

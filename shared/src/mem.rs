@@ -72,6 +72,20 @@ impl<'a> Mem<'a> {
         Some(unsafe { &*self.base.add(off).cast::<T>() })
     }
 
+    /// A copy of the `T` at byte offset `off`, if it lies inside the region. No alignment is
+    /// required: this is the cheapest checked access (one comparison), for lookup hot paths.
+    #[inline(always)]
+    pub fn read<T: Pod>(&self, off: u64) -> Option<T> {
+        let end = (off as usize).checked_add(std::mem::size_of::<T>())?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: `off..end` is inside the mapping (checked); T is Pod so every bit pattern is
+        // valid, and read_unaligned has no alignment requirement; the memory is not written
+        // while reachable (module docs).
+        Some(unsafe { self.base.add(off as usize).cast::<T>().read_unaligned() })
+    }
+
     /// `n` consecutive `T`s starting at byte offset `off`.
     #[inline(always)]
     pub fn slice<T: Pod>(&self, off: u64, n: usize) -> Option<&'a [T]> {

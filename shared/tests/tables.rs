@@ -1,0 +1,318 @@
+//! The table set in one process: full regions, reader states and reclamation, bulk lookups.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
+use lace_shared::fib::Fib;
+use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
+use lace_shared::types::*;
+use lace_shared::Error;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = PathBuf::from(format!(
+            "/dev/shm/lace-tables-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn cfg(&self, size: u64) -> TablesConfig {
+        TablesConfig {
+            dir: self.0.clone(),
+            name: "n".into(),
+            size,
+            reader_slots: 4,
+        }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const NET: NetworkId = NetworkId(3);
+
+fn info() -> NetworkInfo {
+    NetworkInfo {
+        kind: NetworkKind::L3,
+        anonymous: false,
+        gateway_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        gateway4: Some(Ipv4Addr::new(10, 0, 0, 1)),
+        gateway6: None,
+        mtu: 1450,
+    }
+}
+
+fn remote(n: u32) -> NextHop {
+    NextHop::Remote {
+        node: NodeId(n),
+        sid: Sid(Ipv6Addr::new(0xfc00, 0, n as u16, 0, 0, 0, 0, 1)),
+    }
+}
+
+#[test]
+fn full_region_is_a_clear_error_and_the_published_tables_survive() {
+    let dir = TempDir::new("full");
+    let mut w = TableWriter::create(&dir.cfg(1 << 20)).unwrap();
+    w.set_network(NET, &info()).unwrap();
+    for i in 0..100u32 {
+        let p = Ipv4Addr::from(0x0a00_0000 | (i << 8));
+        w.add_route(NET, IpAddr::V4(p), 24, remote(i + 1)).unwrap();
+    }
+    w.publish().unwrap();
+    let before = w.stats();
+    let r = TableReader::attach(&dir.cfg(1 << 20)).unwrap();
+    let mut h = r.register().unwrap();
+
+    // Fill the 1 MiB region with scattered host routes until it refuses.
+    let mut err = None;
+    for i in 0..1_000_000u32 {
+        let p = Ipv4Addr::from(i.wrapping_mul(2_654_435_761));
+        if let Err(e) = w.add_route(NET, IpAddr::V4(p), 32, remote(7)) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("a 1 MiB region must fill up");
+    assert!(matches!(err, Error::RegionFull { .. }), "{err}");
+    assert!(err.to_string().contains("larger region"), "{err}");
+
+    // The batch was abandoned: nothing leaked, readers see the last publication unchanged.
+    let after = w.stats();
+    assert_eq!(
+        after.live_bytes, before.live_bytes,
+        "staged blocks were freed"
+    );
+    {
+        let s = h.snapshot();
+        let n = s.network(NET).unwrap();
+        for i in 0..100u32 {
+            let ip = Ipv4Addr::from(0x0a00_0000 | (i << 8) | 9);
+            assert_eq!(s.nexthop(n.route4_index(ip)), Some(remote(i + 1)));
+        }
+    }
+    h.quiescent();
+    // The writer is still usable and consistent with what is published.
+    assert_eq!(
+        w.staged_view()
+            .network(NET)
+            .unwrap()
+            .route4_index(Ipv4Addr::new(10, 0, 5, 5)),
+        h.snapshot()
+            .network(NET)
+            .unwrap()
+            .route4_index(Ipv4Addr::new(10, 0, 5, 5))
+    );
+    w.remove_route(NET, IpAddr::V4(Ipv4Addr::new(10, 0, 5, 0)), 24)
+        .unwrap();
+    w.publish().unwrap();
+    let s = h.snapshot();
+    assert_eq!(
+        s.network(NET)
+            .unwrap()
+            .route4_index(Ipv4Addr::new(10, 0, 5, 5)),
+        0
+    );
+}
+
+#[test]
+fn online_readers_hold_memory_offline_and_quiescent_ones_do_not() {
+    let dir = TempDir::new("qsbr");
+    let cfg = dir.cfg(64 << 20);
+    let mut w = TableWriter::create(&cfg).unwrap();
+    w.set_network(NET, &info()).unwrap();
+    w.publish().unwrap();
+    let r = TableReader::attach(&cfg).unwrap();
+    let mut a = r.register().unwrap();
+    let mut b = r.register().unwrap();
+    assert_ne!(a.slot(), b.slot());
+    let _ = a.snapshot();
+    let _ = b.snapshot();
+    a.quiescent();
+    b.quiescent();
+
+    // A reader that has not passed a quiescent point since the change holds the old blocks.
+    w.add_route(NET, "10.1.0.0".parse().unwrap(), 16, remote(1))
+        .unwrap();
+    w.publish().unwrap();
+    w.reclaim().unwrap();
+    assert!(
+        w.stats().retired_bytes > 0,
+        "old root must wait for readers"
+    );
+
+    // One quiescent, one offline: nothing is held any more.
+    let _ = a.snapshot();
+    a.quiescent();
+    b.offline();
+    w.reclaim().unwrap();
+    assert_eq!(w.stats().retired_bytes, 0);
+
+    // Offline readers come back online with their next snapshot and see the latest tables.
+    w.add_route(NET, "10.2.0.0".parse().unwrap(), 16, remote(2))
+        .unwrap();
+    w.publish().unwrap();
+    let s = b.snapshot();
+    assert_eq!(
+        s.nexthop(
+            s.network(NET)
+                .unwrap()
+                .route4_index("10.2.3.4".parse().unwrap())
+        ),
+        Some(remote(2))
+    );
+    assert_eq!(s.generation(), w.generation());
+}
+
+#[test]
+fn every_table_round_trips_and_bulk_lookups_agree() {
+    let dir = TempDir::new("all");
+    let cfg = dir.cfg(64 << 20);
+    let mut w = TableWriter::create(&cfg).unwrap();
+    w.set_network(NET, &info()).unwrap();
+    let l2 = NetworkId(4);
+    w.set_network(
+        l2,
+        &NetworkInfo {
+            kind: NetworkKind::L2,
+            gateway6: Some("fd00::1".parse().unwrap()),
+            ..info()
+        },
+    )
+    .unwrap();
+    let port = PortInfo {
+        kind: PortKind::Pod,
+        network: NET,
+        mac: MacAddr([2, 0, 0, 0, 0, 9]),
+        ipv4: Some(Ipv4Addr::new(10, 0, 0, 9)),
+        ipv6: Some("fd00::9".parse().unwrap()),
+        endpoint: 77,
+    };
+    w.set_port(PortId(5), &port).unwrap();
+    let node = NodeInfo {
+        locator: "fc00:0:2::".parse().unwrap(),
+        locator_len: 48,
+        underlay: "2001:db8::2".parse().unwrap(),
+    };
+    w.set_node(NodeId(2), &node).unwrap();
+    let sid = Sid("fc00:0:1:e000::3".parse().unwrap());
+    w.set_local_sid(sid, SidBehavior::EndDt46(NET)).unwrap();
+    w.set_underlay_neighbor("2001:db8::2".parse().unwrap(), MacAddr([2, 9, 9, 9, 9, 9]))
+        .unwrap();
+    w.set_neighbor(
+        l2,
+        "fd00::7".parse().unwrap(),
+        MacAddr([2, 7, 7, 7, 7, 7]),
+        true,
+    )
+    .unwrap();
+    let mac = MacAddr([2, 7, 7, 7, 7, 7]);
+    let at_node = FdbEntry {
+        target: FdbTarget::Node(NodeId(2)),
+        seq: 10,
+        learned: true,
+    };
+    assert!(w.set_fdb(l2, mac, at_node).unwrap());
+    // MAC mobility: an older learned location does not overwrite a newer one.
+    let stale = FdbEntry {
+        target: FdbTarget::Port(PortId(5)),
+        seq: 9,
+        learned: true,
+    };
+    assert!(!w.set_fdb(l2, mac, stale).unwrap());
+    w.set_flood(l2, &[NodeId(2), NodeId(3)]).unwrap();
+    for i in 0..500u32 {
+        w.add_route(
+            NET,
+            IpAddr::V4(Ipv4Addr::from(0x0a80_0000 + (i << 8))),
+            24,
+            remote(i % 7 + 1),
+        )
+        .unwrap();
+        w.add_route(
+            NET,
+            IpAddr::V6(Ipv6Addr::from(
+                (0xfd00_0000_0000_0001u128 << 64) | ((i as u128) << 16),
+            )),
+            112,
+            remote(i % 5 + 1),
+        )
+        .unwrap();
+    }
+    w.publish().unwrap();
+
+    let r = TableReader::attach(&cfg).unwrap();
+    let mut h = r.register().unwrap();
+    let s = h.snapshot();
+    assert_eq!(s.port(PortId(5)), Some(port));
+    assert_eq!(s.port(PortId(6)), None);
+    assert_eq!(s.node(NodeId(2)), Some(node));
+    assert_eq!(s.local_sid(sid), Some(SidBehavior::EndDt46(NET)));
+    assert_eq!(
+        s.underlay_neighbor("2001:db8::2".parse().unwrap()),
+        Some(MacAddr([2, 9, 9, 9, 9, 9]))
+    );
+    let n2 = s.network(l2).unwrap();
+    assert_eq!(n2.info().unwrap().kind, NetworkKind::L2);
+    assert_eq!(n2.neighbor("fd00::7".parse().unwrap()), Some(mac));
+    assert_eq!(n2.fdb(mac), Some(at_node));
+    assert_eq!(n2.flood().collect::<Vec<_>>(), vec![NodeId(2), NodeId(3)]);
+    let n = s.network(NET).unwrap();
+    let keys: Vec<u32> = (0..600u32).map(|i| 0x0a80_0000 + (i << 8) + 3).collect();
+    let mut bulk = vec![0; keys.len()];
+    n.route4_bulk(&keys, &mut bulk);
+    for (k, b) in keys.iter().zip(&bulk) {
+        assert_eq!(*b, n.route4_index(Ipv4Addr::from(*k)));
+    }
+    assert_eq!(s.nexthop(bulk[0]), Some(remote(1)));
+    assert_eq!(bulk[599], 0, "beyond the 500 routes");
+    let keys6: Vec<u128> = (0..500u128)
+        .map(|i| (0xfd00_0000_0000_0001u128 << 64) | (i << 16) | 5)
+        .collect();
+    let mut bulk6 = vec![0; keys6.len()];
+    n.route6_bulk(&keys6, &mut bulk6);
+    for (i, b) in bulk6.iter().enumerate() {
+        assert_eq!(s.nexthop(*b), Some(remote(i as u32 % 5 + 1)));
+    }
+    assert_eq!(Fib::<u32>::routes(s.mem(), n.fib4()).len(), 500);
+    h.quiescent();
+
+    // Removing a network frees its tables and the next hops only it used.
+    let live_before = w.stats().live_bytes;
+    assert!(w.remove_network(NET).unwrap());
+    assert!(w.remove_network(l2).unwrap());
+    w.remove_port(PortId(5)).unwrap();
+    w.remove_node(NodeId(2)).unwrap();
+    w.remove_local_sid(sid).unwrap();
+    w.publish().unwrap();
+    assert!(w.stats().live_bytes < live_before / 4, "{:?}", w.stats());
+    let s = h.snapshot();
+    assert!(s.network(NET).is_none());
+    assert_eq!(s.nexthop(1), None, "unused next hops are released");
+}
+
+#[test]
+fn errors_name_the_object() {
+    let dir = TempDir::new("err");
+    let mut w = TableWriter::create(&dir.cfg(8 << 20)).unwrap();
+    let e = w
+        .add_route(NetworkId(9), "10.0.0.0".parse().unwrap(), 8, NextHop::Drop)
+        .unwrap_err();
+    assert!(e.to_string().contains("network 9"), "{e}");
+    w.set_network(NET, &info()).unwrap();
+    let e = w
+        .add_route(NET, "10.0.0.0".parse().unwrap(), 33, NextHop::Drop)
+        .unwrap_err();
+    assert!(e.to_string().contains("/33"), "{e}");
+    let e = w.set_network(NetworkId(0), &info()).unwrap_err();
+    assert!(e.to_string().contains("reserved"), "{e}");
+}
