@@ -15,7 +15,9 @@
 //!
 //! Blocks are 16-byte granular; blocks of 64 bytes and more are 64-byte (cache line) aligned.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::fasthash::FastMap;
 
 use crate::error::{Error, Result};
 use crate::mem::{Mem, MemMut};
@@ -68,7 +70,7 @@ pub struct Arena {
     small: Vec<Vec<u64>>,
     small_bytes: u64,
     extent_bytes: u64,
-    fresh: HashMap<u64, u64>,
+    fresh: FastMap<u64, u64>,
     pending: Vec<(u64, u64)>,
     retired: VecDeque<(u64, u64, u64)>,
     retired_bytes: u64,
@@ -89,7 +91,7 @@ impl Arena {
             small: vec![Vec::new(); (SMALL_MAX / GRANULE) as usize],
             small_bytes: 0,
             extent_bytes: 0,
-            fresh: HashMap::new(),
+            fresh: FastMap::default(),
             pending: Vec::new(),
             retired: VecDeque::new(),
             retired_bytes: 0,

@@ -34,7 +34,9 @@
 //! Lookups return a next-hop index (`u32`, 0 = no route); what it means is the caller's
 //! (see [`crate::types::NextHop`]). Lookups never panic: a malformed offset reads as no route.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::fasthash::FastMap;
 use std::marker::PhantomData;
 
 use crate::arena::Arena;
@@ -586,19 +588,19 @@ type Routes<K> = Vec<(K, u8, u32)>;
 #[derive(Debug, Clone)]
 pub struct FibWriter<K: LpmKey> {
     /// Routes with `len <= TOP`, by (prefix, len).
-    short: HashMap<(K, u8), u32>,
+    short: FastMap<(K, u8), u32>,
     /// Number of short routes per length.
     per_len: Vec<u32>,
     /// Non-wide short routes of each chunk, shortest first (the order they are painted in).
-    by_chunk: HashMap<u32, BTreeSet<(u8, K)>>,
+    by_chunk: FastMap<u32, BTreeSet<(u8, K)>>,
 }
 
 impl<K: LpmKey> Default for FibWriter<K> {
     fn default() -> Self {
         FibWriter {
-            short: HashMap::new(),
+            short: FastMap::default(),
             per_len: vec![0; K::TOP as usize + 1],
-            by_chunk: HashMap::new(),
+            by_chunk: FastMap::default(),
         }
     }
 }
@@ -1193,12 +1195,11 @@ impl<K: LpmKey> FibWriter<K> {
         }
         m.slice_mut::<u32>(off + l.leaves, built.leaves.len())
             .copy_from_slice(&built.leaves);
-        let mut by_prefix = sorted;
-        by_prefix.sort_unstable();
+        // Stored in build order (by length); readers of the list do not depend on the order.
         for (r, (p, len, nh)) in m
             .slice_mut::<K::Rec>(off + l.routes, n_routes as usize)
             .iter_mut()
-            .zip(by_prefix)
+            .zip(sorted)
         {
             *r = K::rec(p, len, nh);
         }
@@ -1233,6 +1234,26 @@ fn build<K: LpmKey>(routes: &[(K, u8, u32)], default: u32) -> Built {
     let start = common.min(min_len - 1).max(K::TOP);
     if start > K::TOP {
         out.skip = Some((start, first & wmask(start)));
+    }
+    if routes.iter().all(|r| r.1 as u32 <= start + 6) {
+        // The common case (e.g. /19../24 under an IPv4 slot): one node, no children.
+        let mut leaf = [default; 64];
+        for &(p, l, nh) in routes {
+            let span = 1usize << (start + 6 - l as u32);
+            let s = p.bits6(start) as usize & !(span - 1);
+            leaf[s..s + span].fill(nh);
+        }
+        let mut node = Node::default();
+        let mut last = None;
+        for (pos, &v) in leaf.iter().enumerate() {
+            if last != Some(v) {
+                node.leafvec |= 1 << pos;
+                out.leaves.push(v);
+                last = Some(v);
+            }
+        }
+        out.nodes.push(node);
+        return out;
     }
     struct Task {
         depth: u32,
@@ -1290,6 +1311,7 @@ fn build<K: LpmKey>(routes: &[(K, u8, u32)], default: u32) -> Built {
 mod tests {
     use super::*;
     use crate::mem::MemMut;
+    use std::collections::HashMap;
     use std::ptr::NonNull;
 
     pub(crate) fn test_arena(bytes: usize) -> (Vec<u128>, Arena) {

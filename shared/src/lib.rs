@@ -27,6 +27,7 @@
 pub mod arena;
 pub mod array;
 pub mod error;
+pub mod fasthash;
 pub mod fib;
 pub mod hash;
 pub mod mem;
