@@ -1,12 +1,13 @@
-//! IPv4 FIB bulk lookups: DPDK's `rte_fib` (DIR24_8) on a 900k-route BGP-like table and a
-//! 1k-route pod table. lace's FIB goes into the same groups as `lace/<burst>` so criterion shows
-//! both side by side.
+//! IPv4 FIB bulk lookups: DPDK's `rte_fib` (DIR24_8) and lace's FIB on a 900k-route BGP-like
+//! table and a 1k-route pod table, side by side in one group per table (`rte_fib/<burst>`,
+//! `lace/<burst>`), on the same addresses in the same bursts.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use lace_benches::dpdk::{DpdkFib4, Eal, EalOptions};
+use lace_benches::lace::{LaceFib, REGION_BYTES};
 use lace_benches::report::{size_tag, Scale};
 use lace_benches::workload::{self, Route4};
 
@@ -17,6 +18,15 @@ fn bench_table(c: &mut Criterion, eal: Eal, group: &str, routes: &[Route4], seed
     let scale = Scale::for_criterion();
     let dests = workload::destinations_v4(routes, LOOKUPS, seed);
     let (fib, _) = DpdkFib4::new(eal, routes).expect("rte_fib builds");
+    let (lace, _) = LaceFib::<u32>::load("bench-fib4", REGION_BYTES, routes).expect("lace loads");
+    let mut check = vec![0u32; dests.len().min(4096)];
+    lace.lookup_bulk(&dests[..check.len()], &mut check);
+    let mut want = vec![0u64; check.len()];
+    fib.lookup_bulk(&dests[..check.len()], &mut want);
+    assert!(
+        check.iter().zip(&want).all(|(l, d)| u64::from(*l) == *d),
+        "lace and rte_fib disagree"
+    );
     let mut group = c.benchmark_group(group);
     group.throughput(Throughput::Elements(dests.len() as u64));
     for &burst in &scale.bursts {
@@ -25,6 +35,15 @@ fn bench_table(c: &mut Criterion, eal: Eal, group: &str, routes: &[Route4], seed
             b.iter(|| {
                 for chunk in dests.chunks(burst) {
                     fib.lookup_bulk(black_box(chunk), &mut out[..chunk.len()]);
+                }
+                black_box(&out);
+            })
+        });
+        let mut out = vec![0u32; burst];
+        group.bench_with_input(BenchmarkId::new("lace", burst), &burst, |b, &burst| {
+            b.iter(|| {
+                for chunk in dests.chunks(burst) {
+                    lace.lookup_bulk(black_box(chunk), &mut out[..chunk.len()]);
                 }
                 black_box(&out);
             })

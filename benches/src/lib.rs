@@ -1,8 +1,11 @@
 //! lace-benches: lace's table benchmarks and the DPDK anchors they are compared with.
 //!
 //! * [`dpdk`]: safe wrappers over `rte_eal`, `rte_fib` (DIR24_8), `rte_fib6` (TRIE) and
-//!   `rte_hash`, bound with bindgen at build time against the system DPDK (22.11). The crate's
-//!   only `unsafe` lives there.
+//!   `rte_hash`, bound with bindgen at build time against the system DPDK (22.11).
+//! * [`sys`]: CPU affinity (pinning the publish-latency reader to its own core). With
+//!   [`dpdk`], the only modules allowed `unsafe`; every block carries a `// SAFETY:` comment.
+//! * [`lace`]: lace's tables (`lace-shared`) built on `/dev/shm` regions the way the figures
+//!   need them: FIBs, hash tables, many networks, and a writer/reader pair timing publication.
 //! * [`workload`]: deterministic route tables (BGP-like IPv4/IPv6, pod networks), lookup
 //!   streams and exact-match keys.
 //! * [`report`]: [`report::Figure`]s with anchors and ratios, targets, the text table and
@@ -14,5 +17,7 @@
 
 pub mod anchors;
 pub mod dpdk;
+pub mod lace;
 pub mod report;
+pub mod sys;
 pub mod workload;

@@ -308,7 +308,19 @@ pub struct Scale {
     pub bursts: Vec<usize>,
     /// Timed rounds per measurement (the median is reported).
     pub rounds: usize,
+    /// Networks in the multi-network table set (each holding `pod_routes` routes).
+    pub multi_networks: usize,
+    /// Routes inserted into the loaded IPv4 table in batches of [`INSERT_BATCH`], one
+    /// publication per batch.
+    pub batch_inserts: usize,
+    /// Routes inserted into the loaded IPv4 table one per publication.
+    pub single_inserts: usize,
+    /// Publications timed for the publish-latency distribution.
+    pub publish_samples: usize,
 }
+
+/// Routes per publication in the batched-insert measurement.
+pub const INSERT_BATCH: usize = 1000;
 
 impl Scale {
     /// Quick: the same tables as full, fewer rounds.
@@ -316,6 +328,9 @@ impl Scale {
         Self {
             quick: true,
             rounds: 5,
+            batch_inserts: 50 * INSERT_BATCH,
+            single_inserts: 5_000,
+            publish_samples: 5_000,
             ..Self::full()
         }
     }
@@ -329,6 +344,10 @@ impl Scale {
             lookups: 1 << 14,
             hash_entries: 10_000,
             rounds: 1,
+            multi_networks: 20,
+            batch_inserts: 2 * INSERT_BATCH,
+            single_inserts: 200,
+            publish_samples: 300,
             ..Self::full()
         }
     }
@@ -344,7 +363,8 @@ impl Scale {
     }
 
     /// Full: 900k IPv4 and 200k IPv6 BGP-like routes, 1M-key hash tables, 2^20 lookups per
-    /// round, 31 rounds.
+    /// round, 31 rounds, 1,000 pod networks, 100k batched and 20k single route inserts, 20k
+    /// publications.
     pub fn full() -> Self {
         Self {
             quick: false,
@@ -358,6 +378,10 @@ impl Scale {
             hash_entries: 1_000_000,
             bursts: vec![32, 64],
             rounds: 31,
+            multi_networks: 1_000,
+            batch_inserts: 100 * INSERT_BATCH,
+            single_inserts: 20_000,
+            publish_samples: 20_000,
         }
     }
 }
@@ -430,6 +454,33 @@ pub fn paired_cycles_per_op(
         sb.push(time(&mut b));
     }
     (median(sa), median(sb))
+}
+
+/// Median cycles per operation of several closures measured round-robin (one warm-up call
+/// each, then `rounds` rounds of one timed call per closure, in order), the generalisation of
+/// [`paired_cycles_per_op`] to more than two contenders. `ops[i]` is the number of operations
+/// closure `i` performs per call. Returns one median per closure.
+///
+/// # Panics
+/// If `ops` and `fs` differ in length.
+pub fn interleaved_cycles_per_op(
+    rounds: usize,
+    ops: &[u64],
+    fs: &mut [&mut dyn FnMut()],
+) -> Vec<f64> {
+    assert_eq!(ops.len(), fs.len(), "one operation count per closure");
+    for f in fs.iter_mut() {
+        f();
+    }
+    let mut samples = vec![Vec::with_capacity(rounds.max(1)); fs.len()];
+    for _ in 0..rounds.max(1) {
+        for ((f, s), &n) in fs.iter_mut().zip(&mut samples).zip(ops) {
+            let start = rdtsc();
+            f();
+            s.push(rdtsc().saturating_sub(start) as f64 / n.max(1) as f64);
+        }
+    }
+    samples.into_iter().map(median).collect()
 }
 
 /// The median of `samples` (mean of the middle two for an even count); NaN when empty.
@@ -595,6 +646,17 @@ mod tests {
             || std::thread::sleep(Duration::from_micros(50)),
         );
         assert!(x < y);
+        let (mut n, mut m) = (0u64, 0u64);
+        let v = interleaved_cycles_per_op(
+            3,
+            &[1, 100],
+            &mut [&mut || n += 1, &mut || {
+                m += 1;
+                std::thread::sleep(Duration::from_micros(50));
+            }],
+        );
+        assert_eq!((n, m), (4, 4));
+        assert!(v[0] < v[1] * 100.0);
         assert_eq!(size_tag(900_000), "900k");
         assert_eq!(size_tag(1_000_000), "1M");
         assert_eq!(size_tag(1_048_576), "1048576");

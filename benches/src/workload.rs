@@ -233,6 +233,100 @@ pub fn pod_routes_v4(n: usize) -> Vec<Route4> {
     routes
 }
 
+/// `n` BGP-like IPv4 routes ([`bgp_v4_routes`] with `seed`) whose (prefix, length) is neither
+/// in `existing` nor repeated: routes to insert into a table already holding `existing`.
+pub fn fresh_v4_routes(existing: &[Route4], n: usize, seed: u64, n_nexthops: u32) -> Vec<Route4> {
+    let taken: HashSet<(u32, u8)> = existing.iter().map(|r| (r.0, r.1)).collect();
+    let mut want = n + n / 4 + 16;
+    loop {
+        let fresh: Vec<Route4> = bgp_v4_routes(want, seed, n_nexthops)
+            .into_iter()
+            .filter(|r| !taken.contains(&(r.0, r.1)))
+            .take(n)
+            .collect();
+        if fresh.len() == n {
+            return fresh;
+        }
+        want *= 2;
+    }
+}
+
+/// `networks` pod networks of `routes_per_network` routes each: network `i` is
+/// [`pod_routes_v4`] with its node blocks moved up by `i × stride` /24s inside 10.0.0.0/8
+/// (`stride` = the node count rounded up to a power of two, wrapping around 10/8 when the
+/// networks do not fit), so every network has its own addresses, as pod networks whose CIDRs
+/// are carved from one cluster range do. The default route and the next hops stay as in
+/// [`pod_routes_v4`].
+pub fn pod_networks_v4(networks: usize, routes_per_network: usize) -> Vec<Vec<Route4>> {
+    let base = pod_routes_v4(routes_per_network);
+    let nodes = routes_per_network
+        .saturating_sub(1)
+        .div_ceil(PODS_PER_NODE + 1);
+    let stride = nodes.max(1).next_power_of_two() as u32;
+    (0..networks as u32)
+        .map(|i| {
+            let shift = (i.wrapping_mul(stride) & 0xffff) << 8;
+            base.iter()
+                .map(|&(p, len, nh)| {
+                    if len >= 8 && p >> 24 == 10 {
+                        (
+                            0x0a00_0000 | ((p & 0x00ff_ffff).wrapping_add(shift) & 0x00ff_ffff),
+                            len,
+                            nh,
+                        )
+                    } else {
+                        (p, len, nh)
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `n` lookups over several tables: each picks a network uniformly at random, then an address
+/// inside a random route of that network (as [`destinations_v4`]). Returns (network index,
+/// address) pairs.
+pub fn multi_destinations_v4(networks: &[Vec<Route4>], n: usize, seed: u64) -> Vec<(u32, u32)> {
+    assert!(
+        !networks.is_empty(),
+        "destinations need at least one network"
+    );
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let net = rng.gen_range(0..networks.len());
+            let d = destinations_v4(&networks[net], 1, rng.gen())[0];
+            (net as u32, d)
+        })
+        .collect()
+}
+
+/// `n` lookups (rounded up to whole bursts) grouped in bursts of `burst` addresses of one
+/// network each, the network drawn at random per burst. Returns the network of every burst and
+/// the addresses, burst after burst.
+pub fn grouped_destinations_v4(
+    networks: &[Vec<Route4>],
+    n: usize,
+    burst: usize,
+    seed: u64,
+) -> (Vec<u32>, Vec<u32>) {
+    assert!(
+        !networks.is_empty(),
+        "destinations need at least one network"
+    );
+    let burst = burst.max(1);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let bursts = n.div_ceil(burst);
+    let mut nets = Vec::with_capacity(bursts);
+    let mut addrs = Vec::with_capacity(bursts * burst);
+    for _ in 0..bursts {
+        let net = rng.gen_range(0..networks.len());
+        nets.push(net as u32);
+        addrs.extend(destinations_v4(&networks[net], burst, rng.gen()));
+    }
+    (nets, addrs)
+}
+
 /// `n` distinct unicast, locally administered MAC addresses (first octet `xxxxxx10`), random.
 pub fn macs(n: usize, seed: u64) -> Vec<[u8; 6]> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -458,5 +552,40 @@ mod tests {
         let v6 = ipv6_keys(70_000);
         assert_eq!(v6.iter().collect::<HashSet<_>>().len(), v6.len());
         assert_eq!(v6[0][..4], [0xfd, 0x00, 0x1a, 0xce]);
+    }
+
+    #[test]
+    fn fresh_routes_are_new() {
+        let routes = bgp_v4_routes(20_000, 1, 8);
+        let fresh = fresh_v4_routes(&routes, 5_000, 2, 8);
+        assert_eq!(fresh.len(), 5_000);
+        let all: HashSet<_> = routes.iter().chain(&fresh).map(|r| (r.0, r.1)).collect();
+        assert_eq!(all.len(), 25_000);
+    }
+
+    #[test]
+    fn pod_networks_are_disjoint_pod_tables() {
+        let nets = pod_networks_v4(1000, 1000);
+        assert_eq!(nets.len(), 1000);
+        assert_eq!(nets[0], pod_routes_v4(1000));
+        let mut blocks = HashSet::new();
+        for net in &nets {
+            assert_eq!(net.len(), 1000);
+            assert_eq!(net[0], (0, 0, 1));
+            for &(p, len, _) in &net[1..] {
+                assert_eq!(p >> 24, 10);
+                assert_eq!(p, mask_v4(p, len));
+                if len == 24 {
+                    assert!(blocks.insert(p), "block {p:#x} in two networks");
+                }
+            }
+        }
+        let stream = multi_destinations_v4(&nets, 10_000, 3);
+        let lpms: Vec<_> = nets.iter().map(|n| ReferenceLpm4::new(n)).collect();
+        assert!(stream
+            .iter()
+            .all(|&(n, a)| lpms[n as usize].lookup(a).is_some()));
+        let (bn, ba) = grouped_destinations_v4(&nets, 100, 32, 4);
+        assert_eq!((bn.len(), ba.len()), (4, 128));
     }
 }

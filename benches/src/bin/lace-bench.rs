@@ -3,16 +3,56 @@
 //! ```text
 //! cargo run --release -p lace-benches --bin lace-bench -- [--quick | --smoke] [--json FILE] [--huge]
 //! ```
+//!
+//! The DPDK anchors are measured first (`rte_*` figures, each table on its own). lace's figures
+//! follow; every lookup figure is measured in alternating rounds with a DPDK table built again
+//! from the same routes and fed the same addresses in the same bursts (the `*.paired` anchor
+//! figures), so that machine noise hits both sides alike. Before anything is timed, lace's
+//! answers for a sample of the lookups are checked against the reference (and DPDK's): a wrong
+//! answer ends the run with an error instead of producing a figure.
+//!
+//! lace's figure ids (`<t>`: table size as `900k`, `1m`; `<b>`: the other burst sizes):
+//!
+//! | id | what | anchor |
+//! |---|---|---|
+//! | `fib4.<t>.lookup_cycles[.burst<b>]`, `.mlookups_per_s[.burst<b>]` | bulk lookups, BGP-like IPv4 | `rte_fib.<t>.*.paired` |
+//! | `fib4.<t>.bytes` | arena live bytes of the loaded FIB, route records included | `rte_fib.<t>.bytes` (whole rte_fib, RIB included) |
+//! | `fib4.<t>.dataplane_bytes` | the same minus the route records (12 B/route) | `rte_fib.<t>.dataplane_bytes` (tbl24 + tbl8 pool) |
+//! | `fib4.<t>.insert_per_s` | new routes into the loaded table, 1,000 per publication | `rte_fib.<t>.insert_loaded_per_s` (same routes, `rte_fib_add` one at a time) |
+//! | `fib4.<t>.insert_single_per_s` | new routes, one per publication | as above |
+//! | `fib4.<t>.load_s` | whole table, one `apply` + publication | `rte_fib.<t>.load_s` (= routes / `rte_fib.<t>.inserts_per_s`) |
+//! | `fib4.1k.lookup_cycles` | pod table, bulk | `rte_fib.pod1k.lookup_cycles.paired` |
+//! | `fib4.1k.lookup_cycles.single` | pod table, one `lookup` per address | `rte_fib.pod1k.lookup_cycles.single` (bulk calls of one) |
+//! | `fib6.<t>.*` | as fib4, IPv6 BGP-like (lookups, bytes, load) | `rte_fib6.<t>.*` |
+//! | `fdb.<t>.*`, `neigh.<t>.*` | `get_bulk`, 8-byte keys → u64 / u128 keys → `NeighRec` | `rte_hash.k8` / `rte_hash.k16` `.paired` |
+//! | `publish.{p50,p99,p999,max}_us` | `publish()` → reader on another core sees the generation (`set_neighbor`) | none |
+//! | `publish.route.*` | the same with one route added or removed per publication | none |
+//! | `multi.<n>x<r>.bytes`, `.load_s` | `n` pod networks of `r` routes in one arena | none |
+//! | `multi.<n>x<r>.lookup_cycles` | random network per address, single `lookup` | `fib4.1k.lookup_cycles.single` (same run) |
+//! | `multi.<n>x<r>.lookup_cycles.grouped<b>` | random network per burst, bulk | `fib4.1k.lookup_cycles` (same run) |
 
+use std::collections::HashMap;
+use std::hint::black_box;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Context as _;
+use anyhow::{anyhow, bail, Context as _};
 use clap::Parser;
 use lace_benches::anchors::{self, Workloads};
-use lace_benches::dpdk::{Eal, EalOptions, DPDK_VERSION};
-use lace_benches::report::{tsc_hz, Figure, Report, Scale, Target};
+use lace_benches::dpdk::{DpdkFib4, DpdkFib6, DpdkHash, Eal, EalOptions, DPDK_VERSION};
+use lace_benches::lace::{
+    as_changes, lace_tag, routes6_host, Change, LaceFib, LaceHash, MultiFib, Pinning, PublishProbe,
+    REGION_BYTES,
+};
+use lace_benches::report::{
+    interleaved_cycles_per_op, paired_cycles_per_op, size_tag, tsc_hz, Figure, Histogram, Report,
+    Scale, Target, INSERT_BATCH,
+};
+use lace_benches::sys;
+use lace_benches::workload::{self, ReferenceLpm4, ReferenceLpm6, Route4};
+use lace_shared::fib::LpmKey;
+use lace_shared::types::{MacAddr, NeighRec};
 
 /// Benchmarks lace's tables against DPDK's rte_fib, rte_fib6 and rte_hash in one run.
 #[derive(Debug, Parser)]
@@ -58,6 +98,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Scale::full()
     };
+    // The process's CPUs, read before the EAL pins this thread to its lcore.
+    let cpus = sys::allowed_cpus();
     let eal = Eal::init(&EalOptions {
         hugepages: args.huge,
         memory_mb: args.memory_mb,
@@ -65,8 +107,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         file_prefix: None,
     })
     .context("starting DPDK")?;
+    let reader_cpu = match &cpus {
+        Ok(c) => c.iter().copied().find(|&c| c != args.lcore as usize),
+        Err(_) => None,
+    };
     println!(
-        "lace-bench: DPDK {DPDK_VERSION}, {} memory, lcore {}, TSC {:.3} GHz, {} scale ({} rounds)",
+        "lace-bench: DPDK {DPDK_VERSION}, {} memory, lcore {}, TSC {:.3} GHz, {} scale ({} rounds, {} paired)",
         if args.huge {
             "hugepage"
         } else {
@@ -82,17 +128,35 @@ fn run(args: Args) -> anyhow::Result<()> {
             "full"
         },
         scale.rounds,
+        paired_rounds(&scale),
+    );
+    println!(
+        "lace-bench: lace tables on /dev/shm; publish: writer on lcore {} (EAL-pinned: {}), {}",
+        args.lcore,
+        match sys::allowed_cpus() {
+            Ok(c) if c == [args.lcore as usize] => "yes".to_owned(),
+            Ok(c) => format!("NO, allowed {c:?}"),
+            Err(e) => format!("unknown: {e}"),
+        },
+        pin_check(reader_cpu, &cpus),
     );
 
     let workloads = Workloads::generate(&scale);
     let mut report = Report::new();
     report.extend(anchors::all(eal, &scale, &workloads).context("measuring the DPDK anchors")?);
-    let lace = lace_figures(eal, &scale, &workloads, &report).context("measuring lace")?;
+    let (lace, notes) =
+        lace_figures(eal, &scale, &workloads, &report, reader_cpu).context("measuring lace")?;
     report.extend(lace);
-    set_targets(&mut report);
+    set_targets(&mut report, &Ids::new(&scale, &workloads));
 
     println!();
     report.print_table(&mut std::io::stdout().lock())?;
+    if !notes.is_empty() {
+        println!();
+        for n in &notes {
+            println!("note: {n}");
+        }
+    }
     if let Some(path) = &args.json {
         report
             .write_json(path)
@@ -103,32 +167,977 @@ fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// lace's side of the report: one figure per anchor figure it competes with, built with
-/// [`Figure::versus`] so it carries the anchor's id and value, e.g.
-///
-/// ```ignore
-/// let anchor = anchors.get("rte_fib.900k.lookup_cycles").expect("anchor measured");
-/// let cycles = bulk_lookup_cycles(&w.bgp4_destinations, 32, scale.rounds, |ips, nhs| {
-///     fib.lookup_bulk(ips, nhs)
-/// });
-/// figures.push(Figure::versus("fib4.900k.lookup_cycles", cycles, anchor));
-/// ```
-///
-/// Use the same workloads and the same measurement helper as the anchor.
-fn lace_figures(
-    _eal: Eal,
-    _scale: &Scale,
-    _workloads: &Workloads,
-    _anchors: &Report,
-) -> anyhow::Result<Vec<Figure>> {
-    Ok(Vec::new())
+/// Tries pinning a throwaway thread to the reader CPU, for the report header.
+fn pin_check(reader_cpu: Option<usize>, cpus: &std::io::Result<Vec<usize>>) -> String {
+    let Some(cpu) = reader_cpu else {
+        return match cpus {
+            Ok(c) => format!("reader NOT pinned: no CPU besides the writer's (allowed {c:?})"),
+            Err(e) => format!("reader NOT pinned: sched_getaffinity failed: {e}"),
+        };
+    };
+    let result = std::thread::spawn(move || sys::pin_current_thread(cpu))
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the pinning thread panicked")));
+    match result {
+        Ok(()) => format!("reader pinned to cpu {cpu}"),
+        Err(e) => format!("reader NOT pinned: sched_setaffinity(cpu {cpu}) failed: {e}"),
+    }
 }
 
-/// Goals from the issue, printed beside the figures (never asserted), e.g.
-/// `report.set_target("fib4.900k.lookup_cycles", Target::RatioAtMost(1.0))`. A target whose
-/// figure was not measured is not shown.
-fn set_targets(report: &mut Report) {
-    let targets: [(&str, Target); 0] = [];
+/// Timed rounds of every paired (alternating) lookup measurement: at least 21 outside smoke
+/// runs, since each round is short (milliseconds) and the ratio is the point.
+fn paired_rounds(scale: &Scale) -> usize {
+    if scale.smoke {
+        scale.rounds
+    } else {
+        scale.rounds.max(21)
+    }
+}
+
+/// Addresses or keys checked against the reference before timing.
+const CHECK_SAMPLE: usize = 20_000;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The ids of lace's tables at this scale (and their anchors'), from the workload sizes.
+#[derive(Debug)]
+struct Ids {
+    fib4: String,
+    rte_fib: String,
+    pod: String,
+    rte_pod: String,
+    fib6: String,
+    rte_fib6: String,
+    fdb: String,
+    rte_k8: String,
+    neigh: String,
+    rte_k16: String,
+    multi: String,
+}
+
+impl Ids {
+    fn new(scale: &Scale, w: &Workloads) -> Self {
+        Self {
+            fib4: format!("fib4.{}", lace_tag(w.bgp4.len())),
+            rte_fib: format!("rte_fib.{}", size_tag(w.bgp4.len())),
+            pod: format!("fib4.{}", lace_tag(w.pod4.len())),
+            rte_pod: format!("rte_fib.pod{}", size_tag(w.pod4.len())),
+            fib6: format!("fib6.{}", lace_tag(w.bgp6.len())),
+            rte_fib6: format!("rte_fib6.{}", size_tag(w.bgp6.len())),
+            fdb: format!("fdb.{}", lace_tag(w.fdb_keys.len())),
+            rte_k8: format!("rte_hash.k8.{}", size_tag(w.fdb_keys.len())),
+            neigh: format!("neigh.{}", lace_tag(w.neighbor_keys.len())),
+            rte_k16: format!("rte_hash.k16.{}", size_tag(w.neighbor_keys.len())),
+            multi: format!("multi.{}x{}", scale.multi_networks, scale.pod_routes),
+        }
+    }
+}
+
+/// lace's figures and the notes printed under the table.
+#[derive(Debug, Default)]
+struct Out {
+    figures: Vec<Figure>,
+    notes: Vec<String>,
+}
+
+impl Out {
+    fn push(&mut self, f: Figure) -> Figure {
+        self.figures.push(f.clone());
+        f
+    }
+
+    fn note(&mut self, n: impl Into<String>) {
+        self.notes.push(n.into());
+    }
+}
+
+fn anchor<'a>(anchors: &'a Report, id: &str) -> anyhow::Result<&'a Figure> {
+    anchors
+        .get(id)
+        .ok_or_else(|| anyhow!("anchor figure {id} was not measured"))
+}
+
+/// A figure in another unit than its anchor's (e.g. a rate that names its batch size).
+fn versus_in(id: String, value: f64, anchor: &Figure, unit: &str) -> Figure {
+    let mut f = Figure::versus(id, value, anchor);
+    f.unit = unit.to_owned();
+    f
+}
+
+fn mlookups(cycles: f64) -> f64 {
+    tsc_hz() / cycles / 1e6
+}
+
+/// Pushes `<aid>.lookup_cycles[<suffix>].paired` and `<id>.lookup_cycles<suffix>` (versus it),
+/// and the same as `mlookups_per_s`.
+fn push_lookup_pair(out: &mut Out, id: &str, aid: &str, suffix: &str, lace: f64, dpdk: f64) {
+    let a = out.push(Figure::new(
+        format!("{aid}.lookup_cycles{suffix}.paired"),
+        dpdk,
+        "cycles/lookup",
+    ));
+    out.push(Figure::versus(
+        format!("{id}.lookup_cycles{suffix}"),
+        lace,
+        &a,
+    ));
+    let a = out.push(Figure::new(
+        format!("{aid}.mlookups_per_s{suffix}.paired"),
+        mlookups(dpdk),
+        "M/s",
+    ));
+    out.push(Figure::versus(
+        format!("{id}.mlookups_per_s{suffix}"),
+        mlookups(lace),
+        &a,
+    ));
+}
+
+/// Feeds `inputs` to `f` in bursts of `burst` with a reused output buffer.
+#[inline(always)]
+fn bulk_pass<I, O>(inputs: &[I], out: &mut [O], f: &impl Fn(&[I], &mut [O])) {
+    let burst = out.len().max(1);
+    for chunk in inputs.chunks(burst) {
+        let o = &mut out[..chunk.len()];
+        f(black_box(chunk), o);
+        black_box(&*o);
+    }
+}
+
+/// Lookup figures at every burst size of `scale` for a lace table and its DPDK twin, measured
+/// in alternating rounds. `lace_in[i]` and `dpdk_in[i]` are the same address or key, each in
+/// the form its table takes.
+#[allow(clippy::too_many_arguments)]
+fn paired_bursts<I, J, L: Copy + Default, D: Copy + Default>(
+    out: &mut Out,
+    scale: &Scale,
+    id: &str,
+    aid: &str,
+    lace_in: &[I],
+    dpdk_in: &[J],
+    lace: impl Fn(&[I], &mut [L]),
+    dpdk: impl Fn(&[J], &mut [D]),
+) {
+    assert_eq!(
+        lace_in.len(),
+        dpdk_in.len(),
+        "the same inputs for both sides"
+    );
+    for (i, &burst) in scale.bursts.iter().enumerate() {
+        let mut lo = vec![L::default(); burst];
+        let mut dout = vec![D::default(); burst];
+        let (l, d) = paired_cycles_per_op(
+            paired_rounds(scale),
+            lace_in.len() as u64,
+            || bulk_pass(lace_in, &mut lo, &lace),
+            || bulk_pass(dpdk_in, &mut dout, &dpdk),
+        );
+        let suffix = if i == 0 {
+            String::new()
+        } else {
+            format!(".burst{burst}")
+        };
+        push_lookup_pair(out, id, aid, &suffix, l, d);
+    }
+}
+
+fn lace_figures(
+    eal: Eal,
+    scale: &Scale,
+    w: &Workloads,
+    anchors: &Report,
+    reader_cpu: Option<usize>,
+) -> anyhow::Result<(Vec<Figure>, Vec<String>)> {
+    let ids = Ids::new(scale, w);
+    let mut out = Out::default();
+    fib4_bgp(&mut out, eal, scale, w, anchors, &ids).context("fib4 (BGP-like table)")?;
+    pods_and_multi(&mut out, eal, scale, w, &ids).context("fib4 pod table and multi")?;
+    fib6_bgp(&mut out, eal, scale, w, anchors, &ids).context("fib6")?;
+    fdb(&mut out, eal, scale, w, anchors, &ids).context("fdb")?;
+    neigh(&mut out, eal, scale, w, anchors, &ids).context("neigh")?;
+    publish(&mut out, scale, w, reader_cpu).context("publish latency")?;
+    Ok((out.figures, out.notes))
+}
+
+// ---- IPv4 ------------------------------------------------------------------------------------
+
+/// Checks lace's bulk and single lookups, and DPDK's, against the reference on a sample of
+/// `dests` plus 0.0.0.0 and 255.255.255.255.
+fn check_fib4(
+    id: &str,
+    reference: &ReferenceLpm4,
+    dests: &[u32],
+    lace: &LaceFib<u32>,
+    dpdk: Option<&DpdkFib4>,
+) -> anyhow::Result<()> {
+    let mut sample: Vec<u32> = dests[..dests.len().min(CHECK_SAMPLE)].to_vec();
+    sample.extend([0, u32::MAX]);
+    let mut got = vec![0u32; sample.len()];
+    lace.lookup_bulk(&sample, &mut got);
+    let mut theirs = vec![0u64; sample.len()];
+    if let Some(d) = dpdk {
+        d.lookup_bulk(&sample, &mut theirs);
+    }
+    for (i, (&a, &g)) in sample.iter().zip(&got).enumerate() {
+        let want = reference.lookup(a).unwrap_or(0);
+        let single = lace.lookup(a);
+        if g != want || single != want {
+            bail!(
+                "{id}: lace looks {} up as {g} (bulk) / {single} (single), the reference says \
+                 {want}; no figures were taken",
+                std::net::Ipv4Addr::from(a)
+            );
+        }
+        if dpdk.is_some() && theirs[i] != u64::from(want) {
+            bail!(
+                "{id}: rte_fib looks {} up as {}, the reference (and lace) say {want}",
+                std::net::Ipv4Addr::from(a),
+                theirs[i]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the FIB reads back exactly the routes it was given (so the record bytes
+/// subtracted for `dataplane_bytes` are what it holds).
+fn check_routes<K: LpmKey>(
+    id: &str,
+    fib: &LaceFib<K>,
+    routes: &[(K, u8, u32)],
+) -> anyhow::Result<()> {
+    let mut have = fib.routes();
+    let mut want = routes.to_vec();
+    have.sort_unstable();
+    want.sort_unstable();
+    if have != want {
+        bail!(
+            "{id}: the FIB reads back {} routes, {} were loaded{}",
+            have.len(),
+            want.len(),
+            have.iter()
+                .zip(&want)
+                .find(|(h, w)| h != w)
+                .map(|(h, w)| format!(" (first difference: {h:?} vs {w:?})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn fib4_bgp(
+    out: &mut Out,
+    eal: Eal,
+    scale: &Scale,
+    w: &Workloads,
+    anchors: &Report,
+    ids: &Ids,
+) -> anyhow::Result<()> {
+    let (id, aid) = (ids.fib4.as_str(), ids.rte_fib.as_str());
+    let n = w.bgp4.len();
+
+    // Load, check, memory.
+    let (mut fib, load) = LaceFib::<u32>::load("fib4", REGION_BYTES, &w.bgp4)?;
+    let reference = ReferenceLpm4::new(&w.bgp4);
+    check_fib4(id, &reference, &w.bgp4_destinations, &fib, None)?;
+    check_routes(id, &fib, &w.bgp4)?;
+    let live = fib.live_bytes() as f64;
+    let records = (n * std::mem::size_of::<<u32 as LpmKey>::Rec>()) as f64;
+
+    let rate = anchor(anchors, &format!("{aid}.inserts_per_s"))?.value;
+    let a_load = out.push(Figure::new(format!("{aid}.load_s"), n as f64 / rate, "s"));
+    out.push(Figure::versus(
+        format!("{id}.load_s"),
+        load.as_secs_f64(),
+        &a_load,
+    ));
+    let a_bytes = out.push(Figure::new(
+        format!("{aid}.bytes"),
+        anchor(anchors, &format!("{aid}.mib"))?.value * MIB,
+        "bytes",
+    ));
+    out.push(Figure::versus(format!("{id}.bytes"), live, &a_bytes));
+    let a_dp = out.push(Figure::new(
+        format!("{aid}.dataplane_bytes"),
+        anchor(anchors, &format!("{aid}.dataplane_mib"))?.value * MIB,
+        "bytes",
+    ));
+    out.push(Figure::versus(
+        format!("{id}.dataplane_bytes"),
+        live - records,
+        &a_dp,
+    ));
+    out.note(format!(
+        "{id}.bytes: arena live bytes of the whole FIB, its {n} route records ({} B each) \
+         included, vs all of rte_fib's DPDK heap (tbl24, tbl8 pool, RIB); \
+         {id}.dataplane_bytes: the same minus the route records, vs rte_fib's tbl24 + tbl8 pool",
+        std::mem::size_of::<<u32 as LpmKey>::Rec>()
+    ));
+    out.note(format!(
+        "{aid}.load_s = routes / {aid}.inserts_per_s (rte_fib_add one at a time into an empty \
+         FIB; rte_fib has no bulk load); {id}.load_s is one FibWriter::apply of all routes plus \
+         the publication"
+    ));
+
+    // DPDK's twin, with room for the inserted routes.
+    let fresh = workload::fresh_v4_routes(
+        &w.bgp4,
+        scale.batch_inserts + scale.single_inserts,
+        scale.seed + 8,
+        scale.nexthops,
+    );
+    let (batched, single) = fresh.split_at(scale.batch_inserts);
+    let with_batched: Vec<Route4> = w.bgp4.iter().chain(batched).copied().collect();
+    let mut dpdk = DpdkFib4::with_capacity(
+        eal,
+        u32::try_from(with_batched.len())?,
+        DpdkFib4::tbl8_groups_needed(&with_batched) + 64,
+    )?;
+    for &(p, l, nh) in &w.bgp4 {
+        dpdk.add(p, l, nh)?;
+    }
+    check_fib4(id, &reference, &w.bgp4_destinations, &fib, Some(&dpdk))?;
+
+    // Lookups, paired.
+    paired_bursts(
+        out,
+        scale,
+        id,
+        aid,
+        &w.bgp4_destinations,
+        &w.bgp4_destinations,
+        |k: &[u32], o: &mut [u32]| fib.lookup_bulk(k, o),
+        |k: &[u32], o: &mut [u64]| dpdk.lookup_bulk(k, o),
+    );
+
+    // Inserts into the loaded tables.
+    let batches: Vec<_> = batched.chunks(INSERT_BATCH).map(as_changes).collect();
+    let start = Instant::now();
+    for b in &batches {
+        fib.apply(b)?;
+    }
+    let lace_batched = batched.len() as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for &(p, l, nh) in single {
+        fib.insert(p, l, nh)?;
+    }
+    let lace_single = single.len() as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for &(p, l, nh) in batched {
+        dpdk.add(p, l, nh)?;
+    }
+    let dpdk_rate = batched.len() as f64 / start.elapsed().as_secs_f64();
+
+    let all: Vec<Route4> = with_batched.iter().chain(single).copied().collect();
+    let reference_all = ReferenceLpm4::new(&all);
+    let fresh_dests = workload::destinations_v4(&fresh, CHECK_SAMPLE, scale.seed + 9);
+    check_fib4(
+        &format!("{id} after inserts"),
+        &reference_all,
+        &fresh_dests,
+        &fib,
+        None,
+    )?;
+    let reference_batched = ReferenceLpm4::new(&with_batched);
+    let batched_dests = workload::destinations_v4(batched, CHECK_SAMPLE, scale.seed + 10);
+    let mut got = vec![0u64; batched_dests.len()];
+    dpdk.lookup_bulk(&batched_dests, &mut got);
+    for (a, g) in batched_dests.iter().zip(&got) {
+        let want = reference_batched.lookup(*a).map_or(0, u64::from);
+        if *g != want {
+            bail!(
+                "{aid} after inserts: {} → {g}, the reference says {want}",
+                std::net::Ipv4Addr::from(*a)
+            );
+        }
+    }
+
+    let a_ins = out.push(Figure::new(
+        format!("{aid}.insert_loaded_per_s"),
+        dpdk_rate,
+        "1/s (1 route/call)",
+    ));
+    out.push(versus_in(
+        format!("{id}.insert_per_s"),
+        lace_batched,
+        &a_ins,
+        &format!("1/s ({INSERT_BATCH} routes/publish)"),
+    ));
+    out.push(versus_in(
+        format!("{id}.insert_single_per_s"),
+        lace_single,
+        &a_ins,
+        "1/s (1 route/publish)",
+    ));
+    out.push(Figure::new(
+        format!("{id}.bytes_after_inserts"),
+        fib.live_bytes() as f64,
+        "bytes",
+    ));
+    out.note(format!(
+        "{id}.insert_per_s: {} new BGP-mix routes into the loaded table, {INSERT_BATCH} per \
+         FibWriter::apply + publication + reclaim; {id}.insert_single_per_s: {} other new routes, \
+         one FibWriter::insert + publication + reclaim each; {aid}.insert_loaded_per_s: \
+         rte_fib_add of the batched routes one at a time into the loaded rte_fib \
+         ({aid}.inserts_per_s is rte_fib filling an empty FIB)",
+        batched.len(),
+        single.len()
+    ));
+    Ok(())
+}
+
+/// The pod table (bulk and single lookups, against rte_fib) and the multi-network tables
+/// (against lace's own pod table), all measured round-robin in one go.
+fn pods_and_multi(
+    out: &mut Out,
+    eal: Eal,
+    scale: &Scale,
+    w: &Workloads,
+    ids: &Ids,
+) -> anyhow::Result<()> {
+    let (id, aid, mid) = (ids.pod.as_str(), ids.rte_pod.as_str(), ids.multi.as_str());
+    let (pod, _) = LaceFib::<u32>::load("fib4-pod", REGION_BYTES, &w.pod4)?;
+    let (dpdk, _) = DpdkFib4::new(eal, &w.pod4)?;
+    check_fib4(
+        id,
+        &ReferenceLpm4::new(&w.pod4),
+        &w.pod4_destinations,
+        &pod,
+        Some(&dpdk),
+    )?;
+
+    let nets = workload::pod_networks_v4(scale.multi_networks, scale.pod_routes);
+    let (multi, load) = MultiFib::load(REGION_BYTES, &nets)?;
+    let stream = workload::multi_destinations_v4(&nets, scale.lookups, scale.seed + 11);
+    let burst = scale.bursts.first().copied().unwrap_or(32);
+    let (gnets, gaddrs) =
+        workload::grouped_destinations_v4(&nets, scale.lookups, burst, scale.seed + 12);
+    let mut refs: HashMap<u32, ReferenceLpm4> = HashMap::new();
+    for &(n, a) in stream.iter().take(CHECK_SAMPLE) {
+        let want = refs
+            .entry(n)
+            .or_insert_with(|| ReferenceLpm4::new(&nets[n as usize]))
+            .lookup(a)
+            .unwrap_or(0);
+        let got = multi.lookup(n, a);
+        if got != want {
+            bail!(
+                "{mid}: network {n} looks {} up as {got}, the reference says {want}",
+                std::net::Ipv4Addr::from(a)
+            );
+        }
+    }
+    let mut gout = vec![0u32; burst];
+    for (&n, keys) in gnets.iter().zip(gaddrs.chunks(burst)).take(64) {
+        multi.lookup_bulk(n, keys, &mut gout[..keys.len()]);
+        for (a, g) in keys.iter().zip(&gout) {
+            if *g != multi.lookup(n, *a) {
+                bail!("{mid}: bulk and single lookups of network {n} differ");
+            }
+        }
+    }
+
+    let dests = &w.pod4_destinations;
+    let (mut o_dpdk, mut o_lace, mut o_multi) = (vec![0u64; burst], vec![0u32; burst], gout);
+    let mut rte_bulk = || bulk_pass(dests, &mut o_dpdk, &|k, o| dpdk.lookup_bulk(k, o));
+    let mut lace_bulk = || bulk_pass(dests, &mut o_lace, &|k, o| pod.lookup_bulk(k, o));
+    let mut rte_one = || {
+        let mut one = [0u64; 1];
+        let mut acc = 0u64;
+        for a in dests {
+            dpdk.lookup_bulk(std::slice::from_ref(black_box(a)), &mut one);
+            acc = acc.wrapping_add(one[0]);
+        }
+        black_box(acc);
+    };
+    let mut lace_one = || {
+        let mut acc = 0u32;
+        for &a in dests {
+            acc = acc.wrapping_add(pod.lookup(black_box(a)));
+        }
+        black_box(acc);
+    };
+    let mut multi_one = || {
+        let mut acc = 0u32;
+        for &(n, a) in &stream {
+            acc = acc.wrapping_add(multi.lookup(n, black_box(a)));
+        }
+        black_box(acc);
+    };
+    let mut multi_grouped = || {
+        for (&n, keys) in gnets.iter().zip(gaddrs.chunks(burst)) {
+            let o = &mut o_multi[..keys.len()];
+            multi.lookup_bulk(n, black_box(keys), o);
+            black_box(&*o);
+        }
+    };
+    let ops = [
+        dests.len(),
+        dests.len(),
+        dests.len(),
+        dests.len(),
+        stream.len(),
+        gaddrs.len(),
+    ]
+    .map(|n| n as u64);
+    let c = interleaved_cycles_per_op(
+        paired_rounds(scale),
+        &ops,
+        &mut [
+            &mut rte_bulk,
+            &mut lace_bulk,
+            &mut rte_one,
+            &mut lace_one,
+            &mut multi_one,
+            &mut multi_grouped,
+        ],
+    );
+    let (rte_bulk, lace_bulk, rte_one, lace_one, multi_one, multi_grouped) =
+        (c[0], c[1], c[2], c[3], c[4], c[5]);
+
+    push_lookup_pair(out, id, aid, "", lace_bulk, rte_bulk);
+    let a1 = out.push(Figure::new(
+        format!("{aid}.lookup_cycles.single"),
+        rte_one,
+        "cycles/lookup",
+    ));
+    let l1 = out.push(Figure::versus(
+        format!("{id}.lookup_cycles.single"),
+        lace_one,
+        &a1,
+    ));
+    let am1 = out.push(Figure::new(
+        format!("{aid}.mlookups_per_s.single"),
+        mlookups(rte_one),
+        "M/s",
+    ));
+    let lm1 = out.push(Figure::versus(
+        format!("{id}.mlookups_per_s.single"),
+        mlookups(lace_one),
+        &am1,
+    ));
+    let lb = Figure::new(format!("{id}.lookup_cycles"), lace_bulk, "cycles/lookup");
+    let lmb = Figure::new(format!("{id}.mlookups_per_s"), mlookups(lace_bulk), "M/s");
+
+    out.push(Figure::new(
+        format!("{mid}.bytes"),
+        multi.bytes() as f64,
+        "bytes",
+    ));
+    out.push(Figure::new(
+        format!("{mid}.bytes_per_network"),
+        multi.bytes() as f64 / multi.networks().max(1) as f64,
+        "bytes",
+    ));
+    out.push(Figure::new(
+        format!("{mid}.load_s"),
+        load.as_secs_f64(),
+        "s",
+    ));
+    out.push(Figure::versus(
+        format!("{mid}.lookup_cycles"),
+        multi_one,
+        &l1,
+    ));
+    out.push(Figure::versus(
+        format!("{mid}.mlookups_per_s"),
+        mlookups(multi_one),
+        &lm1,
+    ));
+    out.push(Figure::versus(
+        format!("{mid}.lookup_cycles.grouped{burst}"),
+        multi_grouped,
+        &lb,
+    ));
+    out.push(Figure::versus(
+        format!("{mid}.mlookups_per_s.grouped{burst}"),
+        mlookups(multi_grouped),
+        &lmb,
+    ));
+    out.note(format!(
+        "{aid}.lookup_cycles.single: rte_fib_lookup_bulk with one address per call; \
+         {id}.lookup_cycles.single: one Fib::lookup per address (same addresses, same rounds)"
+    ));
+    out.note(format!(
+        "{mid}: {} pod networks of {} routes (pod_routes_v4, each network's node blocks moved to \
+         its own part of 10/8), one FibWriter per network, all in one arena, FibHdrs in an array \
+         (bytes include them); lookup_cycles: a random network per address, one Fib::lookup each, \
+         vs {id}.lookup_cycles.single; lookup_cycles.grouped{burst}: a random network per burst \
+         of {burst}, Fib::lookup_bulk, vs {id}.lookup_cycles — all six measured round-robin",
+        scale.multi_networks, scale.pod_routes
+    ));
+    Ok(())
+}
+
+// ---- IPv6 ------------------------------------------------------------------------------------
+
+fn fib6_bgp(
+    out: &mut Out,
+    eal: Eal,
+    scale: &Scale,
+    w: &Workloads,
+    anchors: &Report,
+    ids: &Ids,
+) -> anyhow::Result<()> {
+    let (id, aid) = (ids.fib6.as_str(), ids.rte_fib6.as_str());
+    let routes = routes6_host(&w.bgp6);
+    let (fib, load) = LaceFib::<u128>::load("fib6", REGION_BYTES, &routes)?;
+    check_routes(id, &fib, &routes)?;
+    let (dpdk, _) = DpdkFib6::new(eal, &w.bgp6)?;
+    let dests: Vec<u128> = w
+        .bgp6_destinations
+        .iter()
+        .map(|a| u128::from_be_bytes(*a))
+        .collect();
+
+    let reference = ReferenceLpm6::new(&w.bgp6);
+    let mut sample: Vec<[u8; 16]> =
+        w.bgp6_destinations[..w.bgp6_destinations.len().min(CHECK_SAMPLE)].to_vec();
+    sample.extend([[0; 16], [0xff; 16]]);
+    let keys: Vec<u128> = sample.iter().map(|a| u128::from_be_bytes(*a)).collect();
+    let mut got = vec![0u32; keys.len()];
+    fib.lookup_bulk(&keys, &mut got);
+    let mut theirs = vec![0u64; sample.len()];
+    dpdk.lookup_bulk(&sample, &mut theirs);
+    for (i, a) in sample.iter().enumerate() {
+        let want = reference.lookup(a).unwrap_or(0);
+        let single = fib.lookup(keys[i]);
+        if got[i] != want || single != want || theirs[i] != u64::from(want) {
+            bail!(
+                "{id}: {} → lace {} (bulk) / {single} (single), rte_fib6 {}, the reference \
+                 says {want}; no figures were taken",
+                std::net::Ipv6Addr::from(*a),
+                got[i],
+                theirs[i]
+            );
+        }
+    }
+
+    let live = fib.live_bytes() as f64;
+    let a_bytes = out.push(Figure::new(
+        format!("{aid}.bytes"),
+        anchor(anchors, &format!("{aid}.mib"))?.value * MIB,
+        "bytes",
+    ));
+    out.push(Figure::versus(format!("{id}.bytes"), live, &a_bytes));
+    let records = (routes.len() * std::mem::size_of::<<u128 as LpmKey>::Rec>()) as f64;
+    let a_dp = out.push(Figure::new(
+        format!("{aid}.dataplane_bytes"),
+        anchor(anchors, &format!("{aid}.dataplane_mib"))?.value * MIB,
+        "bytes",
+    ));
+    out.push(Figure::versus(
+        format!("{id}.dataplane_bytes"),
+        live - records,
+        &a_dp,
+    ));
+    let rate = anchor(anchors, &format!("{aid}.inserts_per_s"))?.value;
+    let a_load = out.push(Figure::new(
+        format!("{aid}.load_s"),
+        routes.len() as f64 / rate,
+        "s",
+    ));
+    out.push(Figure::versus(
+        format!("{id}.load_s"),
+        load.as_secs_f64(),
+        &a_load,
+    ));
+
+    // The same addresses for both: lace takes host-order u128, rte_fib6 network-order bytes.
+    paired_bursts(
+        out,
+        scale,
+        id,
+        aid,
+        &dests,
+        &w.bgp6_destinations,
+        |k: &[u128], o: &mut [u32]| fib.lookup_bulk(k, o),
+        |k: &[[u8; 16]], o: &mut [u64]| dpdk.lookup_bulk(k, o),
+    );
+    Ok(())
+}
+
+// ---- exact match -----------------------------------------------------------------------------
+
+fn fdb(
+    out: &mut Out,
+    eal: Eal,
+    scale: &Scale,
+    w: &Workloads,
+    anchors: &Report,
+    ids: &Ids,
+) -> anyhow::Result<()> {
+    let (id, aid) = (ids.fdb.as_str(), ids.rte_k8.as_str());
+    // The 8-byte key (MAC + bridge domain) as one u64; the value is the entry's index.
+    let entries: Vec<(u64, u64)> = w
+        .fdb_keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (u64::from_be_bytes(*k), i as u64))
+        .collect();
+    let lookups: Vec<u64> = w
+        .fdb_lookups
+        .iter()
+        .map(|k| u64::from_be_bytes(*k))
+        .collect();
+    let (table, build) = LaceHash::<u64, u64>::build("fdb", REGION_BYTES, &entries, scale.seed)?;
+    let dpdk = DpdkHash::<8>::with_keys(eal, &w.fdb_keys, |i| i as u64)?;
+    let n = lookups.len().min(CHECK_SAMPLE);
+    let mut theirs = vec![0u64; n];
+    dpdk.lookup_bulk_data(&w.fdb_lookups[..n], &mut theirs);
+    check_hash(id, &table, &entries, &lookups[..n], &theirs, |v| *v)?;
+    hash_figures(
+        out,
+        id,
+        aid,
+        anchors,
+        table.live_bytes(),
+        entries.len(),
+        build,
+    )?;
+    paired_bursts(
+        out,
+        scale,
+        id,
+        aid,
+        &lookups,
+        &w.fdb_lookups,
+        |k: &[u64], o: &mut [Option<u64>]| {
+            table.get_bulk(k, o);
+        },
+        |k: &[[u8; 8]], o: &mut [u64]| {
+            dpdk.lookup_bulk_data(k, o);
+        },
+    );
+    out.note(format!(
+        "{id}: HashTable<u64, u64> (the 8-byte MAC + bridge-domain key as one u64 → entry \
+         index), HashTable::get_bulk into Option<u64>; {aid}: rte_hash_lookup_bulk_data, \
+         same keys as bytes, same bursts"
+    ));
+    Ok(())
+}
+
+/// A MAC per neighbor entry, so that values differ and can be checked.
+fn neigh_mac(i: u64) -> MacAddr {
+    let b = i.to_be_bytes();
+    MacAddr([0x02, 0x00, b[4], b[5], b[6], b[7]])
+}
+
+fn neigh(
+    out: &mut Out,
+    eal: Eal,
+    scale: &Scale,
+    w: &Workloads,
+    anchors: &Report,
+    ids: &Ids,
+) -> anyhow::Result<()> {
+    let (id, aid) = (ids.neigh.as_str(), ids.rte_k16.as_str());
+    let entries: Vec<(u128, NeighRec)> = w
+        .neighbor_keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            (
+                u128::from_be_bytes(*k),
+                NeighRec::new(neigh_mac(i as u64), false),
+            )
+        })
+        .collect();
+    let lookups: Vec<u128> = w
+        .neighbor_lookups
+        .iter()
+        .map(|k| u128::from_be_bytes(*k))
+        .collect();
+    let (table, build) =
+        LaceHash::<u128, NeighRec>::build("neigh", REGION_BYTES, &entries, scale.seed)?;
+    let dpdk = DpdkHash::<16>::with_keys(eal, &w.neighbor_keys, |i| i as u64)?;
+    let n = lookups.len().min(CHECK_SAMPLE);
+    let mut theirs = vec![0u64; n];
+    dpdk.lookup_bulk_data(&w.neighbor_lookups[..n], &mut theirs);
+    check_hash(
+        id,
+        &table,
+        &entries,
+        &lookups[..n],
+        &theirs,
+        |v: &NeighRec| u64::from_be_bytes([0, 0, 0, 0, v.mac[2], v.mac[3], v.mac[4], v.mac[5]]),
+    )?;
+    hash_figures(
+        out,
+        id,
+        aid,
+        anchors,
+        table.live_bytes(),
+        entries.len(),
+        build,
+    )?;
+    paired_bursts(
+        out,
+        scale,
+        id,
+        aid,
+        &lookups,
+        &w.neighbor_lookups,
+        |k: &[u128], o: &mut [Option<NeighRec>]| {
+            table.get_bulk(k, o);
+        },
+        |k: &[[u8; 16]], o: &mut [u64]| {
+            dpdk.lookup_bulk_data(k, o);
+        },
+    );
+    out.note(format!(
+        "{id}: HashTable<u128, NeighRec> (IPv6 address → 8-byte MAC record), get_bulk into \
+         Option<NeighRec>; {aid}: rte_hash_lookup_bulk_data, same 16-byte keys, same bursts"
+    ));
+    Ok(())
+}
+
+/// Checks every `step`-th entry, and `lookups` against rte_hash's answers (`theirs`, entry
+/// indices); `index_of` recovers the entry index from a lace value.
+fn check_hash<K, V>(
+    id: &str,
+    table: &LaceHash<K, V>,
+    entries: &[(K, V)],
+    lookups: &[K],
+    theirs: &[u64],
+    index_of: impl Fn(&V) -> u64,
+) -> anyhow::Result<()>
+where
+    K: lace_shared::hash::HashKey + std::fmt::Debug,
+    V: lace_shared::pod::Pod,
+{
+    if table.len() != entries.len() {
+        bail!(
+            "{id}: {} entries after inserting {}",
+            table.len(),
+            entries.len()
+        );
+    }
+    let step = (entries.len() / CHECK_SAMPLE).max(1);
+    let keys: Vec<K> = entries.iter().step_by(step).map(|e| e.0).collect();
+    let mut got = vec![None; keys.len()];
+    table.get_bulk(&keys, &mut got);
+    for (n, (k, g)) in keys.iter().zip(&got).enumerate() {
+        let want = (n * step) as u64;
+        let g = g.as_ref().map(&index_of);
+        if g != Some(want) {
+            bail!("{id}: key {k:?} → entry {g:?}, expected entry {want}");
+        }
+    }
+    let mut got = vec![None; lookups.len()];
+    table.get_bulk(lookups, &mut got);
+    for ((k, g), t) in lookups.iter().zip(&got).zip(theirs) {
+        let g = g.as_ref().map(&index_of);
+        if g != Some(*t) {
+            bail!("{id}: lookup of {k:?} → entry {g:?}, rte_hash says entry {t}");
+        }
+    }
+    Ok(())
+}
+
+fn hash_figures(
+    out: &mut Out,
+    id: &str,
+    aid: &str,
+    anchors: &Report,
+    live: u64,
+    entries: usize,
+    build: std::time::Duration,
+) -> anyhow::Result<()> {
+    let a_bytes = out.push(Figure::new(
+        format!("{aid}.bytes"),
+        anchor(anchors, &format!("{aid}.mib"))?.value * MIB,
+        "bytes",
+    ));
+    out.push(Figure::versus(format!("{id}.bytes"), live as f64, &a_bytes));
+    let a_ins = anchor(anchors, &format!("{aid}.inserts_per_s"))?;
+    out.push(Figure::versus(
+        format!("{id}.inserts_per_s"),
+        entries as f64 / build.as_secs_f64(),
+        a_ins,
+    ));
+    Ok(())
+}
+
+// ---- publication -----------------------------------------------------------------------------
+
+fn publish(
+    out: &mut Out,
+    scale: &Scale,
+    w: &Workloads,
+    reader_cpu: Option<usize>,
+) -> anyhow::Result<()> {
+    let mut probe = PublishProbe::start(reader_cpu, &w.pod4)?;
+    if let Pinning::NotPinned(why) = probe.pinning() {
+        out.note(format!("publish: the reader thread is NOT pinned ({why})"));
+    }
+    let warmup = (scale.publish_samples / 10).clamp(10, 500);
+    for (change, prefix) in [
+        (Change::Neighbor, "publish"),
+        (Change::Route, "publish.route"),
+    ] {
+        for _ in 0..warmup {
+            probe.sample(change)?;
+        }
+        let mut h = Histogram::new();
+        for _ in 0..scale.publish_samples {
+            h.record(probe.sample(change)?);
+        }
+        out.figures.extend(h.figures(prefix));
+    }
+    out.push(Figure::new(
+        "publish.samples",
+        scale.publish_samples as f64,
+        "samples",
+    ));
+    out.note(format!(
+        "publish: {} samples per kind after {warmup} warm-up, from TableWriter::publish() being \
+         called until a TableReader thread ({}) spinning on snapshot() + quiescent() sees the new \
+         generation; one set_neighbor (publish.*) or one /32 route added or removed \
+         (publish.route.*) per publication; tables on /dev/shm with one network of {} routes",
+        scale.publish_samples,
+        probe.pinning(),
+        w.pod4.len()
+    ));
+    Ok(())
+}
+
+/// Goals from the issue, printed beside the figures (never asserted). A target whose figure
+/// was not measured is not shown.
+fn set_targets(report: &mut Report, ids: &Ids) {
+    let targets = [
+        (
+            format!("{}.lookup_cycles", ids.fib4),
+            Target::RatioAtMost(1.0),
+        ),
+        (format!("{}.bytes", ids.fib4), Target::RatioAtMost(0.1)),
+        (
+            format!("{}.insert_per_s", ids.fib4),
+            Target::RatioAtLeast(4.0),
+        ),
+        (format!("{}.load_s", ids.fib4), Target::ValueAtMost(0.5)),
+        (
+            format!("{}.lookup_cycles", ids.fib6),
+            Target::RatioAtMost(0.5),
+        ),
+        (
+            format!("{}.lookup_cycles", ids.fdb),
+            Target::RatioAtMost(1.0),
+        ),
+        (
+            format!("{}.lookup_cycles", ids.neigh),
+            Target::RatioAtMost(1.0),
+        ),
+        ("publish.p99_us".to_owned(), Target::ValueAtMost(20.0)),
+        (
+            format!("{}.bytes", ids.multi),
+            Target::ValueAtMost(256.0 * MIB),
+        ),
+        (
+            format!("{}.lookup_cycles", ids.multi),
+            Target::RatioAtMost(1.5),
+        ),
+    ];
     for (id, target) in targets {
         report.set_target(id, target);
     }
