@@ -63,13 +63,14 @@ fn block_of(e: u32) -> u64 {
     ((e & !(SUBTREE | SKIPPED)) as u64) << 6
 }
 /// Everything about the FIB's shared layout, for [`crate::LAYOUT_HASH`].
-pub(crate) const LAYOUT: [usize; 14] = [
+pub(crate) const LAYOUT: [usize; 15] = [
     std::mem::size_of::<FibHdr>(),
     std::mem::size_of::<Node>(),
     std::mem::offset_of!(Node, base0),
     std::mem::size_of::<Meta>(),
     std::mem::size_of::<SubHdr>(),
     std::mem::size_of::<Skip>(),
+    std::mem::size_of::<Single>(),
     std::mem::size_of::<Rec4>(),
     std::mem::size_of::<Rec6>(),
     std::mem::size_of::<ChunkHdr>(),
@@ -286,12 +287,45 @@ struct SubHdr {
     n_nodes: u32,
     n_leaves: u32,
     n_routes: u32,
-    /// The value pushed into the leaves from shorter routes (the slot's cover).
-    default: u32,
+    /// Number of [`Single`] records.
+    n_singles: u32,
 }
 // SAFETY: repr(C), integers only, every bit pattern valid.
 unsafe impl Pod for SubHdr {}
 crate::assert_layout!(SubHdr, 16, 4);
+
+/// Path compression: a node whose only business is one deeper route. Marked by a [`Node`]
+/// with both bitmaps zero (a real node always has a child or a leaf run), whose `base0` points
+/// here. The walk compares the remaining key bits in one step instead of descending a chain of
+/// single-child nodes (random IPv6 /48s: three levels instead of six).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Single {
+    /// Left-aligned route prefix.
+    bits: [u64; 2],
+    /// Route length.
+    len: u32,
+    /// Next hop when the key matches.
+    nh: u32,
+    /// Next hop when it does not (the position's value in the parent).
+    default: u32,
+    _pad: u32,
+}
+// SAFETY: repr(C), integers with explicit padding, every bit pattern valid.
+unsafe impl Pod for Single {}
+crate::assert_layout!(Single, 32, 8);
+
+impl Single {
+    #[inline(always)]
+    fn resolve<K: LpmKey>(&self, key: K) -> u32 {
+        let bits = ((self.bits[0] as u128) << 64) | self.bits[1] as u128;
+        if (key.wide() ^ bits) & wmask(self.len) == 0 {
+            self.nh
+        } else {
+            self.default
+        }
+    }
+}
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -326,21 +360,30 @@ fn popcnt_upto(v: u64, p: u32) -> u32 {
 struct SubLayout {
     nodes: u64,
     leaves: u64,
+    singles: u64,
     hdr: u64,
     routes: u64,
     size: u64,
 }
 
-fn sub_layout<K: LpmKey>(n_nodes: u32, n_leaves: u32, n_routes: u32, skip: bool) -> SubLayout {
+fn sub_layout<K: LpmKey>(
+    n_nodes: u32,
+    n_leaves: u32,
+    n_singles: u32,
+    n_routes: u32,
+    skip: bool,
+) -> SubLayout {
     let nodes = 8 + if skip { 24 } else { 0 };
     let leaves = nodes + n_nodes as u64 * 24;
-    let hdr = (leaves + n_leaves as u64 * 4).div_ceil(8) * 8;
+    let singles = (leaves + n_leaves as u64 * 4).div_ceil(8) * 8;
+    let hdr = singles + n_singles as u64 * 32;
     let ra = std::mem::align_of::<K::Rec>() as u64;
     let routes = (hdr + 16).div_ceil(ra) * ra;
     let end = routes + n_routes as u64 * std::mem::size_of::<K::Rec>() as u64;
     SubLayout {
         nodes,
         leaves,
+        singles,
         hdr,
         routes,
         size: end.div_ceil(SUB_ALIGN) * SUB_ALIGN,
@@ -351,7 +394,13 @@ fn sub_layout<K: LpmKey>(n_nodes: u32, n_leaves: u32, n_routes: u32, skip: bool)
 fn sub_info<K: LpmKey>(mem: Mem<'_>, block: u64) -> Option<(SubHdr, SubLayout)> {
     let m = mem.get::<Meta>(block)?;
     let h = *mem.get::<SubHdr>(block + m.tail as u64)?;
-    let l = sub_layout::<K>(h.n_nodes, h.n_leaves, h.n_routes, m.flags & SKIP_FLAG != 0);
+    let l = sub_layout::<K>(
+        h.n_nodes,
+        h.n_leaves,
+        h.n_singles,
+        h.n_routes,
+        m.flags & SKIP_FLAG != 0,
+    );
     Some((h, l))
 }
 
@@ -407,6 +456,11 @@ impl<K: LpmKey> Fib<K> {
             let Some(n) = mem.read::<Node>(at) else {
                 return 0;
             };
+            if n.vector | n.leafvec == 0 {
+                return mem
+                    .read::<Single>(block + n.base0 as u64)
+                    .map_or(0, |s| s.resolve(key));
+            }
             let p = key.bits6(depth);
             if (n.vector >> p) & 1 != 0 {
                 at = block + n.base1 as u64 + 24 * (popcnt_upto(n.vector, p) as u64 - 1);
@@ -562,6 +616,13 @@ impl<K: LpmKey> Fib<K> {
             *at = 0;
             return false;
         };
+        if n.vector | n.leafvec == 0 {
+            *out = mem
+                .read::<Single>(block + n.base0 as u64)
+                .map_or(0, |s| s.resolve(key));
+            *at = 0;
+            return false;
+        }
         let p = key.bits6(*depth);
         if (n.vector >> p) & 1 != 0 {
             *at = block + n.base1 as u64 + 24 * (popcnt_upto(n.vector, p) as u64 - 1);
@@ -735,6 +796,7 @@ fn is_wide<K: LpmKey>(len: u8) -> bool {
 struct Built {
     nodes: Vec<Node>,
     leaves: Vec<u32>,
+    singles: Vec<Single>,
     skip: Option<(u32, u128)>,
 }
 
@@ -1314,6 +1376,7 @@ impl<K: LpmKey> FibWriter<K> {
         let l = sub_layout::<K>(
             built.nodes.len() as u32,
             built.leaves.len() as u32,
+            built.singles.len() as u32,
             n_routes,
             built.skip.is_some(),
         );
@@ -1335,8 +1398,10 @@ impl<K: LpmKey> FibWriter<K> {
             n_nodes: built.nodes.len() as u32,
             n_leaves: built.leaves.len() as u32,
             n_routes,
-            default,
+            n_singles: built.singles.len() as u32,
         };
+        m.slice_mut::<Single>(off + l.singles, built.singles.len())
+            .copy_from_slice(&built.singles);
         if let Some((start, bits)) = built.skip {
             *m.get_mut::<Skip>(off + 8) = Skip {
                 start,
@@ -1347,8 +1412,13 @@ impl<K: LpmKey> FibWriter<K> {
         // `build` links by index; in the block, links are byte offsets.
         let nodes = m.slice_mut::<Node>(off + l.nodes, built.nodes.len());
         for (dst, n) in nodes.iter_mut().zip(&built.nodes) {
+            let single = n.vector == 0 && n.leafvec == 0;
             *dst = Node {
-                base0: (l.leaves + 4 * n.base0 as u64) as u32,
+                base0: if single {
+                    (l.singles + 32 * n.base0 as u64) as u32
+                } else {
+                    (l.leaves + 4 * n.base0 as u64) as u32
+                },
                 base1: (l.nodes + 24 * n.base1 as u64) as u32,
                 ..*n
             };
@@ -1384,6 +1454,7 @@ fn corrupt() -> Error {
 fn build<K: LpmKey>(routes: &[(K, u8, u32)], default: u32, out: &mut Built) {
     out.nodes.clear();
     out.leaves.clear();
+    out.singles.clear();
     out.skip = None;
     // Root skip: the bits all routes share, but never past the shortest route's own node.
     let min_len = routes.iter().map(|r| r.1 as u32).min().unwrap_or(K::BITS);
@@ -1430,6 +1501,24 @@ fn build<K: LpmKey>(routes: &[(K, u8, u32)], default: u32, out: &mut Built) {
     });
     let mut next_index = 1u32;
     while let Some(t) = queue.pop_front() {
+        if let [ri] = t.routes[..] {
+            let (p, l, nh) = routes[ri];
+            if l as u32 > t.depth + 6 {
+                let w = p.wide();
+                out.nodes.push(Node {
+                    base0: out.singles.len() as u32,
+                    ..Node::default()
+                });
+                out.singles.push(Single {
+                    bits: [(w >> 64) as u64, w as u64],
+                    len: l as u32,
+                    nh,
+                    default: t.default,
+                    _pad: 0,
+                });
+                continue;
+            }
+        }
         let mut leaf = [t.default; 64];
         let mut kids: [Vec<usize>; 64] = std::array::from_fn(|_| Vec::new());
         for &ri in &t.routes {
@@ -1560,6 +1649,41 @@ mod tests {
         assert_eq!(Fib::lookup(m, &h, net | (51 << 8) | 5), 7);
         assert_eq!(Fib::lookup(m, &h, net | (1 << 70)), 1);
         assert_eq!(Fib::lookup(m, &h, 0x2001u128 << 112), 1);
+    }
+
+    #[test]
+    fn lone_deep_routes_become_single_nodes() {
+        let a32: u128 = 0x2001_0db8 << 96;
+        let a64: u128 = a32 | (0x0001_0002u128 << 64);
+        let other: u128 = 0x2001_0db9 << 96;
+        let mut sorted = vec![(a32, 32u8, 1u32), (other, 32, 3), (a64, 64, 2)];
+        sorted.sort_unstable_by_key(|r| (r.1, r.0));
+        let mut built = Built::default();
+        build::<u128>(&sorted, 0, &mut built);
+        assert_eq!(built.singles.len(), 1, "{built:?}");
+        assert_eq!(built.singles[0].len, 64);
+        assert_eq!(
+            built.singles[0].default, 1,
+            "falls back to the covering /32"
+        );
+        let (_b, mut a) = test_arena(1 << 22);
+        let mut h = FibHdr::default();
+        let mut w = FibWriter::<u128>::default();
+        for (p, l, nh) in sorted {
+            w.insert(&mut a, &mut h, p, l, nh).unwrap();
+        }
+        let m = a.mem();
+        assert_eq!(Fib::lookup(m, &h, a64 | 0xffff), 2);
+        assert_eq!(
+            Fib::lookup(m, &h, a64 ^ (1 << 70)),
+            1,
+            "same /32, other /64"
+        );
+        assert_eq!(Fib::lookup(m, &h, other | 5), 3);
+        let keys = [a64 | 7, a64 ^ (1 << 70), other | 9, 0x2001_0dba << 96];
+        let mut out = [9; 4];
+        Fib::lookup_bulk(m, &h, &keys, &mut out);
+        assert_eq!(out, [2, 1, 3, 0]);
     }
 
     /// Random operations over a deliberately narrow address space, so prefixes overlap,
