@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * The DPDK 22.11 API surface lace-forwarder binds (build.rs runs bindgen over this header with
+ * an allowlist), plus the out-of-line shims in shim.c for DPDK's macros and static-inline
+ * fast-path functions, which have no symbol a Rust `extern` block could link to.
+ */
+#ifndef LACE_DPDK_WRAPPER_H
+#define LACE_DPDK_WRAPPER_H
+
+#include <stdint.h>
+
+#include <rte_common.h>
+#include <rte_config.h>
+#include <rte_cycles.h>
+#include <rte_dev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_ether.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+#include <rte_fib.h>
+#include <rte_fib6.h>
+#include <rte_hash.h>
+#include <rte_hash_crc.h>
+#include <rte_malloc.h>
+
+/* ---- EAL: per-thread values behind macros ---- */
+
+/* rte_errno is a per-thread variable behind a macro. */
+int lace_rte_errno(void);
+/* rte_lcore_id() reads a per-thread variable; LCORE_ID_ANY on non-EAL threads. */
+unsigned int lace_rte_lcore_id(void);
+/* rte_rdtsc() is inline assembly. */
+uint64_t lace_rte_rdtsc(void);
+
+/* ---- ethdev fast path (static inline over rte_eth_fp_ops) ---- */
+
+uint16_t lace_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
+			       uint16_t nb_pkts);
+uint16_t lace_rte_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+			       uint16_t nb_pkts);
+
+/* ---- mbuf (static inline) ---- */
+
+struct rte_mbuf *lace_rte_pktmbuf_alloc(struct rte_mempool *mp);
+int lace_rte_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned int count);
+void lace_rte_pktmbuf_free(struct rte_mbuf *m);
+char *lace_rte_pktmbuf_mtod(struct rte_mbuf *m);
+uint16_t lace_rte_pktmbuf_data_len(const struct rte_mbuf *m);
+uint32_t lace_rte_pktmbuf_pkt_len(const struct rte_mbuf *m);
+uint16_t lace_rte_pktmbuf_headroom(const struct rte_mbuf *m);
+uint16_t lace_rte_pktmbuf_tailroom(const struct rte_mbuf *m);
+char *lace_rte_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
+char *lace_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
+char *lace_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
+int lace_rte_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
+int lace_rte_pktmbuf_is_contiguous(const struct rte_mbuf *m);
+
+/* ---- hash (static inline) ---- */
+
+/* DPDK's CRC32-C hash, as a function pointer rte_hash_parameters can take. */
+uint32_t lace_rte_hash_crc(const void *key, uint32_t key_len, uint32_t init_val);
+
+/* ---- ring (static inline) ---- */
+
+unsigned int lace_rte_ring_count(const struct rte_ring *r);
+unsigned int lace_rte_ring_dequeue_burst(struct rte_ring *r, void **obj_table, unsigned int n);
+
+#endif
