@@ -316,3 +316,111 @@ fn errors_name_the_object() {
     let e = w.set_network(NetworkId(0), &info()).unwrap_err();
     assert!(e.to_string().contains("reserved"), "{e}");
 }
+
+/// Reserves huge pages and mounts a private hugetlbfs; restores both when dropped.
+struct HugeMount {
+    dir: PathBuf,
+    nr_before: u64,
+    mounted: bool,
+}
+
+impl HugeMount {
+    const NR: &'static str = "/proc/sys/vm/nr_hugepages";
+
+    fn new(pages: u64) -> Result<HugeMount, String> {
+        let nr_before: u64 = std::fs::read_to_string(Self::NR)
+            .map_err(|e| format!("read {}: {e}", Self::NR))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("parse {}: {e}", Self::NR))?;
+        let dir = std::env::temp_dir().join(format!("lace-huge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let mut m = HugeMount {
+            dir,
+            nr_before,
+            mounted: false,
+        };
+        std::fs::write(Self::NR, (nr_before + pages).to_string())
+            .map_err(|e| format!("reserve huge pages: {e}"))?;
+        let st = std::process::Command::new("mount")
+            .args(["-t", "hugetlbfs", "-o", "mode=0700", "lace-test"])
+            .arg(&m.dir)
+            .status()
+            .map_err(|e| format!("run mount: {e}"))?;
+        if !st.success() {
+            return Err(format!("mount hugetlbfs on {}: {st}", m.dir.display()));
+        }
+        m.mounted = true;
+        Ok(m)
+    }
+}
+
+impl Drop for HugeMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = std::process::Command::new("umount").arg(&self.dir).status();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::write(Self::NR, self.nr_before.to_string());
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn tables_live_on_hugetlbfs_when_mounted() {
+    if !is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: this test needs root (to reserve huge pages and mount hugetlbfs)"
+        );
+        eprintln!("skipped: tables_live_on_hugetlbfs_when_mounted needs root");
+        return;
+    }
+    let mount = HugeMount::new(48).unwrap_or_else(|e| panic!("hugetlbfs setup: {e}"));
+    let cfg = TablesConfig {
+        dir: mount.dir.clone(),
+        name: "huge".into(),
+        size: 33 << 20, // not a multiple of the huge page size: rounded up
+        reader_slots: 4,
+    };
+    let mut w = TableWriter::create(&cfg).unwrap();
+    let len = std::fs::metadata(cfg.tables_path()).unwrap().len();
+    assert_eq!(len % (2 << 20), 0, "rounded to whole huge pages: {len}");
+    assert!(len >= 33 << 20);
+    w.set_network(NET, &info()).unwrap();
+    for i in 0..2000u32 {
+        w.add_route(
+            NET,
+            IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i << 8))),
+            24,
+            remote(i % 9 + 1),
+        )
+        .unwrap();
+    }
+    w.publish().unwrap();
+    let r = TableReader::attach(&cfg).unwrap();
+    let mut h = r.register().unwrap();
+    let s = h.snapshot();
+    let n = s.network(NET).unwrap();
+    for i in (0..2000u32).step_by(97) {
+        let ip = Ipv4Addr::from(0x0a00_0000 | (i << 8) | 1);
+        assert_eq!(s.nexthop(n.route4_index(ip)), Some(remote(i % 9 + 1)));
+    }
+    h.quiescent();
+    drop(h);
+    drop(r);
+    drop(w);
+    // A restarted writer re-attaches on hugetlbfs too.
+    let w = TableWriter::open(&cfg).unwrap();
+    assert!(w.generation() >= 1);
+    drop(w);
+    drop(mount);
+}
