@@ -137,6 +137,21 @@ impl Region {
         }
         // SAFETY: `fd` was just returned by open and is owned by nobody else.
         let file = unsafe { File::from_raw_fd(fd) };
+        let made = Self::init_new(path, file, kind, size, params);
+        if made.is_err() {
+            // Leave no half-made region behind: the next create would find it and fail.
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    fn init_new(
+        path: &Path,
+        file: File,
+        kind: RegionKind,
+        size: u64,
+        params: [u64; 4],
+    ) -> Result<Region> {
         let block = fs_block_size(&file, path)?;
         let size = size.max(HEADER_SIZE * 2).div_ceil(block) * block;
         file.set_len(size).map_err(io_err("resize", path))?;
@@ -211,7 +226,19 @@ impl Region {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(io_err("map", &path)(std::io::Error::last_os_error()));
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ENOMEM) {
+                return Err(Error::Invalid {
+                    what: format!(
+                        "map {} ({len} bytes): not enough memory; on hugetlbfs this means too few \
+                         free huge pages: reserve more (echo N > /proc/sys/vm/nr_hugepages, see \
+                         /proc/meminfo HugePages_Free), make the region smaller, or put it on \
+                         /dev/shm",
+                        path.display()
+                    ),
+                });
+            }
+            return Err(io_err("map", &path)(err));
         }
         let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| Error::Corrupt {
             path: path.clone(),

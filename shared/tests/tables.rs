@@ -317,28 +317,41 @@ fn errors_name_the_object() {
     assert!(e.to_string().contains("reserved"), "{e}");
 }
 
+/// Tests that change the huge-page reservation run one at a time.
+static HUGE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Reserves huge pages and mounts a private hugetlbfs; restores both when dropped.
 struct HugeMount {
     dir: PathBuf,
     nr_before: u64,
     mounted: bool,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl HugeMount {
     const NR: &'static str = "/proc/sys/vm/nr_hugepages";
 
     fn new(pages: u64) -> Result<HugeMount, String> {
+        let serial = HUGE.lock().unwrap_or_else(|p| p.into_inner());
         let nr_before: u64 = std::fs::read_to_string(Self::NR)
             .map_err(|e| format!("read {}: {e}", Self::NR))?
             .trim()
             .parse()
             .map_err(|e| format!("parse {}: {e}", Self::NR))?;
-        let dir = std::env::temp_dir().join(format!("lace-huge-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "lace-huge-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let mut m = HugeMount {
             dir,
             nr_before,
             mounted: false,
+            _serial: serial,
         };
         std::fs::write(Self::NR, (nr_before + pages).to_string())
             .map_err(|e| format!("reserve huge pages: {e}"))?;
@@ -422,5 +435,36 @@ fn tables_live_on_hugetlbfs_when_mounted() {
     let w = TableWriter::open(&cfg).unwrap();
     assert!(w.generation() >= 1);
     drop(w);
+    drop(mount);
+}
+
+#[test]
+fn too_few_huge_pages_is_a_clear_error() {
+    if !is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: this test needs root (to mount hugetlbfs)"
+        );
+        eprintln!("skipped: too_few_huge_pages_is_a_clear_error needs root");
+        return;
+    }
+    // A mount with no pages reserved for us beyond what other tests hold: ask for far more.
+    let mount = HugeMount::new(1).unwrap_or_else(|e| panic!("hugetlbfs setup: {e}"));
+    let cfg = TablesConfig {
+        dir: mount.dir.clone(),
+        name: "starved".into(),
+        size: 64 << 30,
+        reader_slots: 4,
+    };
+    let err = TableWriter::create(&cfg).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("huge pages") && msg.contains("nr_hugepages"),
+        "{msg}"
+    );
+    assert!(
+        !cfg.tables_path().exists(),
+        "a failed create leaves no half-made region behind"
+    );
     drop(mount);
 }
