@@ -34,6 +34,7 @@ pub mod mem;
 pub mod pod;
 pub mod qsbr;
 pub mod region;
+pub mod status;
 pub mod tables;
 pub mod types;
 
@@ -100,6 +101,9 @@ mod layout {
             HashTable::<u128, SidRec>::BUCKET_BYTES,
             HashTable::<u128, SidRec>::SLOTS,
             crate::qsbr::SLOT_SIZE as usize,
+            crate::status::MAX_PORTS as usize,
+            crate::status::MAX_STAGES,
+            crate::status::DropReason::SLOTS,
         ]);
         // The hash function is part of the layout: a different one puts keys in other buckets.
         h = fnv(h, mix64(0x6c61_6365));

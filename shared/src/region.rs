@@ -38,6 +38,8 @@ pub enum RegionKind {
     Tables = 1,
     /// QSBR reader slots, written by the forwarder's workers.
     Qsbr = 2,
+    /// The forwarder's status: port acknowledgements and counters ([`crate::status`]).
+    Status = 3,
 }
 
 /// The header at offset 0 of every region. Atomics are read by readers and written only by

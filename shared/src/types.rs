@@ -17,9 +17,72 @@ pub struct NetworkId(pub u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub u32);
 
-/// A forwarder port (pod interface or uplink) on this node. 0 is never valid.
+/// A forwarder port on this node. Pod ports are numbered from 1 by control; [`PortId::UPLINK`]
+/// (0) is the node's uplink, which the forwarder's configuration names, not the tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PortId(pub u32);
+
+impl PortId {
+    /// The node's uplink to the underlay.
+    pub const UPLINK: PortId = PortId(0);
+}
+
+/// A Linux interface name (at most 15 bytes, `IFNAMSIZ` − 1): the host side of a pod
+/// interface, which the forwarder attaches as a port.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct IfName([u8; 16]);
+
+impl IfName {
+    /// Validates a name the way the kernel does: 1–15 bytes, no `/`, whitespace, `:` or NUL,
+    /// not `.` or `..`.
+    pub fn new(name: &str) -> Result<IfName, crate::Error> {
+        let b = name.as_bytes();
+        let bad = b.is_empty()
+            || b.len() > 15
+            || name == "."
+            || name == ".."
+            || b.iter()
+                .any(|&c| c == b'/' || c == b':' || c == 0 || c.is_ascii_whitespace());
+        if bad {
+            return Err(crate::Error::Invalid {
+                what: format!(
+                    "interface name {name:?}: must be 1-15 bytes without '/', ':', NUL or \
+                     whitespace"
+                ),
+            });
+        }
+        let mut out = [0u8; 16];
+        out[..b.len()].copy_from_slice(b);
+        Ok(IfName(out))
+    }
+    /// The name (empty for the default, unnamed value).
+    pub fn as_str(&self) -> &str {
+        let n = self.0.iter().position(|&c| c == 0).unwrap_or(16);
+        std::str::from_utf8(&self.0[..n]).unwrap_or("")
+    }
+    /// Raw bytes, NUL padded.
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0
+    }
+    /// From raw NUL-padded bytes; None unless they form a valid name.
+    pub fn from_bytes(b: [u8; 16]) -> Option<IfName> {
+        let n = b.iter().position(|&c| c == 0).unwrap_or(16);
+        let s = std::str::from_utf8(&b[..n]).ok()?;
+        IfName::new(s).ok()
+    }
+}
+
+impl std::fmt::Debug for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// An SRv6 segment identifier (an IPv6 address).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -225,6 +288,9 @@ pub struct PortInfo {
     pub ipv6: Option<Ipv6Addr>,
     /// Opaque endpoint id from control (for counters and events).
     pub endpoint: u64,
+    /// The host-side interface the forwarder attaches as this port (pods); the forwarder
+    /// hot-plugs it when the port appears in the tables and removes it when it goes.
+    pub iface: IfName,
 }
 
 /// A remote node: where its SIDs live and how to reach it on the underlay.
@@ -353,10 +419,12 @@ pub struct PortRec {
     pub ipv6: [u8; 16],
     /// Endpoint id.
     pub endpoint: u64,
+    /// Interface name, NUL padded.
+    pub iface: [u8; 16],
 }
-// SAFETY: repr(C), integers and byte arrays without implicit padding (1+1+6+4+4+16+8 = 40).
+// SAFETY: repr(C), integers and byte arrays without implicit padding (1+1+6+4+4+16+8+16 = 56).
 unsafe impl Pod for PortRec {}
-crate::assert_layout!(PortRec, 40, 8);
+crate::assert_layout!(PortRec, 56, 8);
 
 impl PortInfo {
     /// Encodes.
@@ -372,6 +440,7 @@ impl PortInfo {
             ipv4: self.ipv4.map_or(0, u32::from),
             ipv6: self.ipv6.map_or([0; 16], |a| a.octets()),
             endpoint: self.endpoint,
+            iface: self.iface.to_bytes(),
         }
     }
     /// Decodes; None for an absent record.
@@ -387,6 +456,7 @@ impl PortInfo {
             ipv4: (r.flags & 1 != 0).then(|| Ipv4Addr::from(r.ipv4)),
             ipv6: (r.flags & 2 != 0).then(|| Ipv6Addr::from(r.ipv6)),
             endpoint: r.endpoint,
+            iface: IfName::from_bytes(r.iface).unwrap_or_default(),
         })
     }
 }
@@ -573,6 +643,7 @@ mod tests {
             ipv4: Some("10.40.1.2".parse().unwrap()),
             ipv6: None,
             endpoint: 99,
+            iface: IfName::new("lace0a1b2c").unwrap(),
         };
         assert_eq!(PortInfo::from_rec(&p.to_rec()), Some(p));
         for b in [

@@ -196,6 +196,7 @@ fn every_table_round_trips_and_bulk_lookups_agree() {
         ipv4: Some(Ipv4Addr::new(10, 0, 0, 9)),
         ipv6: Some("fd00::9".parse().unwrap()),
         endpoint: 77,
+        iface: Default::default(),
     };
     w.set_port(PortId(5), &port).unwrap();
     let node = NodeInfo {

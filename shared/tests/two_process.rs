@@ -117,6 +117,7 @@ fn write_generation(w: &mut TableWriter, g: u64) {
             ipv4: Some(Ipv4Addr::new(10, 0, 0, 2)),
             ipv6: None,
             endpoint: g,
+            iface: Default::default(),
         },
     )
     .unwrap();

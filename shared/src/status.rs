@@ -1,0 +1,678 @@
+//! The forwarder's status region: what it tells control and operators while it runs.
+//!
+//! The forwarder creates `lace-<name>.status` beside the tables and is its only writer; control
+//! and `lace-forwarder stats` map it read-only. It carries:
+//!
+//! - **Liveness**: the forwarder's pid, start time and a heartbeat it bumps a few times a
+//!   second, so a reader can tell a running forwarder from a stale file.
+//! - **Pod-port acknowledgements** — the answer half of the pod-port request channel. Control
+//!   *requests* a port by publishing a [`crate::types::PortInfo`] with its interface name in the
+//!   tables (and requests its removal by removing it); the forwarder reconciles its DPDK ports
+//!   with the tables and reports each port's [`PortState`] here, tagged with the endpoint id
+//!   it acted on, so control knows when a pod is plugged or why it is not. Because the request
+//!   is the desired state, a restarted forwarder re-plugs every port on its own.
+//! - **Counters**: per port (rx/tx packets and bytes, packets the NIC refused), per worker and
+//!   pipeline stage, and per [`DropReason`]. Every counter is a `u64` that only its writer
+//!   increments; readers sum worker slots.
+//!
+//! ```text
+//!  0 header │ 4096 info (pid, heartbeat, stage names) │ 8192 port slots │ worker slots …
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::mem::Mem;
+use crate::region::{Region, RegionKind, HEADER_SIZE};
+use crate::types::PortId;
+
+/// Why the forwarder dropped a packet. One counter per reason per worker.
+///
+/// The numbering is part of the ABI (counters are indexed by it): add reasons at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+pub enum DropReason {
+    /// Headers shorter than they say, bad lengths or checksums, malformed ARP/NDP.
+    Malformed = 0,
+    /// Received on a port the tables do not (or no longer) describe.
+    UnknownPort = 1,
+    /// An EtherType the pipeline does not forward (l3 ports take IPv4, IPv6 and ARP).
+    UnsupportedEthertype = 2,
+    /// The port's network is not in the tables.
+    NoNetwork = 3,
+    /// The network's kind is not forwarded by this pipeline.
+    UnsupportedNetworkKind = 4,
+    /// Source MAC is not the endpoint's (anti-spoofing).
+    SpoofedMac = 5,
+    /// Source IP is not the endpoint's (anti-spoofing).
+    SpoofedSource = 6,
+    /// No route in the network (isolation, or an address nobody owns); ICMP unreachable sent.
+    NoRoute = 7,
+    /// A blackhole route.
+    Blackhole = 8,
+    /// TTL or hop limit ran out; ICMP time exceeded sent.
+    TtlExceeded = 9,
+    /// Larger than the path MTU; ICMP fragmentation needed / packet too big sent.
+    TooBig = 10,
+    /// A route to a node the tables do not know.
+    UnknownNode = 11,
+    /// The underlay next hop's MAC is not resolved yet; a neighbor solicitation was sent.
+    NeighborUnresolved = 12,
+    /// SRv6 packet to an address in our locator that is not a local SID.
+    UnknownSid = 13,
+    /// SRH with Segments Left ≠ 0 at a decapsulating SID, or a bad segment list (RFC 8986).
+    SrhSegmentsLeft = 14,
+    /// Decapsulated payload is neither IPv4 nor IPv6 (RFC 8986 §4.6: not processed).
+    DecapUnsupportedInner = 15,
+    /// Uplink packet not addressed to this node (its address or a local SID).
+    NotForUs = 16,
+    /// ARP or NDP for an address the forwarder does not answer for.
+    NotGateway = 17,
+    /// Addressed to the gateway but not ARP/NDP/echo (nothing listens there).
+    ReceiveUnsupported = 18,
+    /// Route to a local port that is not plugged (or not up).
+    PortDown = 19,
+    /// The transmit queue refused the packet (NIC full); freed.
+    TxRefused = 20,
+    /// No buffer for a generated packet (NDP solicitation).
+    NoBuffer = 21,
+    /// Not enough headroom to prepend an encapsulation.
+    NoHeadroom = 22,
+    /// No ICMP error is generated about an ICMP error, a multicast or unspecified source, or a
+    /// fragment other than the first (RFC 1812 §4.3.2.7, RFC 4443 §2.4(e)).
+    IcmpErrorSuppressed = 23,
+    /// A route through an uplink or to a destination kind this pipeline does not forward yet.
+    UnsupportedNextHop = 24,
+    /// Multicast or broadcast traffic on an l3 network that is not ARP/NDP.
+    Multicast = 25,
+    /// IPv6 extension headers the pipeline does not traverse (hop-by-hop options to the
+    /// gateway, routing headers of other types).
+    UnsupportedExtension = 26,
+}
+
+impl DropReason {
+    /// Number of reasons (counter slots in use).
+    pub const COUNT: usize = 27;
+    /// Counter slots reserved per worker (room to add reasons without a layout change).
+    pub const SLOTS: usize = 64;
+
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; DropReason::COUNT] = {
+        use DropReason::*;
+        [
+            Malformed,
+            UnknownPort,
+            UnsupportedEthertype,
+            NoNetwork,
+            UnsupportedNetworkKind,
+            SpoofedMac,
+            SpoofedSource,
+            NoRoute,
+            Blackhole,
+            TtlExceeded,
+            TooBig,
+            UnknownNode,
+            NeighborUnresolved,
+            UnknownSid,
+            SrhSegmentsLeft,
+            DecapUnsupportedInner,
+            NotForUs,
+            NotGateway,
+            ReceiveUnsupported,
+            PortDown,
+            TxRefused,
+            NoBuffer,
+            NoHeadroom,
+            IcmpErrorSuppressed,
+            UnsupportedNextHop,
+            Multicast,
+            UnsupportedExtension,
+        ]
+    };
+
+    /// Stable kebab-case name (counter name in `stats` and metrics).
+    pub const fn name(self) -> &'static str {
+        use DropReason::*;
+        match self {
+            Malformed => "malformed",
+            UnknownPort => "unknown-port",
+            UnsupportedEthertype => "unsupported-ethertype",
+            NoNetwork => "no-network",
+            UnsupportedNetworkKind => "unsupported-network-kind",
+            SpoofedMac => "spoofed-mac",
+            SpoofedSource => "spoofed-source",
+            NoRoute => "no-route",
+            Blackhole => "blackhole",
+            TtlExceeded => "ttl-exceeded",
+            TooBig => "too-big",
+            UnknownNode => "unknown-node",
+            NeighborUnresolved => "neighbor-unresolved",
+            UnknownSid => "unknown-sid",
+            SrhSegmentsLeft => "srh-segments-left",
+            DecapUnsupportedInner => "decap-unsupported-inner",
+            NotForUs => "not-for-us",
+            NotGateway => "not-gateway",
+            ReceiveUnsupported => "receive-unsupported",
+            PortDown => "port-down",
+            TxRefused => "tx-refused",
+            NoBuffer => "no-buffer",
+            NoHeadroom => "no-headroom",
+            IcmpErrorSuppressed => "icmp-error-suppressed",
+            UnsupportedNextHop => "unsupported-next-hop",
+            Multicast => "multicast",
+            UnsupportedExtension => "unsupported-extension",
+        }
+    }
+
+    /// The reason with this counter index.
+    pub fn from_index(i: usize) -> Option<DropReason> {
+        DropReason::ALL.get(i).copied()
+    }
+
+    /// The reason with this name.
+    pub fn from_name(name: &str) -> Option<DropReason> {
+        DropReason::ALL.iter().copied().find(|r| r.name() == name)
+    }
+}
+
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the forwarder did with a requested port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortState {
+    /// Nothing requested or nothing done yet.
+    Absent,
+    /// Being attached.
+    Attaching,
+    /// Attached, started and polled by a worker.
+    Up,
+    /// Attaching failed; the code is a positive errno (or DPDK's), see the forwarder's log.
+    Failed(u32),
+}
+
+impl PortState {
+    fn encode(self) -> u64 {
+        match self {
+            PortState::Absent => 0,
+            PortState::Attaching => 1,
+            PortState::Up => 2,
+            PortState::Failed(code) => 3 | (u64::from(code) << 32),
+        }
+    }
+    fn decode(v: u64) -> PortState {
+        match v & 0xff {
+            1 => PortState::Attaching,
+            2 => PortState::Up,
+            3 => PortState::Failed((v >> 32) as u32),
+            _ => PortState::Absent,
+        }
+    }
+}
+
+/// Most ports a node has (slot 0 is the uplink, [`PortId::UPLINK`]).
+pub const MAX_PORTS: u32 = 4096;
+/// Most pipeline stages a forwarder reports.
+pub const MAX_STAGES: usize = 32;
+/// Bytes of a stage name.
+pub const STAGE_NAME_LEN: usize = 32;
+
+/// Per-port counter indices ([`StatusReader::port_counter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum PortCounter {
+    /// Packets received.
+    RxPackets = 0,
+    /// Bytes received.
+    RxBytes = 1,
+    /// Packets handed to the transmit queue and accepted.
+    TxPackets = 2,
+    /// Bytes accepted for transmission.
+    TxBytes = 3,
+    /// Packets the transmit queue refused (freed, also counted as [`DropReason::TxRefused`]).
+    TxRefused = 4,
+}
+
+/// Per-worker counter indices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum WorkerCounter {
+    /// Poll-loop iterations.
+    Polls = 0,
+    /// Iterations that received at least one packet.
+    BusyPolls = 1,
+    /// Times the adaptive mode slept.
+    Sleeps = 2,
+    /// Packets received by this worker.
+    RxPackets = 3,
+    /// Table snapshots that changed generation (publications picked up).
+    Reloads = 4,
+}
+
+// Layout, all offsets from the start of the region.
+const INFO: u64 = HEADER_SIZE;
+const INFO_PID: u64 = INFO;
+const INFO_STARTED: u64 = INFO + 8;
+const INFO_HEARTBEAT: u64 = INFO + 16;
+const INFO_STATE: u64 = INFO + 24;
+const INFO_GENERATION: u64 = INFO + 32;
+const INFO_STAGES: u64 = INFO + 40;
+const INFO_NAMES: u64 = INFO + 64;
+const PORTS: u64 = INFO + 4096;
+/// Bytes per port slot: state, endpoint, then the [`PortCounter`]s.
+const PORT_SLOT: u64 = 64;
+const PORT_STATE: u64 = 0;
+const PORT_ENDPOINT: u64 = 8;
+const PORT_COUNTERS: u64 = 16;
+const WORKERS: u64 = PORTS + PORT_SLOT * MAX_PORTS as u64;
+/// Bytes per worker slot: worker counters (8), stage packets, drop reasons.
+const WORKER_SLOT: u64 = 8 * (8 + MAX_STAGES as u64 + DropReason::SLOTS as u64);
+const W_STAGES: u64 = 8 * 8;
+const W_DROPS: u64 = W_STAGES + 8 * MAX_STAGES as u64;
+
+/// The forwarder's lifecycle as written in the status region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    /// Starting (EAL, ports).
+    Starting,
+    /// Forwarding.
+    Running,
+    /// Stopping after SIGTERM.
+    Stopping,
+    /// Stopped cleanly.
+    Stopped,
+}
+
+impl RunState {
+    fn decode(v: u64) -> RunState {
+        match v {
+            1 => RunState::Running,
+            2 => RunState::Stopping,
+            3 => RunState::Stopped,
+            _ => RunState::Starting,
+        }
+    }
+}
+
+/// Path of a forwarder's status region beside its tables.
+pub fn status_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("lace-{name}.status"))
+}
+
+fn region_size(workers: u32) -> u64 {
+    WORKERS + WORKER_SLOT * u64::from(workers)
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The forwarder's (single) writer handle.
+#[derive(Debug)]
+pub struct StatusWriter {
+    region: Region,
+    workers: u32,
+}
+
+impl StatusWriter {
+    /// Creates the status region for `workers` workers and the named pipeline stages, replacing
+    /// a stale one. Refused while another live forwarder holds it.
+    pub fn create(path: &Path, workers: u32, stages: &[&str]) -> Result<StatusWriter> {
+        if stages.len() > MAX_STAGES {
+            return Err(Error::Invalid {
+                what: format!("{} pipeline stages, at most {MAX_STAGES}", stages.len()),
+            });
+        }
+        if let Ok(old) = Region::open_ro(path, RegionKind::Status) {
+            if let Ok(Some(pid)) = old.lock_holder(0, HEADER_SIZE) {
+                return Err(Error::WriterBusy {
+                    path: path.to_path_buf(),
+                    pid,
+                });
+            }
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    op: "remove stale status region",
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+        let region = Region::create(
+            path,
+            RegionKind::Status,
+            region_size(workers),
+            [u64::from(workers), u64::from(MAX_PORTS), stages.len() as u64, 0],
+        )?;
+        if !region.try_lock(0, HEADER_SIZE)? {
+            return Err(Error::WriterBusy {
+                path: path.to_path_buf(),
+                pid: region.lock_holder(0, HEADER_SIZE)?.unwrap_or(0),
+            });
+        }
+        // Readers may open the file now (mode 0600: root's tools and control); the names and
+        // pid are written before the state says Starting→Running, which readers check.
+        let w = StatusWriter { region, workers };
+        w.store(INFO_PID, u64::from(std::process::id()));
+        w.store(INFO_STARTED, now_ns());
+        w.store(INFO_STAGES, stages.len() as u64);
+        for (i, name) in stages.iter().enumerate() {
+            let mut b = [0u8; STAGE_NAME_LEN];
+            let n = name.len().min(STAGE_NAME_LEN);
+            b[..n].copy_from_slice(&name.as_bytes()[..n]);
+            for (k, chunk) in b.chunks(8).enumerate() {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(chunk);
+                w.store(
+                    INFO_NAMES + (i * STAGE_NAME_LEN) as u64 + 8 * k as u64,
+                    u64::from_le_bytes(v),
+                );
+            }
+        }
+        w.heartbeat();
+        Ok(w)
+    }
+
+    fn cell(&self, off: u64) -> &AtomicU64 {
+        // The layout is fixed at creation and every offset below is within `region_size`.
+        self.region
+            .mem()
+            .atomic_u64(off)
+            .expect("status offset within the region")
+    }
+
+    fn store(&self, off: u64, v: u64) {
+        self.cell(off).store(v, Ordering::Release);
+    }
+
+    /// Records that the forwarder is alive.
+    pub fn heartbeat(&self) {
+        self.store(INFO_HEARTBEAT, now_ns());
+    }
+
+    /// Sets the lifecycle state.
+    pub fn set_state(&self, s: RunState) {
+        let v = match s {
+            RunState::Starting => 0,
+            RunState::Running => 1,
+            RunState::Stopping => 2,
+            RunState::Stopped => 3,
+        };
+        self.store(INFO_STATE, v);
+    }
+
+    /// Records the table generation the forwarder last reconciled ports against.
+    pub fn set_generation(&self, g: u64) {
+        self.store(INFO_GENERATION, g);
+    }
+
+    /// Reports what happened to a requested port (for the endpoint `endpoint`).
+    pub fn set_port(&self, port: PortId, endpoint: u64, state: PortState) {
+        if port.0 >= MAX_PORTS {
+            return;
+        }
+        let base = PORTS + PORT_SLOT * u64::from(port.0);
+        self.store(base + PORT_ENDPOINT, endpoint);
+        self.store(base + PORT_STATE, state.encode());
+    }
+
+    /// Counters for one worker, to be moved to (and used only by) that worker's thread.
+    pub fn worker(&self, index: u32) -> Option<WorkerCounters<'_>> {
+        (index < self.workers).then(|| WorkerCounters {
+            mem: self.region.mem(),
+            base: WORKERS + WORKER_SLOT * u64::from(index),
+        })
+    }
+
+    /// Counters of one port.
+    pub fn port_counters(&self, port: PortId) -> Option<PortCounters<'_>> {
+        (port.0 < MAX_PORTS).then(|| PortCounters {
+            mem: self.region.mem(),
+            base: PORTS + PORT_SLOT * u64::from(port.0) + PORT_COUNTERS,
+        })
+    }
+
+    /// Zeroes a port's counters (when its id is bound to a new endpoint).
+    pub fn reset_port_counters(&self, port: PortId) {
+        if let Some(c) = self.port_counters(port) {
+            for i in 0..5 {
+                c.cell(i).store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// One worker's counters. Only that worker writes them (plain load+store, no RMW).
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerCounters<'a> {
+    mem: Mem<'a>,
+    base: u64,
+}
+
+impl WorkerCounters<'_> {
+    fn cell(&self, off: u64) -> &AtomicU64 {
+        self.mem.atomic_u64(self.base + off).expect("worker slot")
+    }
+    fn add_at(&self, off: u64, n: u64) {
+        if n != 0 {
+            let c = self.cell(off);
+            c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        }
+    }
+    /// Adds to a worker counter.
+    pub fn add(&self, c: WorkerCounter, n: u64) {
+        self.add_at(8 * c as u64, n);
+    }
+    /// Adds packets to a stage counter.
+    pub fn add_stage(&self, stage: usize, n: u64) {
+        if stage < MAX_STAGES {
+            self.add_at(W_STAGES + 8 * stage as u64, n);
+        }
+    }
+    /// Adds drops of one reason.
+    pub fn add_drop(&self, r: DropReason, n: u64) {
+        self.add_at(W_DROPS + 8 * r as u64, n);
+    }
+}
+
+/// One port's counters; several workers may add (one per queue), so adds are atomic RMWs.
+#[derive(Debug, Clone, Copy)]
+pub struct PortCounters<'a> {
+    mem: Mem<'a>,
+    base: u64,
+}
+
+impl PortCounters<'_> {
+    fn cell(&self, i: u64) -> &AtomicU64 {
+        self.mem.atomic_u64(self.base + 8 * i).expect("port slot")
+    }
+    /// Adds to a port counter.
+    pub fn add(&self, c: PortCounter, n: u64) {
+        if n != 0 {
+            self.cell(c as u64).fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A read-only view of a forwarder's status (control, `lace-forwarder stats`, tests).
+#[derive(Debug)]
+pub struct StatusReader {
+    region: Region,
+}
+
+/// A port as the status region reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortStatus {
+    /// The port.
+    pub port: PortId,
+    /// Its state.
+    pub state: PortState,
+    /// Endpoint id of the request the state answers.
+    pub endpoint: u64,
+    /// Counters, indexed by [`PortCounter`].
+    pub counters: [u64; 5],
+}
+
+impl StatusReader {
+    /// Maps a status region read-only.
+    pub fn open(path: &Path) -> Result<StatusReader> {
+        let region = Region::open_ro(path, RegionKind::Status)?;
+        let workers = region.header().params[0];
+        if region_size(workers as u32) > region.len() as u64 || workers > 4096 {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                what: format!("{workers} worker slots do not fit in {} bytes", region.len()),
+            });
+        }
+        Ok(StatusReader { region })
+    }
+
+    fn load(&self, off: u64) -> u64 {
+        self.region
+            .mem()
+            .atomic_u64(off)
+            .map_or(0, |c| c.load(Ordering::Acquire))
+    }
+
+    /// The forwarder's pid.
+    pub fn pid(&self) -> u32 {
+        self.load(INFO_PID) as u32
+    }
+
+    /// Whether the forwarder that wrote this region still holds it (is alive).
+    pub fn alive(&self) -> bool {
+        matches!(self.region.lock_holder(0, HEADER_SIZE), Ok(Some(_)))
+    }
+
+    /// Lifecycle state.
+    pub fn state(&self) -> RunState {
+        RunState::decode(self.load(INFO_STATE))
+    }
+
+    /// Nanoseconds since the epoch of the last heartbeat.
+    pub fn heartbeat_ns(&self) -> u64 {
+        self.load(INFO_HEARTBEAT)
+    }
+
+    /// Nanoseconds since the epoch of the start.
+    pub fn started_ns(&self) -> u64 {
+        self.load(INFO_STARTED)
+    }
+
+    /// Table generation the forwarder's ports were last reconciled against.
+    pub fn generation(&self) -> u64 {
+        self.load(INFO_GENERATION)
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> u32 {
+        self.region.header().params[0] as u32
+    }
+
+    /// Names of the pipeline stages, in counter order.
+    pub fn stage_names(&self) -> Vec<String> {
+        let n = (self.load(INFO_STAGES) as usize).min(MAX_STAGES);
+        (0..n)
+            .map(|i| {
+                let mut b = Vec::with_capacity(STAGE_NAME_LEN);
+                for k in 0..STAGE_NAME_LEN as u64 / 8 {
+                    let v = self.load(INFO_NAMES + (i * STAGE_NAME_LEN) as u64 + 8 * k);
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+                let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                String::from_utf8_lossy(&b[..end]).into_owned()
+            })
+            .collect()
+    }
+
+    /// A port's state and counters.
+    pub fn port(&self, port: PortId) -> Option<PortStatus> {
+        if port.0 >= MAX_PORTS {
+            return None;
+        }
+        let base = PORTS + PORT_SLOT * u64::from(port.0);
+        let mut counters = [0u64; 5];
+        for (i, c) in counters.iter_mut().enumerate() {
+            *c = self.load(base + PORT_COUNTERS + 8 * i as u64);
+        }
+        Some(PortStatus {
+            port,
+            state: PortState::decode(self.load(base + PORT_STATE)),
+            endpoint: self.load(base + PORT_ENDPOINT),
+            counters,
+        })
+    }
+
+    /// Every port that is not absent or has counted something.
+    pub fn ports(&self) -> Vec<PortStatus> {
+        (0..MAX_PORTS)
+            .filter_map(|i| self.port(PortId(i)))
+            .filter(|p| p.state != PortState::Absent || p.counters.iter().any(|&c| c != 0))
+            .collect()
+    }
+
+    /// A worker counter of one worker.
+    pub fn worker_counter(&self, worker: u32, c: WorkerCounter) -> u64 {
+        self.load(WORKERS + WORKER_SLOT * u64::from(worker) + 8 * c as u64)
+    }
+
+    /// Packets through a stage, summed over workers.
+    pub fn stage_total(&self, stage: usize) -> u64 {
+        (0..self.workers())
+            .map(|w| self.load(WORKERS + WORKER_SLOT * u64::from(w) + W_STAGES + 8 * stage as u64))
+            .sum()
+    }
+
+    /// Drops of one reason, summed over workers.
+    pub fn drops(&self, r: DropReason) -> u64 {
+        (0..self.workers())
+            .map(|w| self.load(WORKERS + WORKER_SLOT * u64::from(w) + W_DROPS + 8 * r as u64))
+            .sum()
+    }
+
+    /// Every drop reason with its total.
+    pub fn all_drops(&self) -> Vec<(DropReason, u64)> {
+        DropReason::ALL.iter().map(|&r| (r, self.drops(r))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_reasons_are_numbered_in_order_and_named_uniquely() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+            assert_eq!(DropReason::from_index(i), Some(*r));
+            assert_eq!(DropReason::from_name(r.name()), Some(*r));
+        }
+        let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::COUNT);
+        assert!(DropReason::COUNT <= DropReason::SLOTS);
+    }
+
+    #[test]
+    fn port_state_round_trips() {
+        for s in [
+            PortState::Absent,
+            PortState::Attaching,
+            PortState::Up,
+            PortState::Failed(19),
+        ] {
+            assert_eq!(PortState::decode(s.encode()), s);
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The forwarder's status region: port acknowledgements, counters, one live writer.
+
+use lace_shared::status::*;
+use lace_shared::types::PortId;
+use lace_shared::Error;
+
+fn path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lace-status-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    status_path(&dir, "node")
+}
+
+#[test]
+fn counters_and_port_states_reach_a_reader() {
+    let p = path("rw");
+    let w = StatusWriter::create(&p, 2, &["port-input", "ip4-lookup"]).unwrap();
+    let r = StatusReader::open(&p).unwrap();
+    assert_eq!(r.stage_names(), ["port-input", "ip4-lookup"]);
+    assert_eq!(r.workers(), 2);
+    assert_eq!(r.pid(), std::process::id());
+    assert!(r.alive());
+    assert_eq!(r.state(), RunState::Starting);
+    w.set_state(RunState::Running);
+    assert_eq!(r.state(), RunState::Running);
+
+    let (w0, w1) = (w.worker(0).unwrap(), w.worker(1).unwrap());
+    assert!(w.worker(2).is_none());
+    w0.add_stage(1, 5);
+    w1.add_stage(1, 7);
+    w0.add_drop(DropReason::SpoofedSource, 3);
+    w1.add_drop(DropReason::SpoofedSource, 1);
+    w1.add(WorkerCounter::Polls, 9);
+    assert_eq!(r.stage_total(1), 12);
+    assert_eq!(r.stage_total(0), 0);
+    assert_eq!(r.drops(DropReason::SpoofedSource), 4);
+    assert_eq!(r.drops(DropReason::NoRoute), 0);
+    assert_eq!(r.worker_counter(1, WorkerCounter::Polls), 9);
+
+    assert_eq!(r.port(PortId(7)).unwrap().state, PortState::Absent);
+    w.set_port(PortId(7), 4242, PortState::Up);
+    w.set_port(PortId(8), 4343, PortState::Failed(19));
+    let c = w.port_counters(PortId(7)).unwrap();
+    c.add(PortCounter::RxPackets, 10);
+    c.add(PortCounter::TxRefused, 2);
+    let s = r.port(PortId(7)).unwrap();
+    assert_eq!((s.state, s.endpoint), (PortState::Up, 4242));
+    assert_eq!(s.counters[PortCounter::RxPackets as usize], 10);
+    assert_eq!(s.counters[PortCounter::TxRefused as usize], 2);
+    assert_eq!(r.port(PortId(8)).unwrap().state, PortState::Failed(19));
+    assert_eq!(r.ports().len(), 2);
+    w.reset_port_counters(PortId(7));
+    assert_eq!(r.port(PortId(7)).unwrap().counters, [0; 5]);
+    assert!(r.port(PortId(MAX_PORTS)).is_none());
+    drop(w);
+    assert!(!r.alive(), "the writer's lock goes with it");
+}
+
+#[test]
+fn a_second_live_writer_is_refused_and_a_stale_region_replaced() {
+    let p = path("busy");
+    let w = StatusWriter::create(&p, 1, &["a"]).unwrap();
+    match StatusWriter::create(&p, 1, &["a"]) {
+        Err(Error::WriterBusy { .. }) => {}
+        other => panic!("expected WriterBusy, got {other:?}"),
+    }
+    w.worker(0).unwrap().add_drop(DropReason::NoRoute, 1);
+    drop(w);
+    // The old writer is gone: a new one replaces the region and starts from zero.
+    let w = StatusWriter::create(&p, 3, &["a", "b"]).unwrap();
+    let r = StatusReader::open(&p).unwrap();
+    assert_eq!(r.workers(), 3);
+    assert_eq!(r.drops(DropReason::NoRoute), 0);
+    drop(w);
+}
+
+#[test]
+fn too_many_stages_is_a_clear_error() {
+    let p = path("stages");
+    let names: Vec<String> = (0..MAX_STAGES + 1).map(|i| format!("s{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let e = StatusWriter::create(&p, 1, &refs).unwrap_err().to_string();
+    assert!(e.contains("pipeline stages"), "{e}");
+}
