@@ -7,4 +7,5 @@
 #![cfg_attr(not(test), warn(missing_docs))]
 
 pub mod dpdk;
+pub mod pipeline;
 pub mod wire;
