@@ -7,5 +7,6 @@
 #![cfg_attr(not(test), warn(missing_docs))]
 
 pub mod dpdk;
+pub mod engine;
 pub mod pipeline;
 pub mod wire;

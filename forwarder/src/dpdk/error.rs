@@ -237,6 +237,32 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The error as a positive errno, for reports that carry a number (the status region's
+    /// port acknowledgements): DPDK's own where it gave one, else the closest POSIX code.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NoHugepages { .. } => libc::ENOMEM,
+            Error::EalInit { errno, .. }
+            | Error::MempoolCreate { errno, .. }
+            | Error::RingCreate { errno, .. }
+            | Error::VdevProbe { errno, .. }
+            | Error::VdevRemove { errno, .. }
+            | Error::Ethdev { errno, .. }
+            | Error::Launch { errno, .. } => *errno,
+            Error::EalAlreadyInitialized { .. } => libc::EALREADY,
+            Error::EalCleanedUp => libc::ESHUTDOWN,
+            Error::ObjectsAlive { .. }
+            | Error::PortInUse { .. }
+            | Error::QueuesInUse { .. }
+            | Error::QueueUnavailable { .. } => libc::EBUSY,
+            Error::InvalidArgument { .. } | Error::TooManyQueues { .. } => libc::EINVAL,
+            Error::InvalidState { .. } => libc::EPERM,
+            Error::PortNotFound { .. } => libc::ENODEV,
+        }
+    }
+}
+
 /// `rte_errno` of the calling thread.
 pub(crate) fn rte_errno() -> i32 {
     // SAFETY: reads a thread-local integer; no preconditions.

@@ -1,0 +1,737 @@
+//! The forwarder's configuration: a TOML file (see `docs/forwarder-interface.md`), overridden
+//! by command-line flags, validated into a [`Config`], and turned into DPDK EAL arguments.
+//!
+//! Every error names the field and what is accepted ("uplink.address: \"fd00::zz\" is not an
+//! IPv6 address"). Unknown keys are refused, so a typo never silently falls back to a default.
+
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How the EAL gets its memory (`[eal] memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Memory {
+    /// Huge pages through a hugetlbfs mount, with DPDK's runtime files under the file prefix
+    /// (production).
+    Hugepages,
+    /// Huge pages without hugetlbfs files or shared runtime files (`--in-memory`).
+    InMemory,
+    /// Ordinary 4 KiB pages (`--no-huge --no-shconf`): local runs, tests, CI. Slower, and no
+    /// physical NIC can DMA into it.
+    NoHuge,
+}
+
+impl Memory {
+    /// The value as written in the configuration.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Memory::Hugepages => "hugepages",
+            Memory::InMemory => "in-memory",
+            Memory::NoHuge => "no-huge",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Memory> {
+        [Memory::Hugepages, Memory::InMemory, Memory::NoHuge]
+            .into_iter()
+            .find(|m| m.name() == s)
+    }
+}
+
+/// How workers poll (`[workers] polling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Polling {
+    /// Never sleep: lowest latency, one CPU per worker at 100% (production).
+    Busy,
+    /// Sleep with backoff (10 µs up to 1 ms) after 100 empty polls; wake to busy polling when
+    /// packets arrive. For shared machines, tests and laptops.
+    Adaptive,
+}
+
+impl Polling {
+    /// The value as written in the configuration.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Polling::Busy => "busy",
+            Polling::Adaptive => "adaptive",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Polling> {
+        [Polling::Busy, Polling::Adaptive]
+            .into_iter()
+            .find(|m| m.name() == s)
+    }
+}
+
+/// How pod interfaces become DPDK ports (`[pods] mechanism`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// `net_af_packet`: a PACKET_MMAP socket per queue on the host-side veth, fanned out over
+    /// the workers' queues; works on any kernel and interface.
+    AfPacket,
+    /// `net_af_xdp`: an XDP socket per queue; needs the interface to have one queue per worker
+    /// (veth created with `numrxqueues`/`numtxqueues`) and a kernel with AF_XDP.
+    AfXdp,
+}
+
+impl Mechanism {
+    /// The value as written in the configuration.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mechanism::AfPacket => "af_packet",
+            Mechanism::AfXdp => "af_xdp",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Mechanism> {
+        [Mechanism::AfPacket, Mechanism::AfXdp]
+            .into_iter()
+            .find(|m| m.name() == s)
+    }
+}
+
+/// `[eal]`: how DPDK starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EalConfig {
+    /// Where DPDK's memory comes from.
+    pub memory: Memory,
+    /// MiB of memory DPDK reserves at start (`-m`).
+    pub memory_mb: u32,
+    /// DPDK `--lcores` mapping; `None`: main lcore plus one per worker on the allowed CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lcores: Option<String>,
+    /// `--file-prefix`, unique per forwarder on a host.
+    pub file_prefix: String,
+    /// More EAL arguments, appended last.
+    pub extra: Vec<String>,
+}
+
+/// `[uplink]`: the port to the underlay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UplinkConfig {
+    /// vdev devargs (`net_…`) or a PCI address.
+    pub device: String,
+    /// The node's underlay IPv6 address.
+    pub address: Ipv6Addr,
+    /// Underlay MTU.
+    pub mtu: u16,
+    /// RX queues (RSS); 0 = one per worker.
+    pub queues: u16,
+}
+
+impl UplinkConfig {
+    /// Whether the device is a PCI address (allow-listed with `-a`) rather than a vdev.
+    pub fn is_pci(&self) -> bool {
+        is_pci_address(&self.device)
+    }
+}
+
+/// `[srv6]`: encapsulation settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Srv6Config {
+    /// Outer source address.
+    pub source: Ipv6Addr,
+    /// Outer hop limit.
+    pub hop_limit: u8,
+    /// Seed of the outer flow-label hash; `None`: random per process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_seed: Option<u64>,
+}
+
+/// `[workers]`: the poll-mode workers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkersConfig {
+    /// Workers (one lcore each).
+    pub count: u16,
+    /// Polling mode.
+    pub polling: Polling,
+}
+
+/// `[pods]`: pod ports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodsConfig {
+    /// How pod interfaces are attached.
+    pub mechanism: Mechanism,
+}
+
+/// The validated, effective configuration of one forwarder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Config {
+    /// The table set's name (`lace-<name>.tables`, `.qsbr`, `.status`).
+    pub name: String,
+    /// Directory of the tables and the status region.
+    pub tables_dir: PathBuf,
+    /// EAL settings.
+    pub eal: EalConfig,
+    /// The uplink.
+    pub uplink: UplinkConfig,
+    /// SRv6 settings.
+    pub srv6: Srv6Config,
+    /// Workers.
+    pub workers: WorkersConfig,
+    /// Pod ports.
+    pub pods: PodsConfig,
+}
+
+/// Command-line values that replace the file's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--name`.
+    pub name: Option<String>,
+    /// `--tables-dir`.
+    pub tables_dir: Option<PathBuf>,
+    /// `--workers`.
+    pub workers: Option<u16>,
+    /// `--polling`.
+    pub polling: Option<Polling>,
+    /// `--memory`.
+    pub memory: Option<Memory>,
+    /// `--memory-mb`.
+    pub memory_mb: Option<u32>,
+    /// `--lcores`.
+    pub lcores: Option<String>,
+    /// `--uplink`.
+    pub uplink: Option<String>,
+    /// `--underlay-addr`.
+    pub underlay_addr: Option<Ipv6Addr>,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config {path}: cannot read it: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys or wrong types.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The TOML parser's message (it names the key and shows the line).
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("{field}: {value:?} {why}")]
+    Invalid {
+        /// The field, as `section.key` (or the flag that set it).
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted.
+        why: String,
+    },
+    /// A required value is missing.
+    #[error("{field}: missing — {fix}")]
+    Missing {
+        /// The field, as `section.key`.
+        field: &'static str,
+        /// Where to set it.
+        fix: &'static str,
+    },
+}
+
+// The file as written: every key optional here, required ones checked after the flags are in.
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    name: Option<String>,
+    tables_dir: Option<PathBuf>,
+    #[serde(default)]
+    eal: FileEal,
+    #[serde(default)]
+    uplink: FileUplink,
+    #[serde(default)]
+    srv6: FileSrv6,
+    #[serde(default)]
+    workers: FileWorkers,
+    #[serde(default)]
+    pods: FilePods,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEal {
+    memory: Option<String>,
+    memory_mb: Option<u32>,
+    lcores: Option<String>,
+    file_prefix: Option<String>,
+    extra: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUplink {
+    device: Option<String>,
+    address: Option<String>,
+    mtu: Option<u16>,
+    queues: Option<u16>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSrv6 {
+    source: Option<String>,
+    hop_limit: Option<u8>,
+    flow_seed: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWorkers {
+    count: Option<u16>,
+    polling: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePods {
+    mechanism: Option<String>,
+}
+
+/// Default `[eal] memory_mb`.
+pub const DEFAULT_MEMORY_MB: u32 = 512;
+/// Most workers a forwarder runs (one lcore each, plus the main lcore).
+pub const MAX_WORKERS: u16 = 64;
+
+impl Config {
+    /// Reads `path` (if any), applies `overrides`, and validates the result.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let file = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })?;
+                Self::parse_file(p, &text)?
+            }
+            None => FileConfig::default(),
+        };
+        Self::build(file, overrides)
+    }
+
+    /// Parses configuration text (as [`Config::load`] does a file's), applies `overrides`,
+    /// validates. `origin` names the text in errors.
+    pub fn from_toml(
+        origin: &Path,
+        text: &str,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        Self::build(Self::parse_file(origin, text)?, overrides)
+    }
+
+    fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_owned(),
+        })
+    }
+
+    fn build(f: FileConfig, o: &Overrides) -> Result<Config, ConfigError> {
+        let name = o.name.clone().or(f.name).ok_or(ConfigError::Missing {
+            field: "name",
+            fix: "set `name = \"<node>\"` in the config file or pass --name",
+        })?;
+        check_name("name", &name)?;
+        let tables_dir = o
+            .tables_dir
+            .clone()
+            .or(f.tables_dir)
+            .unwrap_or_else(lace_shared::tables::default_dir);
+
+        let memory = match (o.memory, f.eal.memory) {
+            (Some(m), _) => m,
+            (None, Some(s)) => Memory::parse(&s).ok_or_else(|| ConfigError::Invalid {
+                field: "eal.memory",
+                value: s,
+                why: "is not a memory mode: use \"hugepages\", \"in-memory\" or \"no-huge\""
+                    .to_owned(),
+            })?,
+            (None, None) => Memory::Hugepages,
+        };
+        let memory_mb = o.memory_mb.or(f.eal.memory_mb).unwrap_or(DEFAULT_MEMORY_MB);
+        if !(64..=1 << 20).contains(&memory_mb) {
+            return Err(ConfigError::Invalid {
+                field: "eal.memory_mb",
+                value: memory_mb.to_string(),
+                why: "is out of range: give 64 to 1048576 MiB".to_owned(),
+            });
+        }
+        let lcores = o.lcores.clone().or(f.eal.lcores);
+        if let Some(l) = &lcores {
+            if l.trim().is_empty() || l.chars().any(char::is_whitespace) {
+                return Err(ConfigError::Invalid {
+                    field: "eal.lcores",
+                    value: l.clone(),
+                    why: "is not a DPDK --lcores list (e.g. \"0@0,1@2\" or \"0-2\")".to_owned(),
+                });
+            }
+        }
+        let file_prefix = f.eal.file_prefix.unwrap_or_else(|| format!("lace-{name}"));
+        check_name("eal.file_prefix", &file_prefix)?;
+        let extra = f.eal.extra.unwrap_or_default();
+
+        let device = o
+            .uplink
+            .clone()
+            .or(f.uplink.device)
+            .ok_or(ConfigError::Missing {
+                field: "uplink.device",
+                fix: "set `device = \"net_…\"` (vdev devargs) or a PCI address under [uplink], \
+                      or pass --uplink",
+            })?;
+        if !(is_pci_address(&device) || device.starts_with("net_")) {
+            return Err(ConfigError::Invalid {
+                field: "uplink.device",
+                value: device,
+                why: "is neither a PCI address (0000:03:00.1) nor vdev devargs starting with \
+                      \"net_\" (net_af_packet0,iface=eth1)"
+                    .to_owned(),
+            });
+        }
+        let address = match (o.underlay_addr, f.uplink.address) {
+            (Some(a), _) => a,
+            (None, Some(s)) => parse_v6("uplink.address", &s)?,
+            (None, None) => {
+                return Err(ConfigError::Missing {
+                    field: "uplink.address",
+                    fix: "set `address = \"<underlay IPv6>\"` under [uplink] or pass \
+                          --underlay-addr",
+                })
+            }
+        };
+        check_unicast("uplink.address", address)?;
+        let mtu = f.uplink.mtu.unwrap_or(1500);
+        if !(1280..=9216).contains(&mtu) {
+            return Err(ConfigError::Invalid {
+                field: "uplink.mtu",
+                value: mtu.to_string(),
+                why: "is out of range: the underlay is IPv6, give 1280 to 9216".to_owned(),
+            });
+        }
+        let queues = f.uplink.queues.unwrap_or(0);
+        if queues > MAX_WORKERS {
+            return Err(ConfigError::Invalid {
+                field: "uplink.queues",
+                value: queues.to_string(),
+                why: format!("is out of range: give 0 (one per worker) to {MAX_WORKERS}"),
+            });
+        }
+
+        let source = match f.srv6.source {
+            Some(s) => parse_v6("srv6.source", &s)?,
+            None => address,
+        };
+        check_unicast("srv6.source", source)?;
+        let hop_limit = f.srv6.hop_limit.unwrap_or(64);
+        if hop_limit == 0 {
+            return Err(ConfigError::Invalid {
+                field: "srv6.hop_limit",
+                value: "0".to_owned(),
+                why: "is out of range: give 1 to 255".to_owned(),
+            });
+        }
+        if let Some(seed) = f.srv6.flow_seed {
+            if seed > i64::MAX as u64 {
+                return Err(ConfigError::Invalid {
+                    field: "srv6.flow_seed",
+                    value: seed.to_string(),
+                    why: "is out of range: TOML integers end at 2^63-1".to_owned(),
+                });
+            }
+        }
+
+        let count = o.workers.or(f.workers.count).unwrap_or(1);
+        if !(1..=MAX_WORKERS).contains(&count) {
+            return Err(ConfigError::Invalid {
+                field: "workers.count",
+                value: count.to_string(),
+                why: format!("is out of range: give 1 to {MAX_WORKERS}"),
+            });
+        }
+        let polling = match (o.polling, f.workers.polling) {
+            (Some(p), _) => p,
+            (None, Some(s)) => Polling::parse(&s).ok_or_else(|| ConfigError::Invalid {
+                field: "workers.polling",
+                value: s,
+                why: "is not a polling mode: use \"busy\" or \"adaptive\"".to_owned(),
+            })?,
+            (None, None) => Polling::Adaptive,
+        };
+        let mechanism = match f.pods.mechanism {
+            Some(s) => Mechanism::parse(&s).ok_or_else(|| ConfigError::Invalid {
+                field: "pods.mechanism",
+                value: s,
+                why: "is not a pod-port mechanism: use \"af_packet\" or \"af_xdp\"".to_owned(),
+            })?,
+            None => Mechanism::AfPacket,
+        };
+
+        Ok(Config {
+            name,
+            tables_dir,
+            eal: EalConfig {
+                memory,
+                memory_mb,
+                lcores,
+                file_prefix,
+                extra,
+            },
+            uplink: UplinkConfig {
+                device,
+                address,
+                mtu,
+                queues,
+            },
+            srv6: Srv6Config {
+                source,
+                hop_limit,
+                flow_seed: f.srv6.flow_seed,
+            },
+            workers: WorkersConfig { count, polling },
+            pods: PodsConfig { mechanism },
+        })
+    }
+
+    /// RX queues of the uplink: `uplink.queues`, or one per worker.
+    pub fn uplink_rx_queues(&self) -> u16 {
+        if self.uplink.queues == 0 {
+            self.workers.count
+        } else {
+            self.uplink.queues
+        }
+    }
+
+    /// The tables' location.
+    pub fn tables(&self) -> lace_shared::tables::TablesConfig {
+        let mut t = lace_shared::tables::TablesConfig::new(&self.name);
+        t.dir = self.tables_dir.clone();
+        t
+    }
+
+    /// The status region's path.
+    pub fn status_path(&self) -> PathBuf {
+        lace_shared::status::status_path(&self.tables_dir, &self.name)
+    }
+
+    /// The EAL arguments this configuration starts DPDK with, given the CPUs the process may
+    /// run on (see [`allowed_cpus`]).
+    pub fn eal_args(&self, cpus: &[u32]) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        match self.eal.memory {
+            Memory::Hugepages => {}
+            Memory::InMemory => a.push("--in-memory".to_owned()),
+            // --in-memory needs hugepages in DPDK 22.11; --no-shconf keeps runtime files away.
+            Memory::NoHuge => a.extend(["--no-huge".to_owned(), "--no-shconf".to_owned()]),
+        }
+        a.push("-m".to_owned());
+        a.push(self.eal.memory_mb.to_string());
+        a.push(format!("--file-prefix={}", self.eal.file_prefix));
+        let lcores = self
+            .eal
+            .lcores
+            .clone()
+            .unwrap_or_else(|| default_lcores(self.workers.count, cpus));
+        a.push(format!("--lcores={lcores}"));
+        if self.uplink.is_pci() {
+            a.push("-a".to_owned());
+            a.push(self.uplink.device.clone());
+        } else {
+            a.push("--no-pci".to_owned());
+        }
+        a.push("--no-telemetry".to_owned());
+        a.push("--log-level=lib.eal:notice".to_owned());
+        a.extend(self.eal.extra.iter().cloned());
+        a
+    }
+}
+
+/// Main lcore 0 and workers 1..=n, on the allowed CPUs in order, wrapping when there are fewer
+/// CPUs than lcores: `0@2,1@3,2@2`.
+pub fn default_lcores(workers: u16, cpus: &[u32]) -> String {
+    let cpus: &[u32] = if cpus.is_empty() { &[0] } else { cpus };
+    (0..=usize::from(workers))
+        .map(|l| format!("{l}@{}", cpus[l % cpus.len()]))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The CPUs this process may run on (its affinity mask, from `/proc/self/status`), ascending.
+/// Empty when it cannot be read.
+pub fn allowed_cpus() -> Vec<u32> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(parse_cpu_list)
+        })
+        .unwrap_or_default()
+}
+
+/// Parses a kernel CPU list (`0-3,8,10-11`).
+pub fn parse_cpu_list(list: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut ends = part.splitn(2, '-').map(|x| x.trim().parse::<u32>());
+        match (ends.next(), ends.next()) {
+            (Some(Ok(a)), None) => cpus.push(a),
+            (Some(Ok(a)), Some(Ok(b))) if a <= b => cpus.extend(a..=b),
+            _ => {}
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    cpus
+}
+
+/// `0000:03:00.1` or `03:00.1`.
+pub fn is_pci_address(s: &str) -> bool {
+    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = s.split(':').collect();
+    let (domain, bus, rest) = match parts.as_slice() {
+        [d, b, r] => (Some(*d), *b, *r),
+        [b, r] => (None, *b, *r),
+        _ => return false,
+    };
+    let Some((dev, func)) = rest.split_once('.') else {
+        return false;
+    };
+    domain.is_none_or(|d| hex(d, 4))
+        && hex(bus, 2)
+        && hex(dev, 2)
+        && func.len() == 1
+        && matches!(func.as_bytes()[0], b'0'..=b'7')
+}
+
+fn check_name(field: &'static str, s: &str) -> Result<(), ConfigError> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            field,
+            value: s.to_owned(),
+            why: "must be 1-64 characters of A-Z a-z 0-9 - _ . (it names files), not starting \
+                  with '.'"
+                .to_owned(),
+        })
+    }
+}
+
+fn parse_v6(field: &'static str, s: &str) -> Result<Ipv6Addr, ConfigError> {
+    s.parse().map_err(|_| ConfigError::Invalid {
+        field,
+        value: s.to_owned(),
+        why: "is not an IPv6 address (e.g. \"fd00::a\")".to_owned(),
+    })
+}
+
+fn check_unicast(field: &'static str, a: Ipv6Addr) -> Result<(), ConfigError> {
+    if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+        return Err(ConfigError::Invalid {
+            field,
+            value: a.to_string(),
+            why: "must be a unicast address of this node (not ::, ::1 or multicast)".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        name = "node-a"
+        tables_dir = "/tmp/lace-test"
+        [uplink]
+        device = "net_null0"
+        address = "fd00::a"
+    "#;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(Path::new("test.toml"), text, &Overrides::default())
+    }
+
+    #[test]
+    fn defaults_fill_the_minimal_file() {
+        let c = load(MINIMAL).unwrap();
+        assert_eq!(c.eal.memory, Memory::Hugepages);
+        assert_eq!(c.eal.file_prefix, "lace-node-a");
+        assert_eq!(c.srv6.source, "fd00::a".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(c.srv6.hop_limit, 64);
+        assert_eq!(c.workers.count, 1);
+        assert_eq!(c.workers.polling, Polling::Adaptive);
+        assert_eq!(c.pods.mechanism, Mechanism::AfPacket);
+        assert_eq!(c.uplink_rx_queues(), 1);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = load(&format!("{MINIMAL}\nbogus = 1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bogus"), "{e}");
+        let e = load(&MINIMAL.replace("fd00::a", "fd00::zz"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("uplink.address") && e.contains("fd00::zz"),
+            "{e}"
+        );
+        let e = load(&format!("{MINIMAL}\n[workers]\npolling = \"fast\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workers.polling") && e.contains("busy"), "{e}");
+        let e = load(&MINIMAL.replace("net_null0", "eth0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("uplink.device"), "{e}");
+        let e = load("[uplink]\ndevice = \"net_null0\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("name: missing"), "{e}");
+    }
+
+    #[test]
+    fn overrides_win() {
+        let o = Overrides {
+            workers: Some(3),
+            polling: Some(Polling::Busy),
+            memory: Some(Memory::NoHuge),
+            uplink: Some("0000:03:00.1".to_owned()),
+            ..Overrides::default()
+        };
+        let c = Config::from_toml(Path::new("t"), MINIMAL, &o).unwrap();
+        assert_eq!(c.workers.count, 3);
+        let args = c.eal_args(&[4, 5]);
+        assert!(args.contains(&"--no-huge".to_owned()));
+        assert!(args.contains(&"--lcores=0@4,1@5,2@4,3@5".to_owned()));
+        assert!(args.windows(2).any(|w| w == ["-a", "0000:03:00.1"]));
+        assert!(!args.contains(&"--no-pci".to_owned()));
+    }
+
+    #[test]
+    fn pci_addresses_and_cpu_lists() {
+        assert!(is_pci_address("0000:03:00.1"));
+        assert!(is_pci_address("3b:00.0"));
+        assert!(!is_pci_address("net_null0"));
+        assert!(!is_pci_address("0000:03:00.8"));
+        assert_eq!(parse_cpu_list("0-2,5, 7-7"), vec![0, 1, 2, 5, 7]);
+    }
+}

@@ -1,0 +1,437 @@
+//! The engine: what `lace-forwarder run` does, from configuration to a clean stop.
+//!
+//! ```text
+//!  main lcore (this thread)                    worker lcores (one per worker, pinned)
+//!  ─────────────────────────                   ──────────────────────────────────────
+//!  status region, EAL, mempool, uplink         poll RX queues ─► pipeline ─► TX buffers
+//!  launch workers ──── mailbox: queues ───────►  (snapshot per round, quiescent after)
+//!  every 20 ms: heartbeat, signals,            drain TX buffers, flush counters
+//!    tables (wait / attach / replaced),        adaptive: sleep 10 µs … 1 ms when idle
+//!    reconcile pod ports ◄── acks ─────────────  mailbox checked between rounds
+//! ```
+//!
+//! Guarantees: the forwarder never writes the tables (it maps them read-only); a second
+//! forwarder with the same name is refused before DPDK starts (the status region's writer
+//! lock); SIGTERM/SIGINT stop it cleanly (workers return their queues, ports are stopped and
+//! detached, the status says `stopped`, exit 0); a second signal exits at once. After SIGKILL
+//! the tables are untouched and the next start replaces the stale status region.
+//!
+//! Not guaranteed: workers are not restarted if one panics (the engine stops with an error);
+//! per-NUMA mempools are not created (one pool, any socket).
+
+pub mod config;
+pub mod ports;
+pub mod stats;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use lace_shared::status::{PortState, RunState, StatusWriter};
+use lace_shared::tables::{ReaderHandle, TableReader};
+use lace_shared::types::PortId;
+
+use crate::dpdk::{self, Eal, Mempool, Port, PortConfig, Worker};
+use crate::pipeline::{self, Pipeline, Stage, UnderlayNeighbors};
+
+pub use config::{Config, ConfigError, Mechanism, Memory, Overrides, Polling};
+use ports::{PodPorts, Request};
+use worker::{Command, Mailbox, WorkerSetup};
+
+/// How often the main thread wakes: heartbeat, signals, tables, pod ports.
+pub const TICK: Duration = Duration::from_millis(20);
+/// How often the tables file is checked for replacement.
+const REPLACED_CHECK: Duration = Duration::from_secs(1);
+
+/// Registers SIGTERM and SIGINT: the first sets the returned flag (a clean stop), a second
+/// exits the process at once with status 1.
+pub fn install_signal_handlers() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // Registered first, so it sees the flag before this signal's own handler sets it.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&stop))
+            .context("installing the signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing the signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// The tables as the main thread holds them.
+struct Tables {
+    /// The main thread's own reader slot (for reconciling ports).
+    handle: ReaderHandle,
+    /// (device, inode) of the tables file when attached.
+    identity: (u64, u64),
+    /// Generation the ports were last reconciled against.
+    reconciled: Option<u64>,
+    /// The requests of that generation.
+    wanted: BTreeMap<PortId, Request>,
+}
+
+/// Runs the forwarder until `stop` is set. Returns an error (for a non-zero exit) when it
+/// cannot start or a worker died.
+pub fn run(config: &Config, stop: &AtomicBool) -> anyhow::Result<()> {
+    let workers = config.workers.count;
+    std::fs::create_dir_all(&config.tables_dir).with_context(|| {
+        format!(
+            "tables_dir {}: cannot create it",
+            config.tables_dir.display()
+        )
+    })?;
+    let status_path = config.status_path();
+    let status = StatusWriter::create(&status_path, u32::from(workers), &Stage::names()).map_err(
+        |e| match e {
+            lace_shared::Error::WriterBusy { pid, .. } => anyhow::anyhow!(
+                "another lace-forwarder (pid {pid}) is running as {:?}: its status region {} is \
+                 held — stop it first, or give this one another name",
+                config.name,
+                status_path.display()
+            ),
+            e => anyhow::Error::new(e).context(format!(
+                "creating the status region {}",
+                status_path.display()
+            )),
+        },
+    )?;
+    let status = Arc::new(status);
+    status.set_state(RunState::Starting);
+
+    let args = config.eal_args(&config::allowed_cpus());
+    tracing::info!(name = %config.name, "starting DPDK: {}", args.join(" "));
+    let eal = Eal::init(&args).map_err(|e| eal_error(e, config))?;
+    let result = run_with_eal(config, eal, &status, stop);
+    if let Err(e) = eal.cleanup() {
+        tracing::debug!("EAL cleanup skipped: {e}");
+    }
+    status.set_state(RunState::Stopped);
+    status.heartbeat();
+    result
+}
+
+/// An EAL start failure, with the fix for a lack of memory.
+fn eal_error(e: dpdk::Error, config: &Config) -> anyhow::Error {
+    let memory = matches!(e, dpdk::Error::NoHugepages { .. })
+        || (e.errno() == libc::ENOMEM && config.eal.memory != Memory::NoHuge);
+    if memory {
+        let hint = lace_hugepages::shortage_hint(u64::from(config.eal.memory_mb));
+        anyhow::anyhow!(
+            "{e}\n\nfix: {hint}\nor, for a local run without huge pages: `--memory no-huge` \
+             (`[eal] memory = \"no-huge\"`)"
+        )
+    } else {
+        anyhow::Error::new(e).context("starting DPDK")
+    }
+}
+
+fn mbufs_for(config: &Config) -> u32 {
+    let workers = u32::from(config.workers.count);
+    let rx = u32::from(config.uplink_rx_queues());
+    // RX rings of the uplink, bursts in flight per worker, TX rings, pod-port bursts.
+    let want = 8192 + 1024 * rx + 4096 * workers;
+    want.next_power_of_two() - 1
+}
+
+fn data_room(config: &Config) -> u16 {
+    // Ethernet + VLAN + FCS on top of the MTU, plus the headroom for encapsulation.
+    let frame = u32::from(config.uplink.mtu) + 22 + u32::from(Mempool::HEADROOM);
+    let room = frame.max(u32::from(Mempool::DEFAULT_DATA_ROOM));
+    u16::try_from(room.div_ceil(1024) * 1024).unwrap_or(u16::MAX)
+}
+
+fn run_with_eal(
+    config: &Config,
+    eal: Eal,
+    status: &Arc<StatusWriter>,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let workers = config.workers.count;
+    let lcores = eal.worker_lcores();
+    if lcores.len() < usize::from(workers) {
+        bail!(
+            "eal.lcores: DPDK has {} worker lcore(s) but workers.count is {workers} — give \
+             --lcores one lcore per worker plus the main one, or lower --workers",
+            lcores.len()
+        );
+    }
+    let pool = Mempool::new(
+        &eal,
+        "lace-mbufs",
+        mbufs_for(config),
+        256,
+        data_room(config),
+        None,
+    )
+    .context("creating the packet buffer pool (raise eal.memory_mb)")?;
+
+    let mut uplink = open_uplink(config, &eal, &pool)?;
+    let uplink_mac = uplink.mac().context("reading the uplink's MAC")?;
+    status.set_port(PortId::UPLINK, 0, PortState::Up);
+
+    let flow_seed = config.srv6.flow_seed.unwrap_or_else(random_seed);
+    let pipeline_config = pipeline::Config {
+        uplink_mac,
+        underlay_addr: config.uplink.address,
+        encap_source: config.srv6.source,
+        hop_limit: config.srv6.hop_limit,
+        underlay_mtu: config.uplink.mtu,
+        flow_seed,
+    };
+    let neighbors = Arc::new(UnderlayNeighbors::new(1024));
+    let mut mailboxes: Vec<Arc<Mailbox>> = Vec::new();
+    let mut running: Vec<Worker> = Vec::new();
+    for (i, &lcore) in lcores.iter().take(usize::from(workers)).enumerate() {
+        let mailbox = Arc::new(Mailbox::default());
+        let setup = WorkerSetup {
+            index: i as u32,
+            mailbox: Arc::clone(&mailbox),
+            status: Arc::clone(status),
+            pool: pool.clone(),
+            polling: config.workers.polling,
+            pipeline: Pipeline::new(pipeline_config, Arc::clone(&neighbors)),
+            tsc_hz: eal.tsc_hz(),
+        };
+        match eal.launch(lcore, move || worker::run(setup)) {
+            Ok(w) => {
+                mailboxes.push(mailbox);
+                running.push(w);
+            }
+            Err(e) => {
+                if let Err(w) = stop_workers(&mailboxes, running) {
+                    tracing::error!("{w}");
+                }
+                return Err(anyhow::Error::new(e).context(format!("launching worker {i}")));
+            }
+        }
+    }
+
+    let result = give_uplink_queues(&uplink, config, &mailboxes).and_then(|()| {
+        status.set_state(RunState::Running);
+        tracing::info!(
+            name = %config.name,
+            workers,
+            polling = config.workers.polling.name(),
+            uplink = uplink.name(),
+            mac = %uplink_mac,
+            address = %config.uplink.address,
+            "forwarding"
+        );
+        let mut pods = PodPorts::new(eal, config.pods.mechanism, workers, pool.clone());
+        let r = main_loop(config, status, &mailboxes, &mut pods, stop);
+        status.set_state(RunState::Stopping);
+        tracing::info!("stopping");
+        let clean = stop_workers(&mailboxes, running);
+        pods.detach_all(&[], status);
+        r.and(clean)
+    });
+    if let Err(e) = uplink.stop() {
+        tracing::debug!("uplink stop: {e}");
+    }
+    drop(uplink);
+    status.set_port(PortId::UPLINK, 0, PortState::Absent);
+    result
+}
+
+fn open_uplink(config: &Config, eal: &Eal, pool: &Mempool) -> anyhow::Result<Port> {
+    let dev = &config.uplink.device;
+    let mut port = if config.uplink.is_pci() {
+        Port::by_name(eal, dev)
+    } else {
+        Port::attach_vdev(eal, dev)
+    }
+    .with_context(|| format!("uplink.device {dev:?}"))?;
+    let mtu = match port.mtu() {
+        Ok(m) if m == config.uplink.mtu => None,
+        _ => Some(config.uplink.mtu),
+    };
+    let pc = PortConfig {
+        rx_queues: config.uplink_rx_queues(),
+        tx_queues: config.workers.count,
+        mtu,
+        // Neighbor discovery uses multicast; SRv6 arrives for our MAC.
+        promiscuous: true,
+        ..PortConfig::default()
+    };
+    port.configure(&pc, pool)
+        .with_context(|| format!("uplink.device {dev:?}: configuring {pc:?}"))?;
+    port.start()
+        .with_context(|| format!("uplink.device {dev:?}: starting"))?;
+    Ok(port)
+}
+
+/// Worker `i` gets TX queue `i` and the RX queues `q` with `q % workers == i`.
+fn give_uplink_queues(
+    uplink: &Port,
+    config: &Config,
+    mailboxes: &[Arc<Mailbox>],
+) -> anyhow::Result<()> {
+    let workers = mailboxes.len() as u16;
+    let rx_queues = config.uplink_rx_queues();
+    let mut generations = Vec::new();
+    for (i, mb) in mailboxes.iter().enumerate() {
+        let i = i as u16;
+        let rx = (i..rx_queues)
+            .step_by(usize::from(workers))
+            .map(|q| uplink.rx_queue(q))
+            .collect::<Result<Vec<_>, _>>()
+            .context("taking the uplink's RX queues")?;
+        let tx = uplink.tx_queue(i).context("taking the uplink's TX queue")?;
+        generations.push(mb.post([Command::AddPort {
+            port: PortId::UPLINK,
+            rx,
+            tx,
+        }]));
+    }
+    for (i, (mb, g)) in mailboxes.iter().zip(generations).enumerate() {
+        mb.wait_ack(g, ports::ACK_TIMEOUT)
+            .with_context(|| format!("worker {i} taking the uplink's queues"))?;
+    }
+    Ok(())
+}
+
+/// Stops every worker and waits for it; an error if one panicked or failed.
+fn stop_workers(mailboxes: &[Arc<Mailbox>], running: Vec<Worker>) -> anyhow::Result<()> {
+    for mb in mailboxes {
+        mb.request_stop();
+    }
+    let mut failed = Vec::new();
+    for (i, w) in running.into_iter().enumerate() {
+        let lcore = w.lcore();
+        match w.join() {
+            0 => {}
+            dpdk::WORKER_PANICKED => failed.push(format!("worker {i} (lcore {lcore}) panicked")),
+            rc => failed.push(format!("worker {i} (lcore {lcore}) returned {rc}")),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", failed.join("; "))
+    }
+}
+
+/// The main thread's loop: heartbeat, signals, tables, pod ports.
+fn main_loop(
+    config: &Config,
+    status: &StatusWriter,
+    mailboxes: &[Arc<Mailbox>],
+    pods: &mut PodPorts,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let tables_cfg = config.tables();
+    let tables_path = tables_cfg.tables_path();
+    let mut tables: Option<Tables> = None;
+    let mut last_error: Option<String> = None;
+    let mut next_attach = Instant::now();
+    let mut next_replaced_check = Instant::now() + REPLACED_CHECK;
+    while !stop.load(Ordering::Acquire) {
+        status.heartbeat();
+        if let Some(i) = mailboxes.iter().position(|mb| mb.exited()) {
+            bail!("worker {i} exited unexpectedly (see the log above)");
+        }
+        let now = Instant::now();
+        let replaced = match &tables {
+            Some(t) if now >= next_replaced_check => {
+                next_replaced_check = now + REPLACED_CHECK;
+                file_identity(&tables_path).is_some_and(|id| id != t.identity)
+            }
+            _ => false,
+        };
+        if (tables.is_none() && now >= next_attach) || replaced {
+            next_attach = now + Duration::from_millis(200);
+            match attach_tables(&tables_cfg, mailboxes) {
+                Ok(t) => {
+                    if replaced {
+                        tracing::info!(path = %tables_path.display(),
+                            "tables replaced (control restarted with a new region): re-attached");
+                    } else {
+                        tracing::info!(path = %tables_path.display(), "tables attached");
+                    }
+                    last_error = None;
+                    tables = Some(t);
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    if last_error.is_none() {
+                        tracing::info!("waiting for tables at {} ({msg})", tables_path.display());
+                    } else if last_error.as_deref() != Some(msg.as_str()) {
+                        tracing::warn!("tables at {}: {msg}", tables_path.display());
+                    }
+                    last_error = Some(msg);
+                }
+            }
+        }
+        if let Some(t) = tables.as_mut() {
+            let (generation, wanted) = {
+                let snap = t.handle.snapshot();
+                let g = snap.generation();
+                let wanted = (t.reconciled != Some(g)).then(|| ports::requested(&snap));
+                (g, wanted)
+            };
+            // Attaching takes a while: let the writer reclaim meanwhile.
+            t.handle.offline();
+            if let Some(w) = wanted {
+                t.wanted = w;
+            }
+            if t.reconciled != Some(generation) || pods.retry_due(Instant::now()) {
+                pods.reconcile(&t.wanted, mailboxes, status);
+                t.reconciled = Some(generation);
+                status.set_generation(generation);
+            }
+        }
+        std::thread::sleep(TICK);
+    }
+    tracing::info!(signal = true, "stop requested");
+    pods.detach_all(mailboxes, status);
+    Ok(())
+}
+
+/// Maps the tables, hands every worker a reader slot, keeps one for the main thread.
+fn attach_tables(
+    cfg: &lace_shared::tables::TablesConfig,
+    mailboxes: &[Arc<Mailbox>],
+) -> anyhow::Result<Tables> {
+    let path = cfg.tables_path();
+    let before = file_identity(&path).context("no tables file yet")?;
+    let reader = TableReader::attach(cfg)?;
+    if file_identity(&path) != Some(before) {
+        bail!("the tables file was replaced while attaching; retrying");
+    }
+    let handle = reader.register().context("claiming a QSBR reader slot")?;
+    let mut handles = Vec::with_capacity(mailboxes.len());
+    for _ in mailboxes {
+        handles.push(reader.register().context("claiming a QSBR reader slot")?);
+    }
+    let generations: Vec<u64> = mailboxes
+        .iter()
+        .zip(handles)
+        .map(|(mb, h)| mb.post([Command::Tables(h)]))
+        .collect();
+    for (i, (mb, g)) in mailboxes.iter().zip(generations).enumerate() {
+        mb.wait_ack(g, ports::ACK_TIMEOUT)
+            .with_context(|| format!("worker {i} taking the tables"))?;
+    }
+    Ok(Tables {
+        handle,
+        identity: before,
+        reconciled: None,
+        wanted: BTreeMap::new(),
+    })
+}
+
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// A per-process random seed (the standard library's OS-seeded hasher keys).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}

@@ -1,0 +1,214 @@
+//! `lace-forwarder stats`: the status region, read-only, as a table or as JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use lace_shared::status::{PortCounter, PortState, RunState, StatusReader, WorkerCounter};
+use serde::Serialize;
+
+/// One port in a [`Report`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortReport {
+    /// Port id (0 = uplink).
+    pub port: u32,
+    /// `absent`, `attaching`, `up` or `failed`.
+    pub state: &'static str,
+    /// The errno of a failed port.
+    pub errno: Option<u32>,
+    /// Endpoint id the state answers.
+    pub endpoint: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets the NIC refused.
+    pub tx_refused: u64,
+}
+
+/// One worker in a [`Report`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerReport {
+    /// Poll rounds.
+    pub polls: u64,
+    /// Rounds that received packets.
+    pub busy_polls: u64,
+    /// Adaptive sleeps.
+    pub sleeps: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Table publications picked up.
+    pub reloads: u64,
+}
+
+/// Everything `stats` shows (the `--json` document).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The forwarder's pid.
+    pub pid: u32,
+    /// `starting`, `running`, `stopping` or `stopped`.
+    pub state: &'static str,
+    /// Whether the forwarder that wrote the region still runs.
+    pub alive: bool,
+    /// Table generation the ports were last reconciled against (0: no tables yet).
+    pub generation: u64,
+    /// Milliseconds since the last heartbeat.
+    pub heartbeat_age_ms: u64,
+    /// Ports that are not absent or have counted something.
+    pub ports: Vec<PortReport>,
+    /// Packets per pipeline stage, summed over workers.
+    pub stages: BTreeMap<String, u64>,
+    /// Drops per reason, summed over workers (every reason).
+    pub drops: BTreeMap<String, u64>,
+    /// Per-worker poll figures.
+    pub workers: Vec<WorkerReport>,
+    /// The stages in pipeline order (for the table).
+    #[serde(skip)]
+    pub stage_order: Vec<(String, u64)>,
+}
+
+/// The name of a run state in reports.
+pub fn run_state_name(s: RunState) -> &'static str {
+    match s {
+        RunState::Starting => "starting",
+        RunState::Running => "running",
+        RunState::Stopping => "stopping",
+        RunState::Stopped => "stopped",
+    }
+}
+
+/// The name of a port state in reports.
+pub fn port_state_name(s: PortState) -> &'static str {
+    match s {
+        PortState::Absent => "absent",
+        PortState::Attaching => "attaching",
+        PortState::Up => "up",
+        PortState::Failed(_) => "failed",
+    }
+}
+
+impl Report {
+    /// Reads everything from the region.
+    pub fn read(r: &StatusReader) -> Report {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let ports = r
+            .ports()
+            .into_iter()
+            .map(|p| PortReport {
+                port: p.port.0,
+                state: port_state_name(p.state),
+                errno: match p.state {
+                    PortState::Failed(e) => Some(e),
+                    _ => None,
+                },
+                endpoint: p.endpoint,
+                rx_packets: p.counters[PortCounter::RxPackets as usize],
+                rx_bytes: p.counters[PortCounter::RxBytes as usize],
+                tx_packets: p.counters[PortCounter::TxPackets as usize],
+                tx_bytes: p.counters[PortCounter::TxBytes as usize],
+                tx_refused: p.counters[PortCounter::TxRefused as usize],
+            })
+            .collect();
+        let stage_order: Vec<(String, u64)> = r
+            .stage_names()
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| (name, r.stage_total(i)))
+            .collect();
+        let stages = stage_order.iter().cloned().collect();
+        let drops = r
+            .all_drops()
+            .into_iter()
+            .map(|(reason, n)| (reason.name().to_owned(), n))
+            .collect();
+        let workers = (0..r.workers())
+            .map(|w| WorkerReport {
+                polls: r.worker_counter(w, WorkerCounter::Polls),
+                busy_polls: r.worker_counter(w, WorkerCounter::BusyPolls),
+                sleeps: r.worker_counter(w, WorkerCounter::Sleeps),
+                rx_packets: r.worker_counter(w, WorkerCounter::RxPackets),
+                reloads: r.worker_counter(w, WorkerCounter::Reloads),
+            })
+            .collect();
+        Report {
+            pid: r.pid(),
+            state: run_state_name(r.state()),
+            alive: r.alive(),
+            generation: r.generation(),
+            heartbeat_age_ms: now_ns.saturating_sub(r.heartbeat_ns()) / 1_000_000,
+            ports,
+            stages,
+            drops,
+            workers,
+            stage_order,
+        }
+    }
+
+    /// The report as one line of JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// The report as tables (drop reasons only where non-zero).
+    pub fn to_table(&self, name: &str) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "forwarder {name}: {} (pid {}, {}), tables generation {}, heartbeat {} ms ago",
+            self.state,
+            self.pid,
+            if self.alive { "alive" } else { "not running" },
+            self.generation,
+            self.heartbeat_age_ms
+        );
+        let _ = writeln!(
+            s,
+            "\n{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10}",
+            "PORT", "STATE", "ENDPOINT", "RX_PKTS", "RX_BYTES", "TX_PKTS", "TX_BYTES", "REFUSED"
+        );
+        for p in &self.ports {
+            let state = match p.errno {
+                Some(e) => format!("failed({e})"),
+                None => p.state.to_owned(),
+            };
+            let _ = writeln!(
+                s,
+                "{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10}",
+                p.port,
+                state,
+                p.endpoint,
+                p.rx_packets,
+                p.rx_bytes,
+                p.tx_packets,
+                p.tx_bytes,
+                p.tx_refused
+            );
+        }
+        let _ = writeln!(s, "\n{:<26} {:>14}", "STAGE", "PACKETS");
+        for (name, n) in &self.stage_order {
+            let _ = writeln!(s, "{name:<26} {n:>14}");
+        }
+        let _ = writeln!(s, "\n{:<26} {:>14}", "DROP", "PACKETS");
+        for (name, n) in self.drops.iter().filter(|(_, &n)| n != 0) {
+            let _ = writeln!(s, "{name:<26} {n:>14}");
+        }
+        let _ = writeln!(
+            s,
+            "\n{:>6} {:>14} {:>12} {:>12} {:>12} {:>8}",
+            "WORKER", "POLLS", "BUSY", "SLEEPS", "RX_PKTS", "RELOADS"
+        );
+        for (i, w) in self.workers.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "{i:>6} {:>14} {:>12} {:>12} {:>12} {:>8}",
+                w.polls, w.busy_polls, w.sleeps, w.rx_packets, w.reloads
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,711 @@
+//! The `lace-forwarder` binary as a process: configuration errors, `--help`, `check`, the run
+//! lifecycle (waiting for tables, attaching, stats, SIGTERM, a second forwarder refused,
+//! SIGKILL and restart) and pod-port hot-plug on a veth pair.
+//!
+//! Prerequisites for the runtime tests: root (DPDK memory, af_packet, network namespaces),
+//! DPDK's PMDs and `ip`. Without them a test prints "skipped: needs root …" and passes, except
+//! under `CI=true`, where it fails. Every process is killed, and every namespace, link and
+//! file removed, when a test ends, also on failure (Drop guards).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use lace_shared::tables::{TableWriter, TablesConfig};
+use lace_shared::types::PortKind;
+use lace_shared::types::{IfName, MacAddr, NetworkId, NetworkInfo, NetworkKind, PortId, PortInfo};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lace-forwarder");
+/// Generous bound for anything the forwarder should do "soon" (noisy 2-core machines).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A name unique to this test process and call.
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|l| l.split_whitespace().next() == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn missing_prerequisite(needs_ip: bool) -> Option<String> {
+    if !is_root() {
+        return Some("needs root (DPDK memory, af_packet, network namespaces)".to_owned());
+    }
+    let pmds = Path::new("/usr/lib/x86_64-linux-gnu/dpdk");
+    if pmds.exists()
+        && !fs::read_dir(pmds)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|d| d.path().join("librte_net_null.so").exists())
+    {
+        return Some(format!(
+            "needs DPDK's net_null PMD under {}",
+            pmds.display()
+        ));
+    }
+    if needs_ip
+        && !Command::new("ip")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        return Some("needs iproute2 (`ip`)".to_owned());
+    }
+    None
+}
+
+/// Returns early from the test when a prerequisite is missing (fails under CI=true).
+macro_rules! require {
+    ($needs_ip:expr) => {
+        if let Some(missing) = missing_prerequisite($needs_ip) {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("prerequisite missing with CI=true: {missing}");
+            }
+            println!("skipped: {missing}");
+            return;
+        }
+    };
+}
+
+/// A directory for one test's tables, status region, configs and logs; removed on drop.
+struct Workdir {
+    path: PathBuf,
+}
+
+impl Workdir {
+    fn new(tag: &str) -> Workdir {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let path = base.join(unique(&format!("lace-engine-{tag}-")));
+        fs::create_dir_all(&path).expect("create work directory");
+        Workdir { path }
+    }
+}
+
+impl Drop for Workdir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A forwarder process; killed and reaped on drop.
+struct Forwarder {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Forwarder {
+    fn spawn(config: &Path, log: PathBuf) -> Forwarder {
+        let out = fs::File::create(&log).expect("create log");
+        let err = out.try_clone().expect("clone log");
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn lace-forwarder");
+        Forwarder {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{sig}"), self.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{sig} {}", self.pid());
+    }
+
+    /// Waits for the process to exit.
+    fn wait_exit(&mut self, what: &str) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.try_wait() {
+                self.child = None;
+                return s;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{what}: forwarder did not exit; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn sigkill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.sigkill();
+    }
+}
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run lace-forwarder")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const BASE: &str = r#"
+[eal]
+memory = "no-huge"
+memory_mb = 256
+
+[uplink]
+device = "net_null0,no-rx=1"
+address = "fd00::a"
+
+[workers]
+count = 1
+polling = "adaptive"
+"#;
+
+fn write_config(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "name = \"{name}\"\ntables_dir = \"{}\"\n{extra}\n{BASE}",
+        dir.display()
+    );
+    fs::write(&path, text).expect("write config");
+    path
+}
+
+fn tables_config(dir: &Path, name: &str) -> TablesConfig {
+    TablesConfig {
+        dir: dir.to_path_buf(),
+        name: name.to_owned(),
+        size: 64 << 20,
+        reader_slots: 32,
+    }
+}
+
+/// `stats --json`, or None while the status region is missing.
+fn stats(config: &Path) -> Option<Value> {
+    let out = cli(&["stats", "--json", "--config", config.to_str()?]);
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Polls `stats --json` until `pred` holds; panics with the forwarder's log after PATIENCE or
+/// when the forwarder exits.
+fn wait_for(
+    fwd: &mut Forwarder,
+    config: &Path,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    let mut last = None;
+    loop {
+        if let Some(s) = stats(config) {
+            if pred(&s) {
+                return s;
+            }
+            last = Some(s);
+        }
+        if let Some(st) = fwd.try_wait() {
+            panic!(
+                "waiting for {what}: forwarder exited ({st}); log:\n{}",
+                fwd.log()
+            );
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "waiting for {what}: last stats {last:?}; log:\n{}",
+            fwd.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn port<'a>(s: &'a Value, id: u32) -> Option<&'a Value> {
+    s["ports"]
+        .as_array()?
+        .iter()
+        .find(|p| p["port"].as_u64() == Some(u64::from(id)))
+}
+
+fn port_state(s: &Value, id: u32) -> String {
+    port(s, id)
+        .and_then(|p| p["state"].as_str())
+        .unwrap_or("absent")
+        .to_owned()
+}
+
+fn network_info() -> NetworkInfo {
+    NetworkInfo {
+        kind: NetworkKind::L3,
+        anonymous: false,
+        gateway_mac: MacAddr([0x02, 0, 0, 0, 0, 1]),
+        gateway4: Some("10.1.0.1".parse().unwrap()),
+        gateway6: None,
+        mtu: 1460,
+    }
+}
+
+fn pod_port(iface: &str, endpoint: u64) -> PortInfo {
+    PortInfo {
+        kind: PortKind::Pod,
+        network: NetworkId(1),
+        mac: MacAddr([0x02, 0, 0, 0, 1, endpoint as u8]),
+        ipv4: Some(format!("10.1.0.{}", 10 + endpoint).parse().unwrap()),
+        ipv6: None,
+        endpoint,
+        iface: IfName::new(iface).unwrap(),
+    }
+}
+
+// ---- configuration and CLI (no root) ------------------------------------------------------
+
+#[test]
+fn config_errors_name_the_field() {
+    let dir = Workdir::new("cfg");
+    let cases = [
+        ("unknown key", "bogus_key = 1\n", "bogus_key"),
+        (
+            "bad address",
+            "[srv6]\nsource = \"fd00::zz\"\n",
+            "srv6.source",
+        ),
+    ];
+    for (what, extra, field) in cases {
+        let cfg = write_config(&dir.path, &unique("c"), extra);
+        let out = cli(&["check", "--config", cfg.to_str().unwrap()]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert!(
+            err.contains(field),
+            "{what}: error does not name {field}: {err}"
+        );
+    }
+    // Replacing a value of the base file: bad polling mode, bad uplink address.
+    for (what, from, to, field) in [
+        (
+            "bad polling mode",
+            "polling = \"adaptive\"",
+            "polling = \"sometimes\"",
+            "workers.polling",
+        ),
+        (
+            "bad uplink address",
+            "address = \"fd00::a\"",
+            "address = \"10.0.0.300\"",
+            "uplink.address",
+        ),
+        (
+            "unknown memory mode",
+            "memory = \"no-huge\"",
+            "memory = \"lots\"",
+            "eal.memory",
+        ),
+    ] {
+        let name = unique("c");
+        let path = dir.path.join(format!("{name}.toml"));
+        let body = format!("name = \"{name}\"\n{}", BASE.replace(from, to));
+        fs::write(&path, body).unwrap();
+        let out = cli(&["check", "--config", path.to_str().unwrap()]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert!(
+            err.contains(field),
+            "{what}: error does not name {field}: {err}"
+        );
+    }
+    // A bad flag value is refused by the parser, naming the flag.
+    let cfg = write_config(&dir.path, &unique("c"), "");
+    let out = cli(&[
+        "check",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--polling",
+        "sometimes",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--polling"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli(&["check", "--config", "/nonexistent/lace.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("/nonexistent/lace.toml"));
+}
+
+#[test]
+fn help_mentions_every_option() {
+    let run = text(&cli(&["run", "--help"]).stdout);
+    for flag in [
+        "--config",
+        "--name",
+        "--workers",
+        "--polling",
+        "--memory ",
+        "--memory-mb",
+        "--lcores",
+        "--uplink",
+        "--underlay-addr",
+        "--tables-dir",
+        "busy",
+        "adaptive",
+        "hugepages",
+        "in-memory",
+        "no-huge",
+    ] {
+        assert!(run.contains(flag), "run --help lacks {flag}:\n{run}");
+    }
+    let stats = text(&cli(&["stats", "--help"]).stdout);
+    for flag in ["--config", "--name", "--tables-dir", "--json", "--watch"] {
+        assert!(stats.contains(flag), "stats --help lacks {flag}:\n{stats}");
+    }
+    let top = text(&cli(&["--help"]).stdout);
+    for word in [
+        "run",
+        "stats",
+        "check",
+        "mechanism",
+        "polling",
+        "file_prefix",
+    ] {
+        assert!(top.contains(word), "--help lacks {word}:\n{top}");
+    }
+}
+
+#[test]
+fn check_prints_the_effective_eal_arguments() {
+    let dir = Workdir::new("check");
+    let name = unique("k");
+    let cfg = write_config(&dir.path, &name, "");
+    let out = cli(&["check", "--config", cfg.to_str().unwrap(), "--workers", "2"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for want in [
+        "--no-huge",
+        "--no-shconf",
+        "-m 256",
+        &format!("--file-prefix=lace-{name}"),
+        "--no-pci",
+        "--lcores=0@",
+        "count = 2",
+    ] {
+        assert!(
+            stdout.contains(want),
+            "check output lacks {want}:\n{stdout}"
+        );
+    }
+    let out = cli(&[
+        "check",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--uplink",
+        "0000:03:00.1",
+        "--memory",
+        "in-memory",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("-a 0000:03:00.1"), "{stdout}");
+    assert!(stdout.contains("--in-memory"), "{stdout}");
+    assert!(!stdout.contains("--no-pci"), "{stdout}");
+}
+
+// ---- the run lifecycle (root) -------------------------------------------------------------
+
+#[test]
+fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
+    require!(false);
+    let dir = Workdir::new("life");
+    let name = unique("l");
+    let cfg = write_config(&dir.path, &name, "");
+    let mut fwd = Forwarder::spawn(&cfg, dir.path.join("fwd1.log"));
+
+    // Running without tables: waits for them.
+    wait_for(&mut fwd, &cfg, "state running", |s| s["state"] == "running");
+    let start = Instant::now();
+    while !fwd.log().contains("waiting for tables at") {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no 'waiting for tables' in:\n{}",
+            fwd.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = stats(&cfg).unwrap();
+    assert_eq!(s["generation"], 0);
+    assert_eq!(port_state(&s, 0), "up", "uplink: {s}");
+
+    // Tables appear: attached, reconciled against the published generation.
+    let tcfg = tables_config(&dir.path, &name);
+    let mut writer = TableWriter::create(&tcfg).expect("create tables");
+    writer.set_network(NetworkId(1), &network_info()).unwrap();
+    let generation = writer.publish().unwrap();
+    wait_for(&mut fwd, &cfg, "tables generation", |s| {
+        s["generation"].as_u64() == Some(generation)
+    });
+
+    // Workers poll (adaptive: they sleep, but keep polling).
+    let polls = |s: &Value| s["workers"][0]["polls"].as_u64().unwrap_or(0);
+    let first = polls(&stats(&cfg).unwrap());
+    let s = wait_for(&mut fwd, &cfg, "worker polls increasing", |s| {
+        polls(s) > first
+    });
+    for key in ["pid", "alive", "stages", "drops", "workers"] {
+        assert!(!s[key].is_null(), "stats --json lacks {key}: {s}");
+    }
+    assert_eq!(s["alive"], true);
+    assert_eq!(s["pid"].as_u64(), Some(u64::from(fwd.pid())));
+    assert!(
+        s["drops"]["tx-refused"].is_u64(),
+        "every drop reason listed: {s}"
+    );
+    assert!(s["stages"]["uplink-input"].is_u64(), "stage names: {s}");
+    let table = cli(&["stats", "--config", cfg.to_str().unwrap()]);
+    assert!(
+        text(&table.stdout).contains("running"),
+        "{}",
+        text(&table.stdout)
+    );
+
+    // A second forwarder with the same name is refused.
+    let mut second = Forwarder::spawn(&cfg, dir.path.join("fwd2.log"));
+    let st = second.wait_exit("second forwarder");
+    assert!(!st.success(), "a second forwarder with the same name ran");
+    assert!(
+        second.log().contains("another lace-forwarder"),
+        "refusal names the cause:\n{}",
+        second.log()
+    );
+    assert_eq!(
+        stats(&cfg).unwrap()["state"],
+        "running",
+        "the first one is undisturbed"
+    );
+
+    // SIGTERM: clean stop, exit 0, state stopped.
+    fwd.signal("TERM");
+    let st = fwd.wait_exit("SIGTERM");
+    assert!(
+        st.success(),
+        "exit after SIGTERM: {st}; log:\n{}",
+        fwd.log()
+    );
+    let s = stats(&cfg).expect("status region stays after a clean stop");
+    assert_eq!(s["state"], "stopped");
+    assert_eq!(s["alive"], false);
+
+    // Start again, SIGKILL, start again: runs on the same tables.
+    let mut fwd = Forwarder::spawn(&cfg, dir.path.join("fwd3.log"));
+    wait_for(&mut fwd, &cfg, "restart", |s| {
+        s["state"] == "running" && s["generation"].as_u64() == Some(generation)
+    });
+    fwd.sigkill();
+    let mut fwd = Forwarder::spawn(&cfg, dir.path.join("fwd4.log"));
+    wait_for(&mut fwd, &cfg, "restart after SIGKILL", |s| {
+        s["state"] == "running"
+            && s["alive"] == true
+            && s["generation"].as_u64() == Some(generation)
+    });
+    // The tables are intact and still writable: a new publication is picked up.
+    writer.set_network(NetworkId(2), &network_info()).unwrap();
+    let generation = writer.publish().unwrap();
+    wait_for(&mut fwd, &cfg, "next publication", |s| {
+        s["generation"].as_u64() == Some(generation)
+    });
+    fwd.signal("INT");
+    assert!(fwd.wait_exit("SIGINT").success(), "log:\n{}", fwd.log());
+}
+
+// ---- pod-port hot-plug (root) -------------------------------------------------------------
+
+/// A network namespace and a veth pair (host end in the test's namespace); removed on drop.
+struct VethPod {
+    netns: String,
+    host_if: String,
+}
+
+fn ip(args: &str) -> Output {
+    Command::new("ip")
+        .args(args.split_whitespace())
+        .output()
+        .expect("run ip")
+}
+
+fn ip_ok(args: &str) {
+    let out = ip(args);
+    assert!(out.status.success(), "ip {args}: {}", text(&out.stderr));
+}
+
+impl VethPod {
+    fn new() -> VethPod {
+        let n = unique("");
+        let pod = VethPod {
+            netns: format!("lace-eng-{n}"),
+            host_if: format!("le{}", &n[n.len().saturating_sub(12)..]),
+        };
+        ip_ok(&format!("netns add {}", pod.netns));
+        ip_ok(&format!(
+            "link add {} type veth peer name eth0 netns {}",
+            pod.host_if, pod.netns
+        ));
+        ip_ok(&format!("link set {} up", pod.host_if));
+        ip_ok(&format!("-n {} link set eth0 up", pod.netns));
+        pod
+    }
+
+    fn ifindex(&self) -> u32 {
+        fs::read_to_string(format!("/sys/class/net/{}/ifindex", self.host_if))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for VethPod {
+    fn drop(&mut self) {
+        let _ = ip(&format!("link del {}", self.host_if));
+        let _ = ip(&format!("netns del {}", self.netns));
+    }
+}
+
+/// Packet sockets bound to interface `ifindex` (`/proc/net/packet`): what af_packet ports hold.
+fn packet_sockets_on(ifindex: u32) -> usize {
+    fs::read_to_string("/proc/net/packet")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(4).and_then(|i| i.parse().ok()) == Some(ifindex))
+        .count()
+}
+
+#[test]
+fn pod_ports_hot_plug_fail_and_detach() {
+    require!(true);
+    let dir = Workdir::new("plug");
+    let name = unique("p");
+    let pod = VethPod::new();
+    let missing = unique("nx");
+
+    let tcfg = tables_config(&dir.path, &name);
+    let mut writer = TableWriter::create(&tcfg).expect("create tables");
+    writer.set_network(NetworkId(1), &network_info()).unwrap();
+    writer.publish().unwrap();
+
+    let cfg = write_config(&dir.path, &name, "");
+    let mut fwd = Forwarder::spawn(&cfg, dir.path.join("fwd.log"));
+    wait_for(&mut fwd, &cfg, "running with tables", |s| {
+        s["state"] == "running" && s["generation"].as_u64() > Some(0)
+    });
+    assert_eq!(packet_sockets_on(pod.ifindex()), 0);
+
+    // Request a real interface and a missing one.
+    writer
+        .set_port(PortId(1), &pod_port(&pod.host_if, 11))
+        .unwrap();
+    writer.set_port(PortId(2), &pod_port(&missing, 12)).unwrap();
+    writer.publish().unwrap();
+    let s = wait_for(&mut fwd, &cfg, "port 1 up, port 2 failed", |s| {
+        port_state(s, 1) == "up" && port_state(s, 2) == "failed"
+    });
+    assert_eq!(port(&s, 1).unwrap()["endpoint"], 11);
+    assert_eq!(
+        port(&s, 2).unwrap()["errno"],
+        19,
+        "ENODEV for a missing interface: {s}"
+    );
+    assert!(
+        packet_sockets_on(pod.ifindex()) > 0,
+        "an af_packet socket is bound to {}",
+        pod.host_if
+    );
+
+    // Remove port 1: detached, the DPDK port's sockets gone; port 2 unaffected.
+    writer.remove_port(PortId(1)).unwrap();
+    let generation = writer.publish().unwrap();
+    let s = wait_for(&mut fwd, &cfg, "port 1 detached", |s| {
+        port_state(s, 1) == "absent" && s["generation"].as_u64() == Some(generation)
+    });
+    assert_eq!(port_state(&s, 2), "failed");
+    let start = Instant::now();
+    while packet_sockets_on(pod.ifindex()) > 0 {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "af_packet sockets stay after detach"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Re-request it under a new endpoint: plugged again.
+    writer
+        .set_port(PortId(1), &pod_port(&pod.host_if, 21))
+        .unwrap();
+    writer.publish().unwrap();
+    let s = wait_for(&mut fwd, &cfg, "port 1 re-plugged", |s| {
+        port_state(s, 1) == "up" && port(s, 1).is_some_and(|p| p["endpoint"] == 21)
+    });
+    assert_eq!(port_state(&s, 2), "failed");
+    assert_eq!(port_state(&s, 0), "up");
+
+    fwd.signal("TERM");
+    assert!(fwd.wait_exit("SIGTERM").success(), "log:\n{}", fwd.log());
+    assert_eq!(
+        packet_sockets_on(pod.ifindex()),
+        0,
+        "ports detached at stop"
+    );
+    let s = stats(&cfg).unwrap();
+    assert_eq!(s["state"], "stopped");
+}
