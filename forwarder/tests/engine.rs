@@ -273,7 +273,7 @@ fn wait_for(
     }
 }
 
-fn port<'a>(s: &'a Value, id: u32) -> Option<&'a Value> {
+fn port(s: &Value, id: u32) -> Option<&Value> {
     s["ports"]
         .as_array()?
         .iter()
