@@ -524,8 +524,8 @@ impl Lab {
             "ip", "link", "add", "name", name, "netns", ns, "mtu", "1500", "type", "veth", "peer",
             "name", port, "netns", &u, "mtu", "1500",
         ]);
-        ipn(&u, &format!("link set {port} master br0"));
-        ipn(&u, &format!("link set {port} up"));
+        ipn(&u, &format!("link set dev {port} master br0"));
+        ipn(&u, &format!("link set dev {port} up"));
     }
 
     /// Adds forwarder node k: namespace `<tag>-n<label>` with uplink `ul` on the bridge (port
@@ -593,7 +593,7 @@ impl Lab {
         ]);
         let mtu = POD_MTU;
         ipn(ns, &format!("link set eth0 address {mac} mtu {mtu}"));
-        ipn(host_ns, &format!("link set {host_if} mtu {mtu}"));
+        ipn(host_ns, &format!("link set dev {host_if} mtu {mtu}"));
         sysctl(
             ns,
             &[
@@ -610,7 +610,7 @@ impl Lab {
             &format!("ethtool -K {host_if} tx off tso off gso off gro off"),
         );
         ipn(ns, "link set eth0 up");
-        ipn(host_ns, &format!("link set {host_if} up"));
+        ipn(host_ns, &format!("link set dev {host_if} up"));
         let (p4, p6) = host_plen;
         ipn(ns, &format!("addr add {ip4}/{p4} dev eth0"));
         ipn(ns, &format!("-6 addr add {ip6}/{p6} dev eth0 nodad"));
@@ -957,17 +957,9 @@ mechanism = "af_packet"
                 for (port, ep, ifname) in &ports {
                     match r.port(*port) {
                         Some(ps) if ps.state == PortState::Up && ps.endpoint == *ep => {}
-                        Some(ps) => {
-                            if let PortState::Failed(code) = ps.state {
-                                panic!(
-                                    "node {k}: pod port {} ({ifname}) failed to attach: \
-                                     code {code}\n{}",
-                                    port.0,
-                                    status_report(&path)
-                                );
-                            }
-                            pending.push(format!("{}({ifname}):{:?}", port.0, ps.state));
-                        }
+                        // Failed may be transient (the forwarder retries): keep waiting, and
+                        // report the last state if it never comes up.
+                        Some(ps) => pending.push(format!("{}({ifname}):{:?}", port.0, ps.state)),
                         None => pending.push(format!("{}({ifname}):none", port.0)),
                     }
                 }
@@ -979,7 +971,10 @@ mechanism = "af_packet"
                 last = format!("no status region at {}", path.display());
             }
             if start.elapsed() > WAIT {
-                panic!("node {k}: forwarder not running with its ports up after {WAIT:?}: {last}");
+                panic!(
+                    "node {k}: forwarder not running with its ports up after {WAIT:?}: {last}\n{}",
+                    status_report(&path)
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -1132,6 +1127,8 @@ pub fn status_report(path: &Path) -> String {
 pub struct PingResult {
     /// Exit status 0.
     pub ok: bool,
+    /// Echo requests sent.
+    pub transmitted: u32,
     /// Replies received.
     pub received: u32,
     /// Its output.
@@ -1169,19 +1166,22 @@ pub fn ping(ns: &str, dst: IpAddr, count: u32, src: Option<IpAddr>) -> PingResul
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let received = output
-        .lines()
-        .find(|l| l.contains("packets transmitted"))
-        .and_then(|l| {
-            l.split(',')
-                .find(|f| f.contains("received"))
-                .and_then(|f| f.split_whitespace().next())
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0);
+    let stat = |word: &str| -> u32 {
+        output
+            .lines()
+            .find(|l| l.contains("packets transmitted"))
+            .and_then(|l| {
+                l.split(',')
+                    .find(|f| f.contains(word))
+                    .and_then(|f| f.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+            })
+            .unwrap_or(0)
+    };
     PingResult {
         ok: out.status.success(),
-        received,
+        transmitted: stat("transmitted"),
+        received: stat("received"),
         output,
     }
 }
@@ -1190,17 +1190,17 @@ pub fn ping(ns: &str, dst: IpAddr, count: u32, src: Option<IpAddr>) -> PingResul
 /// requires `count` of `count` replies (retrying the round up to 3 times: the machine is
 /// noisy). Panics with the last output and `diag()` on failure.
 pub fn ping_ok(ns: &str, dst: IpAddr, count: u32, diag: impl Fn() -> String) {
-    let mut last;
-    let mut tries = 0;
-    loop {
+    let mut last = String::new();
+    let mut warm = false;
+    for _ in 0..10 {
         let r = ping(ns, dst, 1, None);
         last = r.output;
-        tries += 1;
-        if r.ok || tries == 10 {
+        if r.received > 0 {
+            warm = true;
             break;
         }
     }
-    if !last.contains(" 0% packet loss") {
+    if !warm {
         panic!(
             "ping from {ns} to {dst}: no reply in 10 attempts; last output:\n{last}\n{}",
             diag()
