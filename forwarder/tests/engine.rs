@@ -565,8 +565,53 @@ fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
     wait_for(&mut fwd, &cfg, "next publication", |s| {
         s["generation"].as_u64() == Some(generation)
     });
+
+    // Control restarts with a new region (the files are replaced): the forwarder re-attaches.
+    drop(writer);
+    fs::remove_file(tcfg.tables_path()).unwrap();
+    fs::remove_file(tcfg.qsbr_path()).unwrap();
+    let mut writer = TableWriter::create(&tcfg).expect("create new tables");
+    writer.set_network(NetworkId(3), &network_info()).unwrap();
+    let replaced = writer.publish().unwrap();
+    assert_ne!(replaced, generation, "the new region starts its own count");
+    wait_for(&mut fwd, &cfg, "re-attach to replaced tables", |s| {
+        s["generation"].as_u64() == Some(replaced)
+    });
+    assert!(fwd.log().contains("tables replaced"), "log:\n{}", fwd.log());
+
     fwd.signal("INT");
     assert!(fwd.wait_exit("SIGINT").success(), "log:\n{}", fwd.log());
+}
+
+#[test]
+fn hugepage_shortage_names_the_fix() {
+    require!(false);
+    let dir = Workdir::new("huge");
+    let name = unique("h");
+    let cfg = write_config(&dir.path, &name, "");
+    // A terabyte of huge pages: no machine running these tests has that free.
+    let out = cli(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory",
+        "in-memory",
+        "--memory-mb",
+        "1048576",
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no-huge"),
+        "the error offers --memory no-huge: {err}"
+    );
+    let sizes = fs::read_dir("/sys/kernel/mm/hugepages").map_or(0, |d| d.count());
+    if sizes > 0 {
+        assert!(
+            err.contains("lace-hugepages reserve --mb 1048576"),
+            "the error names the reservation command: {err}"
+        );
+    }
 }
 
 // ---- pod-port hot-plug (root) -------------------------------------------------------------
