@@ -69,6 +69,7 @@ fn expect_encap(
              fields (src|dst|flow|hlim|nxt|ip.src|ip.dst|srh nxt):\n{raw}"
         )
     };
+    eprintln!("{what}: {r:?}");
     if ours {
         assert_eq!(
             r.nxt, payload,
@@ -430,4 +431,57 @@ fn linux_seg6_interop() {
         a6,
         false,
     );
+}
+
+/// MTU: pod MTU is the underlay MTU minus 40. A pod whose interface MTU is (wrongly) the
+/// underlay's sends a 1500-byte packet with DF cross-node: the forwarder must answer with ICMP
+/// fragmentation needed / packet too big carrying MTU 1460 (counted as too-big), never drop it
+/// silently; a 1460-byte packet (1500 on the underlay) goes through.
+#[test]
+fn oversize_gets_frag_needed_and_packet_too_big() {
+    let _serial = serial();
+    if !prerequisites() {
+        return;
+    }
+    let mut lab = Lab::new("mtu");
+    lab.add_fwd_node(1);
+    lab.add_fwd_node(2);
+    let a1 = lab.add_pod(1, 1, 2);
+    let b1 = lab.add_pod(2, 1, 2);
+    lab.start(1);
+    lab.start(2);
+    ping_ok(&a1.ns, b1.ip4.into(), 1, || lab.diagnose());
+    ping_ok(&a1.ns, b1.ip6.into(), 1, || lab.diagnose());
+    // Exactly the pod MTU: 1460-byte IPv4 / IPv6 packets, 1500 bytes encapsulated.
+    for (dst, size) in [
+        (IpAddr::from(b1.ip4), "1432"),
+        (IpAddr::from(b1.ip6), "1412"),
+    ] {
+        let r = ping_with(&a1.ns, dst, 2, &["-M", "do", "-s", size]);
+        assert!(
+            r.received >= 1,
+            "a {size}-byte echo payload to {dst} (a packet of exactly the pod MTU) got no \
+             reply: {}\n{}",
+            r.output,
+            lab.diagnose()
+        );
+    }
+    let node_ns = lab.node(1).ns.clone();
+    ipn(&a1.ns, "link set dev eth0 mtu 1500");
+    ipn(&node_ns, &format!("link set dev {} mtu 1500", a1.host_if));
+    for (dst, size) in [
+        (IpAddr::from(b1.ip4), "1472"),
+        (IpAddr::from(b1.ip6), "1452"),
+    ] {
+        let before = lab.drops(1, DropReason::TooBig);
+        let r = ping_with(&a1.ns, dst, 3, &["-M", "do", "-s", size]);
+        let after = lab.drops(1, DropReason::TooBig);
+        assert!(
+            r.received == 0 && r.output.contains("1460") && after > before,
+            "a 1500-byte packet with DF to {dst} must get ICMP frag-needed / packet-too-big \
+             with MTU 1460 and count too-big (before {before}, after {after}); ping said:\n{}\n{}",
+            r.output,
+            lab.diagnose()
+        );
+    }
 }

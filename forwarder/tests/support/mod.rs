@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -99,9 +100,26 @@ pub fn forwarder_bin() -> PathBuf {
     }
 }
 
-/// Whether the process `pid` is a live run of a test binary (leftovers are keyed by pid).
+/// Whether the process `pid` is a live run of this test binary (leftovers are keyed by pid): it
+/// exists, is not a zombie, and runs an executable named like this one (not a reused pid).
 fn pid_alive(pid: u32) -> bool {
-    fs::metadata(format!("/proc/{pid}")).is_ok()
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S …": the state follows the last ')'.
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
+    let exe = |p: &str| {
+        fs::read_link(p)
+            .ok()
+            .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    };
+    let theirs = exe(&format!("/proc/{pid}/exe"));
+    let ours = exe("/proc/self/exe");
+    let same_binary = |a: &str, b: &str| a.split('-').next() == b.split('-').next();
+    !zombie && (theirs.is_empty() || same_binary(&theirs, &ours))
 }
 
 /// Removes what crashed runs left: `lht-<pid>-*` namespaces (killing what still runs in them),
@@ -237,11 +255,22 @@ impl Proc {
     pub fn spawn(name: &str, argv: &[String], log: PathBuf) -> Proc {
         let f = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
         let f2 = f.try_clone().expect("dup log fd");
-        let child = Command::new(&argv[0])
-            .args(&argv[1..])
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::from(f))
-            .stderr(Stdio::from(f2))
+            .stderr(Stdio::from(f2));
+        // If the test process dies without unwinding (SIGKILL, abort), its children die too
+        // rather than keep forwarding in a namespace nobody deletes until the next run.
+        // SAFETY: runs in the child between fork and exec and only calls prctl, which is
+        // async-signal-safe; no allocation, no locks.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                Ok(())
+            });
+        }
+        let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", argv.join(" ")));
         Proc {
@@ -1002,6 +1031,15 @@ mechanism = "af_packet"
                 n.name,
                 status_report(&n.status_path())
             );
+            if let Some(bin) = option_env!("CARGO_BIN_EXE_lace-forwarder") {
+                let _ = writeln!(
+                    s,
+                    "== node {} `lace-forwarder stats` ==\n{}",
+                    node_label(n.k),
+                    run_capture(&[bin, "stats", "--name", &n.name, "--tables-dir", SHM])
+                        .unwrap_or_else(|e| e)
+                );
+            }
             let _ = writeln!(
                 s,
                 "== node {} links ==\n{}",
@@ -1137,6 +1175,16 @@ pub struct PingResult {
 
 /// `ping [-6] -c count -i 0.2 -W 2 [-I src] dst` in a namespace.
 pub fn ping(ns: &str, dst: IpAddr, count: u32, src: Option<IpAddr>) -> PingResult {
+    let src = src.map(|s| s.to_string());
+    let extra: Vec<&str> = match &src {
+        Some(s) => vec!["-I", s],
+        None => vec![],
+    };
+    ping_with(ns, dst, count, &extra)
+}
+
+/// `ping [-6] -c count -i 0.2 -W 2 <extra…> dst` in a namespace.
+pub fn ping_with(ns: &str, dst: IpAddr, count: u32, extra: &[&str]) -> PingResult {
     let mut argv: Vec<String> = ["ip", "netns", "exec", ns, "ping", "-n"]
         .iter()
         .map(|s| s.to_string())
@@ -1151,10 +1199,7 @@ pub fn ping(ns: &str, dst: IpAddr, count: u32, src: Option<IpAddr>) -> PingResul
     );
     argv.push("-w".into());
     argv.push((count * 2 + 2).to_string());
-    if let Some(s) = src {
-        argv.push("-I".into());
-        argv.push(s.to_string());
-    }
+    argv.extend(extra.iter().map(|s| s.to_string()));
     argv.push(dst.to_string());
     let out = Command::new(&argv[0])
         .args(&argv[1..])
