@@ -75,7 +75,9 @@ pub enum Mechanism {
     /// the workers' queues; works on any kernel and interface.
     AfPacket,
     /// `net_af_xdp`: an XDP socket per queue; needs the interface to have one queue per worker
-    /// (veth created with `numrxqueues`/`numtxqueues`) and a kernel with AF_XDP.
+    /// (veth created with `numrxqueues`/`numtxqueues`) and a kernel with AF_XDP. DPDK 22.11
+    /// cannot attach an interface again in the same process once it was detached (the XDP
+    /// socket is refused): a pod re-plugged on the same interface stays `Failed` until restart.
     AfXdp,
 }
 
