@@ -34,7 +34,8 @@ mod support;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use lace_shared::status::{DropReason, RunState, StatusReader};
+use lace_shared::status::{DropReason, PortCounter, RunState, StatusReader};
+use lace_shared::types::PortId;
 use support::*;
 
 /// Bytes moved by the TCP test (100 MiB).
@@ -180,9 +181,10 @@ fn cross_node_ping_and_underlay_capture() {
     expect_encap(&rows, &raw, "b->a v6", sb, sid_dt46(1, 1), 41, b6, a6, true);
 }
 
-/// 100 MiB over TCP (IPv4) from a pod on node a to a pod on node b, through both forwarders
-/// and the underlay; the receiver regenerates the sender's seeded pseudo-random stream and
-/// compares every byte, and both sides' SHA-256 must agree.
+/// 100 MiB over TCP from a pod on node a to a pod on node b, through both forwarders and the
+/// underlay, over IPv4 (next header 4) and then IPv6 (41); the receiver regenerates the
+/// sender's seeded pseudo-random stream and compares every byte, and both sides' SHA-256 must
+/// agree.
 #[test]
 fn cross_node_tcp_100mb() {
     let _serial = serial();
@@ -197,14 +199,32 @@ fn cross_node_tcp_100mb() {
     lab.start(1);
     lab.start(2);
     ping_ok(&a1.ns, b1.ip4.into(), 1, || lab.diagnose());
+    ping_ok(&a1.ns, b1.ip6.into(), 1, || lab.diagnose());
     let seed = u64::from(std::process::id());
+    tcp_transfer(&lab, &a1, b1.ip4.into(), seed, "tcp4");
+    tcp_transfer(&lab, &a1, b1.ip6.into(), seed + 1, "tcp6");
+}
+
+/// Moves [`TCP_BYTES`] from pod `from` to `to` (a pod address; the receiver runs in the pod
+/// that owns it) and verifies them.
+fn tcp_transfer(lab: &Lab, from: &Pod, to: IpAddr, seed: u64, label: &str) {
+    let to_pod = lab
+        .pods
+        .iter()
+        .find(|p| IpAddr::from(p.ip4) == to || IpAddr::from(p.ip6) == to)
+        .expect("destination pod");
+    let uplink_tx = |k: u32| -> u64 {
+        let ps = lab.status(k).port(PortId::UPLINK).expect("uplink status");
+        ps.counters[PortCounter::TxBytes as usize]
+    };
+    let (a_before, b_before) = (uplink_tx(from.node), uplink_tx(to_pod.node));
     let port = "5001".to_string();
     let mut rx = python_in(
-        &lab,
-        &b1.ns,
-        "tcp-receiver",
+        lab,
+        &to_pod.ns,
+        &format!("{label}-receiver"),
         TCP_RECEIVER,
-        &[b1.ip4.to_string(), port.clone(), seed.to_string()],
+        &[to.to_string(), port.clone(), seed.to_string()],
     );
     wait_for("the TCP receiver to listen", WAIT, || {
         if let Some(s) = rx.try_wait() {
@@ -213,12 +233,12 @@ fn cross_node_tcp_100mb() {
         rx.log_text().contains("ready").then_some(())
     });
     let mut tx = python_in(
-        &lab,
-        &a1.ns,
-        "tcp-sender",
+        lab,
+        &from.ns,
+        &format!("{label}-sender"),
         TCP_SENDER,
         &[
-            b1.ip4.to_string(),
+            to.to_string(),
             port,
             seed.to_string(),
             TCP_BYTES.to_string(),
@@ -231,38 +251,59 @@ fn cross_node_tcp_100mb() {
     let (txlog, rxlog) = (tx.log_text(), rx.log_text());
     assert!(
         sent.is_some_and(|s| s.success()) && received.is_some_and(|s| s.success()),
-        "TCP transfer did not complete within {limit:?} (sender {sent:?}: {txlog}; receiver \
-         {received:?}: {rxlog})\n{}",
+        "{label}: TCP transfer to {to} did not complete within {limit:?} (sender {sent:?}: \
+         {txlog}; receiver {received:?}: {rxlog})\n{}",
         lab.diagnose()
     );
-    let tx_words: Vec<&str> = txlog
-        .lines()
-        .find(|l| l.starts_with("sent "))
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let rx_words: Vec<&str> = rxlog
-        .lines()
-        .find(|l| l.starts_with("received "))
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let words = |log: &str, first: &str| -> Vec<String> {
+        log.lines()
+            .find(|l| l.starts_with(first))
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let (tx_words, rx_words) = (words(&txlog, "sent "), words(&rxlog, "received "));
     assert!(
         tx_words.len() >= 3 && rx_words.len() >= 5,
-        "sender said {txlog:?}, receiver said {rxlog:?}"
+        "{label}: sender said {txlog:?}, receiver said {rxlog:?}"
     );
-    assert_eq!(tx_words[1], TCP_BYTES.to_string(), "bytes sent");
-    assert_eq!(rx_words[1], TCP_BYTES.to_string(), "bytes received");
+    assert_eq!(tx_words[1], TCP_BYTES.to_string(), "{label}: bytes sent");
+    assert_eq!(
+        rx_words[1],
+        TCP_BYTES.to_string(),
+        "{label}: bytes received"
+    );
     assert_eq!(
         rx_words[4], "-1",
-        "first corrupted byte at offset {}",
+        "{label}: first corrupted byte at offset {}",
         rx_words[4]
     );
     assert_eq!(
         tx_words[2], rx_words[2],
-        "SHA-256 of sent and received streams"
+        "{label}: SHA-256 of sent and received streams"
     );
-    eprintln!("tcp: {}", txlog.trim());
+    // The bytes crossed the underlay through the forwarders: the sender's node put at least
+    // the payload on its uplink, the receiver's node its acknowledgements (counters may lag).
+    let ok = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        uplink_tx(from.node) - a_before >= TCP_BYTES && uplink_tx(to_pod.node) > b_before
+    });
+    assert!(
+        ok,
+        "{label}: uplink tx bytes: node {} +{}, node {} +{} (want >= {TCP_BYTES} and > 0)\n{}",
+        from.node,
+        uplink_tx(from.node) - a_before,
+        to_pod.node,
+        uplink_tx(to_pod.node) - b_before,
+        lab.diagnose()
+    );
+    eprintln!(
+        "{label}: {} (uplink tx of node {}: +{} bytes)",
+        txlog.trim(),
+        from.node,
+        uplink_tx(from.node) - a_before
+    );
 }
 
 /// Isolation and anti-spoofing on node a: a pod of network 2 reaches its own gateway but no pod
