@@ -53,3 +53,41 @@ for path in PCAPS:
                 nh, rest = rest[0], rest[(rest[1] + 1) * 8 :]
             if nh == 58:
                 save("icmpv6", l3[8:40] + rest)
+        # The pipeline target: the first byte picks the receiving port (0 = uplink, 1 = pod A).
+        for port in range(7):
+            save("pipeline", bytes([port]) + frame)
+
+
+# Frames that take the pipeline's main paths on the fixture node
+# (forwarder/src/pipeline/fixture.rs): pod A → pod B, pod A → a remote pod, ARP for the
+# gateway, and an SRv6 packet to the node's End.DT46 SID.
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s) & 0xFFFF
+
+
+def ipv4(src, dst, proto, payload, ttl=64):
+    h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 0, 0x4000, ttl, proto, 0, bytes(src), bytes(dst))
+    return h[:10] + struct.pack("!H", csum(h)) + h[12:] + payload
+
+
+def ipv6(src, dst, nh, payload, hlim=64):
+    return struct.pack("!IHBB", 6 << 28, len(payload), nh, hlim) + bytes(src) + bytes(dst) + payload
+
+
+GW_MAC, MAC_A, UPLINK_MAC, PEER_MAC = bytes([2, 0xFE, 0, 0, 0, 7]), bytes([2, 0, 0, 0, 0, 1]), bytes([2, 0xAA, 0, 0, 0, 1]), bytes([2, 0xBB, 0, 0, 0, 2])
+A4, B4, REMOTE4, GW4 = [10, 7, 1, 2], [10, 7, 1, 3], [10, 7, 2, 5], [10, 7, 1, 1]
+MY_SID = bytes([0xFC, 0, 0, 0, 0, 1, 0, 7] + [0] * 8)
+PEER = bytes([0xFD, 0] + [0] * 13 + [0xB])
+udp = struct.pack("!HHHH", 1000, 2000, 13, 0) + b"hello"
+save("pipeline", bytes([1]) + GW_MAC + MAC_A + b"\x08\x00" + ipv4(A4, B4, 17, udp))
+save("pipeline", bytes([1]) + GW_MAC + MAC_A + b"\x08\x00" + ipv4(A4, REMOTE4, 17, udp))
+save("pipeline", bytes([1]) + GW_MAC + MAC_A + b"\x08\x00" + ipv4(A4, B4, 17, udp, ttl=1))
+arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + MAC_A + bytes(A4) + bytes(6) + bytes(GW4)
+save("pipeline", bytes([1]) + b"\xff" * 6 + MAC_A + b"\x08\x06" + arp)
+inner = ipv4(REMOTE4, A4, 17, udp)
+save("pipeline", bytes([0]) + UPLINK_MAC + PEER_MAC + b"\x86\xdd" + ipv6(PEER, MY_SID, 4, inner))

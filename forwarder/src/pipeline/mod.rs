@@ -24,6 +24,7 @@
 //! fuzz target `pipeline` feeds it arbitrary frames on every kind of port.
 
 mod buf;
+pub mod fixture;
 mod ip;
 mod neigh;
 mod reply;
