@@ -214,14 +214,16 @@ impl PodPorts {
         }
     }
 
-    /// The DPDK vdev arguments attaching `iface` with the configured mechanism.
+    /// The DPDK vdev arguments attaching `iface` with the configured mechanism. Pod devices are
+    /// named `<driver>_pod<index>` so they never collide with an uplink vdev the configuration
+    /// names `<driver><n>` (DPDK matches the driver by the name's prefix).
     pub fn devargs(mechanism: Mechanism, index: u32, iface: &str, workers: u16) -> String {
         match mechanism {
             Mechanism::AfPacket => {
-                format!("net_af_packet{index},iface={iface},qpairs={workers},qdisc_bypass=1")
+                format!("net_af_packet_pod{index},iface={iface},qpairs={workers},qdisc_bypass=1")
             }
             Mechanism::AfXdp => {
-                format!("net_af_xdp{index},iface={iface},start_queue=0,queue_count={workers}")
+                format!("net_af_xdp_pod{index},iface={iface},start_queue=0,queue_count={workers}")
             }
         }
     }
@@ -359,11 +361,11 @@ mod tests {
     fn devargs_per_mechanism() {
         assert_eq!(
             PodPorts::devargs(Mechanism::AfPacket, 3, "veth1", 2),
-            "net_af_packet3,iface=veth1,qpairs=2,qdisc_bypass=1"
+            "net_af_packet_pod3,iface=veth1,qpairs=2,qdisc_bypass=1"
         );
         assert_eq!(
             PodPorts::devargs(Mechanism::AfXdp, 0, "veth1", 1),
-            "net_af_xdp0,iface=veth1,start_queue=0,queue_count=1"
+            "net_af_xdp_pod0,iface=veth1,start_queue=0,queue_count=1"
         );
     }
 }

@@ -145,7 +145,7 @@ impl UnderlayNeighbors {
     }
 
     /// Whether the caller should send a solicitation for `addr` now (unresolved and none sent
-    /// in the last [`SOLICIT_INTERVAL_NS`]). At most one caller per interval gets `true`.
+    /// in the last `SOLICIT_INTERVAL_NS`). At most one caller per interval gets `true`.
     pub fn should_solicit(&self, addr: Ipv6Addr, now_ns: u64) -> bool {
         let (hi, lo) = split(addr);
         // Make sure the address has an entry (unresolved) to hang the rate limit on.
