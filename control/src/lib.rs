@@ -1,0 +1,11 @@
+//! # lace-control — the node's control plane
+//!
+//! Module map: [`api`] (the `lace-cni.io/v1alpha1` resources as Rust types), [`world`] (the
+//! parsed, validated model the compiler reads), [`proto`] (the protocol between `lace-cni` and
+//! `lace-control`).
+
+#![cfg_attr(not(test), warn(missing_docs))]
+
+pub mod api;
+pub mod proto;
+pub mod world;
