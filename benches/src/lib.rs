@@ -11,6 +11,8 @@
 //! * [`report`]: [`report::Figure`]s with anchors and ratios, targets, the text table and
 //!   JSON, and the cycle/latency measurement helpers.
 //! * [`anchors`]: the DPDK measurements every lace figure is reported beside.
+//! * [`pipeline`]: packets through lace-forwarder's pipeline between DPDK `net_null` ports,
+//!   beside the plain null-PMD forward loop, and its two-worker scaling.
 //!
 //! The `lace-bench` binary prints the whole report; the criterion benches under `benches/`
 //! reuse the same pieces. Timing figures are never asserted on.
@@ -18,6 +20,7 @@
 pub mod anchors;
 pub mod dpdk;
 pub mod lace;
+pub mod pipeline;
 pub mod report;
 pub mod sys;
 pub mod workload;

@@ -30,6 +30,10 @@
 //! | `multi.<n>x<r>.bytes`, `.load_s` | `n` pod networks of `r` routes in one arena | none |
 //! | `multi.<n>x<r>.lookup_cycles` | random network per address, single `lookup` | `fib4.1k.lookup_cycles.single` (same run) |
 //! | `multi.<n>x<r>.lookup_cycles.grouped<b>` | random network per burst, bulk | `fib4.1k.lookup_cycles` (same run) |
+//! | `pipeline.{l3_local,l3_encap,l3_decap,arp_reply}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
+//! | `pipeline.l3_encap.scaling_2w` | encap throughput with two workers (two lcores, own ports each) ÷ one | `pipeline.scaling_2w.ideal` = 2 |
+//!
+//! The pipeline figures and their method are described in `lace_benches::pipeline`.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -49,12 +53,13 @@ use lace_benches::report::{
     interleaved_cycles_per_op, paired_cycles_per_op, size_tag, tsc_hz, Figure, Histogram, Report,
     Scale, Target, INSERT_BATCH,
 };
-use lace_benches::sys;
 use lace_benches::workload::{self, ReferenceLpm4, ReferenceLpm6, Route4};
+use lace_benches::{pipeline, sys};
 use lace_shared::fib::LpmKey;
 use lace_shared::types::{MacAddr, NeighRec};
 
-/// Benchmarks lace's tables against DPDK's rte_fib, rte_fib6 and rte_hash in one run.
+/// Benchmarks lace's tables against DPDK's rte_fib, rte_fib6 and rte_hash, and its forwarding
+/// pipeline against DPDK's null-PMD forward loop, in one run.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
@@ -100,17 +105,21 @@ fn run(args: Args) -> anyhow::Result<()> {
     };
     // The process's CPUs, read before the EAL pins this thread to its lcore.
     let cpus = sys::allowed_cpus();
+    let reader_cpu = match &cpus {
+        Ok(c) => c.iter().copied().find(|&c| c != args.lcore as usize),
+        Err(_) => None,
+    };
+    // The pipeline's second worker runs on an EAL worker lcore on the reader's CPU (the two are
+    // never busy at the same time; the lcore's thread sleeps until a job is launched).
+    let worker_lcore = reader_cpu.and_then(|c| u32::try_from(c).ok());
     let eal = Eal::init(&EalOptions {
         hugepages: args.huge,
         memory_mb: args.memory_mb,
         lcore: args.lcore,
         file_prefix: None,
+        workers: worker_lcore.into_iter().collect(),
     })
     .context("starting DPDK")?;
-    let reader_cpu = match &cpus {
-        Ok(c) => c.iter().copied().find(|&c| c != args.lcore as usize),
-        Err(_) => None,
-    };
     println!(
         "lace-bench: DPDK {DPDK_VERSION}, {} memory, lcore {}, TSC {:.3} GHz, {} scale ({} rounds, {} paired)",
         if args.huge {
@@ -144,9 +153,13 @@ fn run(args: Args) -> anyhow::Result<()> {
     let workloads = Workloads::generate(&scale);
     let mut report = Report::new();
     report.extend(anchors::all(eal, &scale, &workloads).context("measuring the DPDK anchors")?);
-    let (lace, notes) =
+    let (lace, mut notes) =
         lace_figures(eal, &scale, &workloads, &report, reader_cpu).context("measuring lace")?;
     report.extend(lace);
+    let (forwarding, forwarding_notes) =
+        pipeline::figures(eal, &scale, worker_lcore).context("measuring the pipeline")?;
+    report.extend(forwarding);
+    notes.extend(forwarding_notes);
     set_targets(&mut report, &Ids::new(&scale, &workloads));
 
     println!();
@@ -1129,6 +1142,18 @@ fn set_targets(report: &mut Report, ids: &Ids) {
             Target::RatioAtMost(1.0),
         ),
         ("publish.p99_us".to_owned(), Target::ValueAtMost(20.0)),
+        (
+            "pipeline.l3_encap.cycles".to_owned(),
+            Target::ValueAtMost(60.0),
+        ),
+        (
+            "pipeline.l3_decap.cycles".to_owned(),
+            Target::ValueAtMost(60.0),
+        ),
+        (
+            "pipeline.l3_encap.scaling_2w".to_owned(),
+            Target::RatioAtLeast(0.9),
+        ),
         (
             format!("{}.bytes", ids.multi),
             Target::ValueAtMost(256.0 * MIB),

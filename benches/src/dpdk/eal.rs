@@ -1,10 +1,15 @@
 //! The DPDK Environment Abstraction Layer: initialised once per process, never re-initialised.
+//!
+//! `rte_eal_init` and `rte_eal_cleanup` themselves go through lace-forwarder's wrapper
+//! ([`lace_forwarder::dpdk::Eal`]), so that the pipeline figures can create its mempools and
+//! ports in the same process: DPDK allows one EAL per process, and each wrapper refuses to
+//! create objects without its own proof that the EAL runs. [`Eal::forwarder`] hands out that
+//! proof.
 
-use std::ffi::{c_char, c_int, CString};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-use super::error::{rte_errno, strerror, DpdkError};
+use super::error::DpdkError;
 use super::sys;
 
 /// How to start the EAL.
@@ -23,6 +28,11 @@ pub struct EalOptions {
     pub lcore: u32,
     /// `--file-prefix`; `None` picks `lace-bench-<pid>`, unique per process.
     pub file_prefix: Option<String>,
+    /// Worker lcores besides `lcore` (each on the CPU of the same number), for measurements
+    /// that launch jobs on other cores ([`lace_forwarder::dpdk::Eal::launch`]). With any, the
+    /// EAL gets `-l <lcore>,<workers…> --main-lcore <lcore>`; their EAL threads sleep until a
+    /// job is launched.
+    pub workers: Vec<u32>,
 }
 
 impl Default for EalOptions {
@@ -32,6 +42,7 @@ impl Default for EalOptions {
             memory_mb: 2048,
             lcore: 0,
             file_prefix: None,
+            workers: Vec::new(),
         }
     }
 }
@@ -66,7 +77,15 @@ impl EalOptions {
             ]
             .map(str::to_owned),
         );
-        args.push(self.lcore.to_string());
+        let lcores: Vec<String> = std::iter::once(self.lcore)
+            .chain(self.workers.iter().copied())
+            .map(|l| l.to_string())
+            .collect();
+        args.push(lcores.join(","));
+        if !self.workers.is_empty() {
+            args.push("--main-lcore".to_owned());
+            args.push(self.lcore.to_string());
+        }
         args.push(format!("--file-prefix={prefix}"));
         args
     }
@@ -123,35 +142,23 @@ impl Eal {
             return Err(DpdkError::NoHugepages);
         }
         let args = options.args();
-        let cstrings: Vec<CString> = args
-            .iter()
-            .map(|a| CString::new(a.as_str()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| DpdkError::InvalidArgument {
-                what: format!("EAL arguments {args:?}"),
-                why: "an argument contains a NUL byte",
-            })?;
-        // rte_eal_init may keep pointers into argv (and getopt permutes it), so both the strings
-        // and the pointer array live for the rest of the process.
-        let cstrings: &'static [CString] = Box::leak(cstrings.into_boxed_slice());
-        let argv: Vec<*mut c_char> = cstrings
-            .iter()
-            .map(|c| c.as_ptr().cast_mut())
-            .chain([std::ptr::null_mut()])
-            .collect();
-        let argv: &'static mut [*mut c_char] = Box::leak(argv.into_boxed_slice());
-        let argc = c_int::try_from(cstrings.len()).expect("a handful of EAL arguments");
-        // SAFETY: argv holds argc valid NUL-terminated strings followed by a NULL pointer, all
-        // leaked so they outlive the EAL; the STATE lock serialises this with every other
-        // init/cleanup in the process, and the state is Uninit, so DPDK has not been initialised.
-        let ret = unsafe { sys::rte_eal_init(argc, argv.as_mut_ptr()) };
-        if ret < 0 {
-            let errno = rte_errno();
-            return Err(DpdkError::EalInit {
-                args: args.join(" "),
-                errno,
-                reason: strerror(errno),
-                fix: eal_fix(errno, options.hugepages),
+        // argv[0] is the program name; lace-forwarder's wrapper supplies its own.
+        if let Err(e) = lace_forwarder::dpdk::Eal::init(&args[1..]) {
+            return Err(match e {
+                lace_forwarder::dpdk::Error::NoHugepages { .. } => DpdkError::NoHugepages,
+                lace_forwarder::dpdk::Error::EalInit { errno, reason, .. } => DpdkError::EalInit {
+                    args: args.join(" "),
+                    errno,
+                    reason,
+                    fix: eal_fix(errno, options.hugepages),
+                },
+                other => DpdkError::EalInit {
+                    args: args.join(" "),
+                    errno: other.errno(),
+                    reason: other.to_string(),
+                    fix: "lace-forwarder's EAL wrapper refused: another part of this process \
+                          started or cleaned up DPDK; start it through lace_benches::dpdk::Eal",
+                },
             });
         }
         *st = State::Running {
@@ -159,6 +166,12 @@ impl Eal {
             live_tables: 0,
         };
         Ok(Eal { _private: () })
+    }
+
+    /// lace-forwarder's proof that the EAL runs, for its mempools, ports and lcore launches;
+    /// [`DpdkError::EalCleanedUp`] after [`Eal::cleanup`] (called through another copy).
+    pub fn forwarder(&self) -> Result<lace_forwarder::dpdk::Eal, DpdkError> {
+        lace_forwarder::dpdk::Eal::running().ok_or(DpdkError::EalCleanedUp)
     }
 
     /// The options the running EAL was started with.
@@ -181,21 +194,23 @@ impl Eal {
             State::CleanedUp => return Ok(()),
             State::Uninit => unreachable!("an Eal value exists only after a successful init"),
         }
-        // SAFETY: the EAL is running and no table wrapper holds DPDK memory (live_tables == 0);
-        // the STATE lock keeps new tables from being created concurrently, and the state moves to
-        // CleanedUp so none can be created afterwards.
-        let ret = unsafe { sys::rte_eal_cleanup() };
-        *st = State::CleanedUp;
-        if ret < 0 {
-            let errno = rte_errno();
+        // lace-forwarder's wrapper runs rte_eal_cleanup, after checking that none of its own
+        // objects (mempools, ports) is alive; then no table can be created either.
+        let fwd = lace_forwarder::dpdk::Eal::running().ok_or(DpdkError::EalCleanedUp)?;
+        if let Err(e) = fwd.cleanup() {
+            if let lace_forwarder::dpdk::Error::ObjectsAlive { live } = e {
+                return Err(DpdkError::TablesAlive { live });
+            }
+            *st = State::CleanedUp;
             return Err(DpdkError::Create {
                 call: "rte_eal_cleanup",
                 name: String::new(),
-                errno,
-                reason: strerror(errno),
+                errno: e.errno(),
+                reason: e.to_string(),
                 fix: "nothing to do; the process should exit",
             });
         }
+        *st = State::CleanedUp;
         Ok(())
     }
 
