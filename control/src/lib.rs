@@ -8,4 +8,5 @@
 
 pub mod api;
 pub mod proto;
+pub mod source;
 pub mod world;

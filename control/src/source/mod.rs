@@ -1,0 +1,521 @@
+//! Where control's input comes from: the boundary between the objects (the lace API and the
+//! Kubernetes objects control reads) and the place they live.
+//!
+//! A [`Source`] delivers complete [`Snapshot`]s — every object control reads right now, plus the
+//! per-object [`Problem`]s found while reading them — and lets the daemon block until something
+//! may have changed. Two implementations are planned:
+//!
+//! - [`standalone::StandaloneSource`] (here): a directory of YAML manifests, watched with
+//!   inotify. The embedded default, for a node or a laptop without an API server.
+//! - the Kubernetes watcher (a later issue), built on kube's reflectors.
+//!
+//! # What is guaranteed
+//!
+//! - [`Source::load`] returns the *whole* current state, never a delta; calling it twice
+//!   without a change in between returns equal [`Objects`]. Objects are keyed by name
+//!   (cluster-scoped kinds) or [`NamespacedName`] (pods, services), so iteration order is
+//!   deterministic.
+//! - A problem with one object never fails `load`: the object is reported in
+//!   [`Snapshot::problems`] and either skipped or (for a document that does not parse) replaced
+//!   by the last good version the source saw, as [`Consequence`] says. `load` fails
+//!   ([`SourceError`]) only when the source as a whole cannot be read, so that the caller keeps
+//!   the state it has instead of applying an empty one.
+//! - [`Source::wait`] loses no wake-up: a change that [`Source::load`] did not see makes the
+//!   next `wait` return `true`. Spurious `true`s are allowed (the caller reloads and finds the
+//!   same objects); `false` means the timeout passed with nothing observed.
+//!
+//! # Nodes
+//!
+//! A [`LaceNode`] is a Kubernetes `Node` with the two facts lace needs about it, read from
+//! annotations:
+//!
+//! | annotation | required | value |
+//! |---|---|---|
+//! | `lace-cni.io/underlay` ([`UNDERLAY_ANNOTATION`]) | yes | the node's underlay (uplink) IPv6 address, e.g. `fd00:100::a` |
+//! | `lace-cni.io/locator` ([`LOCATOR_ANNOTATION`]) | no | the node's SRv6 locator, e.g. `fc00:0:a::/48`; when absent control allocates one |
+//!
+//! A Node without a usable underlay annotation is not a lace node: it is reported
+//! ([`ProblemKind::Node`]) and left out of [`Objects::nodes`].
+//!
+//! # Implementing `Source` with kube reflectors
+//!
+//! The Kubernetes watcher is meant to fit this trait as follows. One
+//! `kube::runtime::reflector` per kind (the three lace kinds, `Pod`, `Namespace`, `Node`,
+//! `Service`) runs on a tokio runtime the source owns, each writing a `Store`. Every event of
+//! every stream (`watcher::Event::Apply`, `Delete`, `InitDone`) does a `try_send(())` on a
+//! `std::sync::mpsc::sync_channel(1)`: the channel coalesces bursts and never blocks the
+//! streams. [`Source::wait`] is `recv_timeout` on that channel (then a short drain, as the
+//! standalone source debounces). [`Source::load`] drains the channel *first*, then clones every
+//! store's state into [`Objects`] (so a change racing with `load` leaves a token for the next
+//! `wait`). Until every store has seen its first full list (`Store::wait_until_ready`) `load`
+//! returns an error (a `SourceError` variant that watcher adds) rather than a partial world. Objects that fail to decode
+//! are watched as `DynamicObject`s and reported as [`ProblemKind::Decode`]; nodes go through
+//! [`LaceNode::from_node`] exactly as here. Duplicates cannot happen (the API server keeps
+//! names unique), and `Problem::origin` is `None`.
+
+pub mod standalone;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::Ipv6Net;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+
+use crate::api::{Network, NetworkBindingPolicy, NetworkRoutingPolicy};
+
+/// The annotation carrying a node's underlay (uplink) IPv6 address. Required for lace nodes.
+pub const UNDERLAY_ANNOTATION: &str = "lace-cni.io/underlay";
+/// The annotation carrying a node's SRv6 locator (an IPv6 prefix). Optional: control
+/// allocates one when it is absent.
+pub const LOCATOR_ANNOTATION: &str = "lace-cni.io/locator";
+
+/// The namespace a namespaced object without `metadata.namespace` lives in (as `kubectl`
+/// assumes).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// A source of control's input. See the module docs for the contract.
+pub trait Source: Send {
+    /// The current objects and the problems found reading them. Fails only when nothing
+    /// trustworthy can be returned (the caller then keeps its previous state).
+    fn load(&mut self) -> Result<Snapshot, SourceError>;
+
+    /// Blocks until something may have changed since the last [`Source::load`] (`true`) or
+    /// `timeout` passes without a change (`false`). May return `true` spuriously; may overrun
+    /// `timeout` by the source's debounce interval when a change arrives at its end.
+    fn wait(&mut self, timeout: Duration) -> bool;
+}
+
+/// What [`Source::load`] returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Every object control reads.
+    pub objects: Objects,
+    /// Per-object problems, in the order they were found (for the standalone source: by file
+    /// path, then document).
+    pub problems: Vec<Problem>,
+}
+
+/// A namespaced object's key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NamespacedName {
+    /// `metadata.namespace` ([`DEFAULT_NAMESPACE`] when absent).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl NamespacedName {
+    /// A key from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for NamespacedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A Kubernetes `Node` that lace can use: it has an underlay address (and maybe a locator).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaceNode {
+    /// The Node object (labels for node selectors).
+    pub node: Node,
+    /// From [`UNDERLAY_ANNOTATION`].
+    pub underlay: Ipv6Addr,
+    /// From [`LOCATOR_ANNOTATION`]; `None` when control is to allocate one.
+    pub locator: Option<Ipv6Net>,
+}
+
+impl LaceNode {
+    /// Reads the lace annotations of `node`.
+    pub fn from_node(node: Node) -> Result<Self, NodeAnnotationError> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let annotations = node.metadata.annotations.as_ref();
+        let underlay =
+            match annotations.and_then(|a| a.get(UNDERLAY_ANNOTATION)) {
+                None => return Err(NodeAnnotationError::MissingUnderlay { node: name }),
+                Some(value) => value.trim().parse::<Ipv6Addr>().map_err(|_| {
+                    NodeAnnotationError::BadUnderlay {
+                        node: name.clone(),
+                        value: value.clone(),
+                    }
+                })?,
+            };
+        let locator = match annotations.and_then(|a| a.get(LOCATOR_ANNOTATION)) {
+            None => None,
+            Some(value) => {
+                let net = value.trim().parse::<Ipv6Net>().map_err(|_| {
+                    NodeAnnotationError::BadLocator {
+                        node: name.clone(),
+                        value: value.clone(),
+                    }
+                })?;
+                if net.trunc() != net {
+                    return Err(NodeAnnotationError::LocatorHostBits {
+                        node: name,
+                        value: value.clone(),
+                        network: net.trunc(),
+                    });
+                }
+                Some(net)
+            }
+        };
+        Ok(Self {
+            node,
+            underlay,
+            locator,
+        })
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.node.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// Why a Node is not a usable lace node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeAnnotationError {
+    /// The underlay annotation is absent.
+    #[error(
+        "Node {node}: annotation {UNDERLAY_ANNOTATION} is missing; set it to the node's \
+         underlay IPv6 address, e.g. {UNDERLAY_ANNOTATION}: \"fd00:100::a\""
+    )]
+    MissingUnderlay {
+        /// The node.
+        node: String,
+    },
+    /// The underlay annotation is not an IPv6 address.
+    #[error(
+        "Node {node}: annotation {UNDERLAY_ANNOTATION} {value:?} is not an IPv6 address; use \
+         e.g. \"fd00:100::a\" (the underlay is IPv6)"
+    )]
+    BadUnderlay {
+        /// The node.
+        node: String,
+        /// The annotation's value.
+        value: String,
+    },
+    /// The locator annotation is not an IPv6 prefix.
+    #[error(
+        "Node {node}: annotation {LOCATOR_ANNOTATION} {value:?} is not an IPv6 prefix; use \
+         e.g. \"fc00:0:a::/48\", or remove it to let control allocate one"
+    )]
+    BadLocator {
+        /// The node.
+        node: String,
+        /// The annotation's value.
+        value: String,
+    },
+    /// The locator has bits set beyond its prefix length.
+    #[error(
+        "Node {node}: annotation {LOCATOR_ANNOTATION} {value:?} has host bits set; use \
+         \"{network}\""
+    )]
+    LocatorHostBits {
+        /// The node.
+        node: String,
+        /// The annotation's value.
+        value: String,
+        /// The prefix with the host bits cleared.
+        network: Ipv6Net,
+    },
+}
+
+/// Everything control reads, keyed by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Objects {
+    /// `lace-cni.io/v1alpha1` Networks.
+    pub networks: BTreeMap<String, Network>,
+    /// `lace-cni.io/v1alpha1` NetworkBindingPolicies.
+    pub binding_policies: BTreeMap<String, NetworkBindingPolicy>,
+    /// `lace-cni.io/v1alpha1` NetworkRoutingPolicies.
+    pub routing_policies: BTreeMap<String, NetworkRoutingPolicy>,
+    /// Namespaces (their labels feed `namespaceSelector`s).
+    pub namespaces: BTreeMap<String, Namespace>,
+    /// Nodes with their lace annotations read (Nodes without them are problems, not here).
+    pub nodes: BTreeMap<String, LaceNode>,
+    /// Pods; `metadata.namespace` is always set.
+    pub pods: BTreeMap<NamespacedName, Pod>,
+    /// Services (bound to networks continuously); `metadata.namespace` is always set.
+    pub services: BTreeMap<NamespacedName, Service>,
+}
+
+impl Objects {
+    /// The number of objects of all kinds.
+    pub fn len(&self) -> usize {
+        self.networks.len()
+            + self.binding_policies.len()
+            + self.routing_policies.len()
+            + self.namespaces.len()
+            + self.nodes.len()
+            + self.pods.len()
+            + self.services.len()
+    }
+
+    /// Whether there are no objects at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The kinds a source delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    /// `lace-cni.io/v1alpha1` Network.
+    Network,
+    /// `lace-cni.io/v1alpha1` NetworkBindingPolicy.
+    NetworkBindingPolicy,
+    /// `lace-cni.io/v1alpha1` NetworkRoutingPolicy.
+    NetworkRoutingPolicy,
+    /// `v1` Namespace.
+    Namespace,
+    /// `v1` Node.
+    Node,
+    /// `v1` Pod.
+    Pod,
+    /// `v1` Service.
+    Service,
+}
+
+impl ObjectKind {
+    /// Every kind.
+    pub const ALL: [ObjectKind; 7] = [
+        ObjectKind::Network,
+        ObjectKind::NetworkBindingPolicy,
+        ObjectKind::NetworkRoutingPolicy,
+        ObjectKind::Namespace,
+        ObjectKind::Node,
+        ObjectKind::Pod,
+        ObjectKind::Service,
+    ];
+
+    /// The `apiVersion` of the kind.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ObjectKind::Network
+            | ObjectKind::NetworkBindingPolicy
+            | ObjectKind::NetworkRoutingPolicy => "lace-cni.io/v1alpha1",
+            ObjectKind::Namespace | ObjectKind::Node | ObjectKind::Pod | ObjectKind::Service => {
+                "v1"
+            }
+        }
+    }
+
+    /// The `kind` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Network => "Network",
+            ObjectKind::NetworkBindingPolicy => "NetworkBindingPolicy",
+            ObjectKind::NetworkRoutingPolicy => "NetworkRoutingPolicy",
+            ObjectKind::Namespace => "Namespace",
+            ObjectKind::Node => "Node",
+            ObjectKind::Pod => "Pod",
+            ObjectKind::Service => "Service",
+        }
+    }
+
+    /// The kind for an `apiVersion` and `kind`, if a source delivers it.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.api_version() == api_version && k.as_str() == kind)
+    }
+
+    /// Whether objects of the kind live in a namespace.
+    pub fn is_namespaced(self) -> bool {
+        matches!(self, ObjectKind::Pod | ObjectKind::Service)
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Names one object: its kind, namespace (namespaced kinds only) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// The kind.
+    pub kind: ObjectKind,
+    /// The namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// Where an object was read from (the standalone source: a file and a document in it).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    /// The file.
+    pub file: PathBuf,
+    /// The document in the file, counted from 1 as `---` separates them; `None` when the
+    /// problem concerns the whole file.
+    pub document: Option<usize>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.document {
+            Some(d) => write!(f, "{} document {}", self.file.display(), d),
+            None => write!(f, "{}", self.file.display()),
+        }
+    }
+}
+
+/// A problem with one object or one file; the rest of the snapshot is unaffected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Where it was found (`None` from sources without files).
+    pub origin: Option<Origin>,
+    /// The object concerned, when known (a document that is not YAML has none).
+    pub object: Option<ObjectRef>,
+    /// What is wrong.
+    pub kind: ProblemKind,
+    /// What the source did about it.
+    pub consequence: Consequence,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(origin) = &self.origin {
+            write!(f, "{origin}")?;
+            // A node error names its node already.
+            if let (Some(object), false) = (&self.object, matches!(self.kind, ProblemKind::Node(_)))
+            {
+                write!(f, " ({object})")?;
+            }
+            write!(f, ": ")?;
+        } else if let Some(object) = &self.object {
+            write!(f, "{object}: ")?;
+        }
+        write!(f, "{}; {}", self.kind, self.consequence)
+    }
+}
+
+impl std::error::Error for Problem {}
+
+/// What is wrong with an object or a file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProblemKind {
+    /// The file could not be read.
+    #[error("cannot read the file: {error}; check that it exists and is readable")]
+    Unreadable {
+        /// The I/O error.
+        error: String,
+    },
+    /// The text is not YAML (e.g. a half-saved file).
+    #[error("not valid YAML: {error}; fix the syntax")]
+    Yaml {
+        /// The parser's error, with line and column.
+        error: String,
+    },
+    /// The document is not a mapping with `apiVersion`, `kind` and `metadata.name` strings.
+    #[error("{field} is missing or not a string; every document needs apiVersion, kind and metadata.name")]
+    MissingField {
+        /// The field (`apiVersion`, `kind` or `metadata.name`).
+        field: &'static str,
+    },
+    /// The document does not match its kind's schema.
+    #[error("does not decode as {api_version} {kind}: at {path}: {error}; fix {path}")]
+    Decode {
+        /// The document's `apiVersion`.
+        api_version: String,
+        /// The document's `kind`.
+        kind: String,
+        /// Where in the document decoding failed, e.g. `spec.type` (`the document` for the top
+        /// level).
+        path: String,
+        /// The decoder's error.
+        error: String,
+    },
+    /// A kind this source does not read.
+    #[error(
+        "unknown kind {api_version} {kind} (named {name:?}); lace reads lace-cni.io/v1alpha1 \
+         Network, NetworkBindingPolicy, NetworkRoutingPolicy and v1 Namespace, Node, Pod, \
+         Service"
+    )]
+    UnknownKind {
+        /// The document's `apiVersion`.
+        api_version: String,
+        /// The document's `kind`.
+        kind: String,
+        /// The document's `metadata.name`, if any.
+        name: String,
+    },
+    /// Another object with the same kind, namespace and name came first.
+    #[error("duplicate of the object at {first}; rename or remove one of them")]
+    Duplicate {
+        /// Where the object that is kept was read.
+        first: Origin,
+    },
+    /// A Node without usable lace annotations.
+    #[error("{0}")]
+    Node(#[from] NodeAnnotationError),
+}
+
+/// What the source did about a [`Problem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consequence {
+    /// The object is left out of the snapshot.
+    Skipped,
+    /// The file is broken; its last good version (with this many objects) is used until it is
+    /// fixed.
+    KeptLastGood {
+        /// Objects in the kept version.
+        objects: usize,
+    },
+    /// The file is broken and no good version of it was ever read: it contributes nothing.
+    NothingKept,
+}
+
+impl fmt::Display for Consequence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Consequence::Skipped => f.write_str("the object is skipped"),
+            Consequence::KeptLastGood { objects } => write!(
+                f,
+                "keeping the last good version of the file ({objects} objects) until it is fixed"
+            ),
+            Consequence::NothingKept => {
+                f.write_str("the file contributes no objects until it is fixed")
+            }
+        }
+    }
+}
+
+/// Why [`Source::load`] returned nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The manifest directory cannot be listed.
+    #[error(
+        "cannot read the manifest directory {}: {source}; check that it exists and is a \
+         readable directory",
+        dir.display()
+    )]
+    ReadDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,653 @@
+//! The standalone source: a directory of YAML manifests, watched.
+//!
+//! # Which files
+//!
+//! Every regular file (or symlink to one) directly in the directory whose name ends in `.yaml`
+//! or `.yml`, in path order. The directory is read **non-recursively**: subdirectories are
+//! ignored, so manifests can be held back in one (e.g. `deploy/examples/later/`) and copied in
+//! when wanted. Ignored as well: names starting with `.` (dotfiles, vim's `.x.yaml.swp`,
+//! emacs' `.#x.yaml`) or `#` (emacs' `#x.yaml#`), and anything not ending in `.yaml`/`.yml`
+//! (`x.yaml~`, `x.yaml.tmp`, vim's `4913`).
+//!
+//! # What each file holds
+//!
+//! Any number of `---`-separated documents; empty documents are skipped. Each is dispatched by
+//! `apiVersion` and `kind`: `lace-cni.io/v1alpha1` `Network`, `NetworkBindingPolicy`,
+//! `NetworkRoutingPolicy`, and `v1` `Namespace`, `Node`, `Pod`, `Service`. Pods and services
+//! without `metadata.namespace` are put in [`DEFAULT_NAMESPACE`]. Nodes need the
+//! [`UNDERLAY_ANNOTATION`](super::UNDERLAY_ANNOTATION) (see [`super::LaceNode`]).
+//!
+//! # What is guaranteed when a file is wrong
+//!
+//! - A document of an unknown kind, a Node without usable lace annotations, or an object whose
+//!   kind, namespace and name an earlier object already has (earlier = an earlier file by
+//!   path, or earlier in the same file) is reported and skipped ([`Consequence::Skipped`]);
+//!   the rest of the file is used.
+//! - A file that cannot be read, is not YAML, has a document without `apiVersion`, `kind` or
+//!   `metadata.name`, or has a document that does not decode as its kind is *broken*: every
+//!   such document is reported, and the file's **last good version** keeps being used
+//!   ([`Consequence::KeptLastGood`]), or nothing if none was ever read
+//!   ([`Consequence::NothingKept`]). A half-saved file therefore never deletes networks. The
+//!   problem disappears with the next `load` after the file is fixed.
+//! - A file that is deleted (or renamed to an ignored name) takes its objects with it.
+//! - [`Source::load`] fails only when the directory itself cannot be listed.
+//!
+//! # Watching
+//!
+//! With inotify (the `notify` crate) by default: events on manifest names (and on the
+//! directory, and on `..data`, which the kubelet swaps when a mounted ConfigMap changes) wake
+//! [`Source::wait`], which then waits until events pause for [`DEBOUNCE`] (at most
+//! [`DEBOUNCE_MAX`]) so an editor's burst of writes costs one reload. Our own reads do not
+//! wake it. If inotify cannot be set up (no instances left, an unsupported filesystem), or on
+//! request ([`StandaloneSource::polling`]), the source polls every [`POLL_INTERVAL`] instead,
+//! comparing each manifest's inode, size, mtime and ctime; polling can miss a rewrite that
+//! keeps all four (same size within one timestamp tick), inotify cannot. If the directory is
+//! replaced, `wait` notices within [`POLL_INTERVAL`] and the next `load` watches the new one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use notify::event::{AccessKind, AccessMode, EventKind};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::{
+    Consequence, LaceNode, NamespacedName, ObjectKind, ObjectRef, Objects, Origin, Problem,
+    ProblemKind, Snapshot, Source, SourceError, DEFAULT_NAMESPACE,
+};
+use crate::api::{Network, NetworkBindingPolicy, NetworkRoutingPolicy};
+
+/// After the first event, [`Source::wait`] returns once no event came for this long.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+/// … or once it has debounced this long, so a file rewritten continuously still gets loaded.
+pub const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
+/// How often the polling fallback looks at the files (and inotify mode at the directory's
+/// identity).
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the source notices changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchMode {
+    /// inotify events.
+    Inotify,
+    /// Polling every [`POLL_INTERVAL`], with the reason inotify is not used.
+    Poll {
+        /// Why: the inotify error, or "requested".
+        reason: String,
+    },
+}
+
+/// A [`Source`] reading a directory of YAML manifests. See the module docs.
+#[derive(Debug)]
+pub struct StandaloneSource {
+    dir: PathBuf,
+    /// Per file: the objects of its last version that parsed completely.
+    last_good: BTreeMap<PathBuf, Vec<Parsed>>,
+    watch: Watch,
+}
+
+#[derive(Debug)]
+enum Watch {
+    Inotify {
+        /// Kept alive for its events; dropping it stops them.
+        _watcher: RecommendedWatcher,
+        /// One token per relevant event (coalesced: capacity 1).
+        events: Receiver<()>,
+        /// (dev, inode) of the directory being watched.
+        dir_id: Option<(u64, u64)>,
+    },
+    Poll {
+        reason: String,
+        /// The files as the last `load` (or `wait` that returned `true`) saw them.
+        seen: Option<Fingerprint>,
+    },
+}
+
+/// One object read from a file.
+#[derive(Debug, Clone)]
+struct Parsed {
+    origin: Origin,
+    object: AnyObject,
+}
+
+#[derive(Debug, Clone)]
+enum AnyObject {
+    Network(Box<Network>),
+    BindingPolicy(Box<NetworkBindingPolicy>),
+    RoutingPolicy(Box<NetworkRoutingPolicy>),
+    Namespace(Box<Namespace>),
+    Node(Box<Node>),
+    Pod(Box<Pod>),
+    Service(Box<Service>),
+}
+
+impl StandaloneSource {
+    /// Reads (on each [`Source::load`]) and watches `dir`; falls back to polling when inotify
+    /// cannot be set up. Fails when `dir` cannot be listed.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self, SourceError> {
+        let dir = dir.into();
+        check_dir(&dir)?;
+        let watch = match inotify_watch(&dir) {
+            Ok(watch) => watch,
+            Err(e) => Watch::Poll {
+                reason: e.to_string(),
+                seen: None,
+            },
+        };
+        Ok(Self {
+            dir,
+            last_good: BTreeMap::new(),
+            watch,
+        })
+    }
+
+    /// Like [`StandaloneSource::new`] but always polls (filesystems where inotify sees no
+    /// changes, e.g. NFS).
+    pub fn polling(dir: impl Into<PathBuf>) -> Result<Self, SourceError> {
+        let dir = dir.into();
+        check_dir(&dir)?;
+        Ok(Self {
+            dir,
+            last_good: BTreeMap::new(),
+            watch: Watch::Poll {
+                reason: "requested".to_owned(),
+                seen: None,
+            },
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How changes are noticed.
+    pub fn watch_mode(&self) -> WatchMode {
+        match &self.watch {
+            Watch::Inotify { .. } => WatchMode::Inotify,
+            Watch::Poll { reason, .. } => WatchMode::Poll {
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    /// Prepares the watch for a load: forgets events so far (the load is about to see their
+    /// effect) and re-arms inotify if the directory was replaced.
+    fn before_load(&mut self) {
+        match &mut self.watch {
+            Watch::Inotify { events, dir_id, .. } => {
+                while let Ok(()) = events.try_recv() {}
+                let current = dir_identity(&self.dir);
+                if current.is_some() && current != *dir_id {
+                    self.watch = match inotify_watch(&self.dir) {
+                        Ok(watch) => watch,
+                        Err(e) => Watch::Poll {
+                            reason: e.to_string(),
+                            seen: None,
+                        },
+                    };
+                    self.before_load();
+                }
+            }
+            Watch::Poll { seen, .. } => *seen = Some(fingerprint(&self.dir)),
+        }
+    }
+
+    /// Reads one file into `self.last_good` or problems.
+    fn read_file(&mut self, path: &Path, problems: &mut Vec<Problem>) {
+        let broken = match fs::read_to_string(path) {
+            Ok(text) => {
+                let file = parse_file(path, &text);
+                problems.extend(file.skipped);
+                if file.broken.is_empty() {
+                    self.last_good.insert(path.to_owned(), file.objects);
+                    return;
+                }
+                file.broken
+            }
+            // Deleted between the listing and the read: gone, like a file not listed.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.last_good.remove(path);
+                return;
+            }
+            Err(e) => vec![(
+                Origin {
+                    file: path.to_owned(),
+                    document: None,
+                },
+                None,
+                ProblemKind::Unreadable {
+                    error: e.to_string(),
+                },
+            )],
+        };
+        let consequence = match self.last_good.get(path) {
+            Some(objects) => Consequence::KeptLastGood {
+                objects: objects.len(),
+            },
+            None => Consequence::NothingKept,
+        };
+        problems.extend(broken.into_iter().map(|(origin, object, kind)| Problem {
+            origin: Some(origin),
+            object,
+            kind,
+            consequence,
+        }));
+    }
+}
+
+impl Source for StandaloneSource {
+    fn load(&mut self) -> Result<Snapshot, SourceError> {
+        self.before_load();
+        let files = list_manifests(&self.dir)?;
+        self.last_good.retain(|path, _| files.contains(path));
+        let mut problems = Vec::new();
+        for path in &files {
+            self.read_file(path, &mut problems);
+        }
+        let objects = assemble(&self.last_good, &mut problems);
+        Ok(Snapshot { objects, problems })
+    }
+
+    fn wait(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            match &mut self.watch {
+                Watch::Inotify { events, dir_id, .. } => {
+                    if now >= deadline {
+                        return false;
+                    }
+                    match events.recv_timeout((deadline - now).min(POLL_INTERVAL)) {
+                        Ok(()) => {
+                            debounce(events);
+                            return true;
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            if dir_identity(&self.dir) != *dir_id {
+                                return true;
+                            }
+                        }
+                        Err(RecvTimeoutError::Disconnected) => {
+                            // The watcher's thread is gone: poll from now on, and reload since
+                            // events may have been lost.
+                            self.watch = Watch::Poll {
+                                reason: "the inotify watcher stopped".to_owned(),
+                                seen: None,
+                            };
+                            return true;
+                        }
+                    }
+                }
+                Watch::Poll { seen, .. } => {
+                    let current = fingerprint(&self.dir);
+                    if seen.as_ref() != Some(&current) {
+                        *seen = Some(current);
+                        return true;
+                    }
+                    if now >= deadline {
+                        return false;
+                    }
+                    std::thread::sleep((deadline - now).min(POLL_INTERVAL));
+                }
+            }
+        }
+    }
+}
+
+/// Waits until events pause for [`DEBOUNCE`], at most [`DEBOUNCE_MAX`].
+fn debounce(events: &Receiver<()>) {
+    let start = Instant::now();
+    while start.elapsed() < DEBOUNCE_MAX {
+        match events.recv_timeout(DEBOUNCE) {
+            Ok(()) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+fn check_dir(dir: &Path) -> Result<(), SourceError> {
+    fs::read_dir(dir)
+        .map(drop)
+        .map_err(|source| SourceError::ReadDir {
+            dir: dir.to_owned(),
+            source,
+        })
+}
+
+fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+fn inotify_watch(dir: &Path) -> notify::Result<Watch> {
+    let (tx, events) = mpsc::sync_channel::<()>(1);
+    let watched = dir.to_owned();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = match &event {
+            Ok(event) => is_relevant(&watched, event),
+            // Errors (e.g. a queue overflow) may hide changes: reload.
+            Err(_) => true,
+        };
+        if relevant {
+            // Full means a token is already waiting; closed means the source is gone.
+            let _ = tx.try_send(());
+        }
+    })?;
+    let dir_id = dir_identity(dir);
+    watcher.watch(dir, RecursiveMode::NonRecursive)?;
+    Ok(Watch::Inotify {
+        _watcher: watcher,
+        events,
+        dir_id,
+    })
+}
+
+/// Whether an event may change what `load` returns. Opens and reads (our own) do not.
+fn is_relevant(dir: &Path, event: &notify::Event) -> bool {
+    let kind = match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    };
+    kind && (event.need_rescan()
+        || event.paths.is_empty()
+        || event.paths.iter().any(|p| {
+            p == dir
+                || p.file_name().is_some_and(|n| {
+                    is_manifest_name(n) || n.to_str().is_some_and(|n| n.starts_with(".."))
+                })
+        }))
+}
+
+/// Whether a file name is one the source reads (see the module docs).
+pub fn is_manifest_name(name: &std::ffi::OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    !name.starts_with('.')
+        && !name.starts_with('#')
+        && (name.ends_with(".yaml") || name.ends_with(".yml"))
+}
+
+/// The manifests in `dir`, sorted by path.
+fn list_manifests(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
+    let read_err = |source| SourceError::ReadDir {
+        dir: dir.to_owned(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).map_err(read_err)? {
+        let entry = entry.map_err(read_err)?;
+        if !is_manifest_name(&entry.file_name()) {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symlinks; a dangling one or a directory named x.yaml is not a manifest.
+        if fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// What polling compares: per manifest, (dev, inode, size, mtime, ctime) of its target.
+type Fingerprint = BTreeMap<OsString, (u64, u64, u64, i64, i64, i64, i64)>;
+
+fn fingerprint(dir: &Path) -> Fingerprint {
+    let mut stamps = Fingerprint::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return stamps;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !is_manifest_name(&name) {
+            continue;
+        }
+        if let Ok(m) = fs::metadata(entry.path()) {
+            let stamp = (
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            );
+            stamps.insert(name, stamp);
+        }
+    }
+    stamps
+}
+
+/// One file, parsed.
+#[derive(Debug, Default)]
+struct ParsedFile {
+    objects: Vec<Parsed>,
+    /// Problems that skip one object (unknown kinds).
+    skipped: Vec<Problem>,
+    /// Problems that make the whole file broken.
+    broken: Vec<(Origin, Option<ObjectRef>, ProblemKind)>,
+}
+
+fn parse_file(path: &Path, text: &str) -> ParsedFile {
+    let mut file = ParsedFile::default();
+    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let origin = Origin {
+            file: path.to_owned(),
+            document: Some(index + 1),
+        };
+        let mut value = match serde_yaml::Value::deserialize(document) {
+            Ok(serde_yaml::Value::Null) => continue,
+            Ok(value) => value,
+            Err(e) => {
+                // The parser stops at a syntax error; nothing after it is reliable.
+                file.broken.push((
+                    origin,
+                    None,
+                    ProblemKind::Yaml {
+                        error: e.to_string(),
+                    },
+                ));
+                break;
+            }
+        };
+        if let Err(e) = value.apply_merge() {
+            file.broken.push((
+                origin,
+                None,
+                ProblemKind::Yaml {
+                    error: e.to_string(),
+                },
+            ));
+            continue;
+        }
+        match parse_document(value) {
+            Ok(object) => file.objects.push(Parsed { origin, object }),
+            Err(DocumentError::Unknown(kind)) => file.skipped.push(Problem {
+                origin: Some(origin),
+                object: None,
+                kind: *kind,
+                consequence: Consequence::Skipped,
+            }),
+            Err(DocumentError::Broken(broken)) => {
+                let (object, kind) = *broken;
+                file.broken.push((origin, object, kind));
+            }
+        }
+    }
+    file
+}
+
+/// Why a document yields no object (boxed: problems are large, documents many).
+enum DocumentError {
+    /// Skip the document.
+    Unknown(Box<ProblemKind>),
+    /// The file is broken.
+    Broken(Box<(Option<ObjectRef>, ProblemKind)>),
+}
+
+fn parse_document(value: serde_yaml::Value) -> Result<AnyObject, DocumentError> {
+    let field = |name: &'static str, v: Option<&serde_yaml::Value>| {
+        v.and_then(serde_yaml::Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                DocumentError::Broken(Box::new((None, ProblemKind::MissingField { field: name })))
+            })
+    };
+    let api_version = field("apiVersion", value.get("apiVersion"))?;
+    let kind = field("kind", value.get("kind"))?;
+    let metadata = value.get("metadata");
+    let name = field("metadata.name", metadata.and_then(|m| m.get("name")))?;
+    let namespace = metadata
+        .and_then(|m| m.get("namespace"))
+        .and_then(serde_yaml::Value::as_str);
+
+    let Some(object_kind) = ObjectKind::from_type(&api_version, &kind) else {
+        return Err(DocumentError::Unknown(Box::new(ProblemKind::UnknownKind {
+            api_version,
+            kind,
+            name,
+        })));
+    };
+    let reference = ObjectRef {
+        kind: object_kind,
+        namespace: object_kind
+            .is_namespaced()
+            .then(|| namespace.unwrap_or(DEFAULT_NAMESPACE).to_owned()),
+        name,
+    };
+    let decode_error = |e: serde_path_to_error::Error<serde_yaml::Error>| {
+        DocumentError::Broken(Box::new((
+            Some(reference.clone()),
+            ProblemKind::Decode {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                path: match e.path().to_string() {
+                    top if top == "." => "the document".to_owned(),
+                    path => path,
+                },
+                error: e.into_inner().to_string(),
+            },
+        )))
+    };
+    /// Decodes keeping track of where in the document the decoder failed.
+    fn decode<T: DeserializeOwned>(
+        value: serde_yaml::Value,
+    ) -> Result<Box<T>, serde_path_to_error::Error<serde_yaml::Error>> {
+        serde_path_to_error::deserialize(value).map(Box::new)
+    }
+    let object = match object_kind {
+        ObjectKind::Network => AnyObject::Network(decode(value).map_err(decode_error)?),
+        ObjectKind::NetworkBindingPolicy => {
+            AnyObject::BindingPolicy(decode(value).map_err(decode_error)?)
+        }
+        ObjectKind::NetworkRoutingPolicy => {
+            AnyObject::RoutingPolicy(decode(value).map_err(decode_error)?)
+        }
+        ObjectKind::Namespace => AnyObject::Namespace(decode(value).map_err(decode_error)?),
+        ObjectKind::Node => AnyObject::Node(decode(value).map_err(decode_error)?),
+        ObjectKind::Pod => {
+            let mut pod: Box<Pod> = decode(value).map_err(decode_error)?;
+            pod.metadata.namespace = reference.namespace.clone();
+            AnyObject::Pod(pod)
+        }
+        ObjectKind::Service => {
+            let mut service: Box<Service> = decode(value).map_err(decode_error)?;
+            service.metadata.namespace = reference.namespace.clone();
+            AnyObject::Service(service)
+        }
+    };
+    Ok(object)
+}
+
+impl AnyObject {
+    fn reference(&self) -> ObjectRef {
+        let (kind, meta) = match self {
+            AnyObject::Network(o) => (ObjectKind::Network, &o.metadata),
+            AnyObject::BindingPolicy(o) => (ObjectKind::NetworkBindingPolicy, &o.metadata),
+            AnyObject::RoutingPolicy(o) => (ObjectKind::NetworkRoutingPolicy, &o.metadata),
+            AnyObject::Namespace(o) => (ObjectKind::Namespace, &o.metadata),
+            AnyObject::Node(o) => (ObjectKind::Node, &o.metadata),
+            AnyObject::Pod(o) => (ObjectKind::Pod, &o.metadata),
+            AnyObject::Service(o) => (ObjectKind::Service, &o.metadata),
+        };
+        ObjectRef {
+            kind,
+            namespace: if kind.is_namespaced() {
+                meta.namespace.clone()
+            } else {
+                None
+            },
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Builds the objects from every file's good version, first (by path) wins.
+fn assemble(files: &BTreeMap<PathBuf, Vec<Parsed>>, problems: &mut Vec<Problem>) -> Objects {
+    let mut objects = Objects::default();
+    let mut first: HashMap<ObjectRef, &Origin> = HashMap::new();
+    for parsed in files.values().flatten() {
+        let reference = parsed.object.reference();
+        if let Some(first) = first.get(&reference) {
+            problems.push(Problem {
+                origin: Some(parsed.origin.clone()),
+                object: Some(reference),
+                kind: ProblemKind::Duplicate {
+                    first: (*first).clone(),
+                },
+                consequence: Consequence::Skipped,
+            });
+            continue;
+        }
+        first.insert(reference.clone(), &parsed.origin);
+        let name = reference.name.clone();
+        let namespaced = || {
+            NamespacedName::new(
+                reference.namespace.clone().unwrap_or_default(),
+                name.clone(),
+            )
+        };
+        match &parsed.object {
+            AnyObject::Network(o) => {
+                objects.networks.insert(name, (**o).clone());
+            }
+            AnyObject::BindingPolicy(o) => {
+                objects.binding_policies.insert(name, (**o).clone());
+            }
+            AnyObject::RoutingPolicy(o) => {
+                objects.routing_policies.insert(name, (**o).clone());
+            }
+            AnyObject::Namespace(o) => {
+                objects.namespaces.insert(name, (**o).clone());
+            }
+            AnyObject::Node(o) => match LaceNode::from_node((**o).clone()) {
+                Ok(node) => {
+                    objects.nodes.insert(name, node);
+                }
+                Err(e) => problems.push(Problem {
+                    origin: Some(parsed.origin.clone()),
+                    object: Some(reference.clone()),
+                    kind: ProblemKind::Node(e),
+                    consequence: Consequence::Skipped,
+                }),
+            },
+            AnyObject::Pod(o) => {
+                objects.pods.insert(namespaced(), (**o).clone());
+            }
+            AnyObject::Service(o) => {
+                objects.services.insert(namespaced(), (**o).clone());
+            }
+        }
+    }
+    objects
+}
