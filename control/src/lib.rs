@@ -7,6 +7,8 @@
 #![cfg_attr(not(test), warn(missing_docs))]
 
 pub mod api;
+pub mod ipam;
 pub mod proto;
 pub mod source;
+pub mod store;
 pub mod world;

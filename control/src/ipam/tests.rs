@@ -1,0 +1,912 @@
+//! Unit tests of every IPAM rule (module docs of [`super`]).
+
+use std::collections::{BTreeSet, HashSet};
+use std::net::IpAddr;
+
+use super::*;
+use crate::store::{Store, StoreError};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+fn l3(v4: Option<(&str, u8)>, v6: Option<(&str, u8)>) -> NetworkDef {
+    NetworkDef {
+        kind: NetworkType::L3,
+        v4: v4.map(|(p, l)| (p.parse().unwrap(), Some(l))),
+        v6: v6.map(|(p, l)| (p.parse().unwrap(), Some(l))),
+    }
+}
+fn l2(v4: Option<&str>, v6: Option<&str>) -> NetworkDef {
+    NetworkDef {
+        kind: NetworkType::L2,
+        v4: v4.map(|p| (p.parse().unwrap(), None)),
+        v6: v6.map(|p| (p.parse().unwrap(), None)),
+    }
+}
+fn req(c: &str, network: &str, node: &str) -> AllocateRequest {
+    AllocateRequest {
+        key: AttachmentKey {
+            container_id: c.into(),
+            ifname: "eth0".into(),
+        },
+        network: network.into(),
+        node: node.into(),
+        pod: PodRef {
+            namespace: "default".into(),
+            name: format!("pod-{c}"),
+        },
+    }
+}
+fn key(c: &str) -> AttachmentKey {
+    AttachmentKey {
+        container_id: c.into(),
+        ifname: "eth0".into(),
+    }
+}
+/// An Ipam with nodes n1..n3 and the given network as `net`.
+fn setup(def: &NetworkDef) -> Ipam {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    i.ensure_network("net", def).unwrap();
+    for n in ["n1", "n2", "n3"] {
+        i.ensure_node(n).unwrap();
+    }
+    i
+}
+fn addrs(l: &EndpointLease) -> Vec<IpAddr> {
+    l.addresses.iter().map(|a| a.address).collect()
+}
+
+// ---- ids -------------------------------------------------------------------------------------
+
+#[test]
+fn network_ids_start_at_1_are_stable_and_never_reused() {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    let d = l3(Some(("10.40.0.0/16", 24)), None);
+    assert_eq!(i.ensure_network("a", &d).unwrap(), NetworkId(1));
+    assert_eq!(i.ensure_network("b", &d).unwrap(), NetworkId(2));
+    assert_eq!(i.ensure_network("a", &d).unwrap(), NetworkId(1), "stable");
+    i.remove_network("a");
+    assert_eq!(i.network_id("a"), None);
+    assert_eq!(
+        i.ensure_network("a", &d).unwrap(),
+        NetworkId(3),
+        "not reused"
+    );
+    let ext = NetworkDef {
+        kind: NetworkType::External,
+        v4: None,
+        v6: None,
+    };
+    assert_eq!(i.ensure_network("corp", &ext).unwrap(), NetworkId(4));
+    assert_eq!(
+        i.network_ids().into_iter().collect::<Vec<_>>(),
+        [
+            ("a".to_owned(), NetworkId(3)),
+            ("b".to_owned(), NetworkId(2)),
+            ("corp".to_owned(), NetworkId(4))
+        ]
+    );
+}
+
+#[test]
+fn subnets_and_type_are_immutable() {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    i.ensure_network("a", &l3(Some(("10.40.0.0/16", 24)), None))
+        .unwrap();
+    let e = i
+        .ensure_network("a", &l3(Some(("10.40.0.0/16", 25)), None))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IpamError::Immutable {
+                field: "spec.ipv4Subnet",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("recreate"), "{e}");
+    let e = i
+        .ensure_network("a", &l2(Some("10.40.0.0/16"), None))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IpamError::Immutable {
+                field: "spec.type",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = i
+        .ensure_network(
+            "a",
+            &l3(Some(("10.40.0.0/16", 24)), Some(("fd00::/48", 64))),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IpamError::Immutable {
+                field: "spec.ipv6Subnet",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(e.cni_code(), ErrorCode::InvalidConfig);
+}
+
+#[test]
+fn node_ids_and_locators() {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    let a = i.ensure_node("a").unwrap();
+    let b = i.ensure_node("b").unwrap();
+    assert_eq!((a.id, a.locator), (NodeId(1), "fc00::/48".parse().unwrap()));
+    assert_eq!(
+        (b.id, b.locator),
+        (NodeId(2), "fc00:0:1::/48".parse().unwrap())
+    );
+    assert_eq!(i.ensure_node("a").unwrap(), a, "stable");
+    i.remove_node("a");
+    let c = i.ensure_node("c").unwrap();
+    assert_eq!(c.id, NodeId(3), "ids are never reused");
+    assert_eq!(c.locator, a.locator, "a gone node's locator may be reused");
+    assert_eq!(
+        i.ensure_node("a").unwrap().locator,
+        "fc00:0:2::/48".parse().unwrap()
+    );
+    assert_eq!(i.nodes().len(), 3);
+}
+
+#[test]
+fn locator_config_is_checked_and_the_pool_can_run_out() {
+    let cfg = |p: &str, len| IpamConfig {
+        locator_pool: p.parse().unwrap(),
+        locator_len: len,
+    };
+    for (p, len) in [("fc00::/32", 65), ("fc00::/32", 31), ("fc00::1/32", 48)] {
+        let e = Ipam::new(cfg(p, len)).unwrap_err();
+        assert!(matches!(e, IpamError::InvalidConfig { .. }), "{e}");
+    }
+    let mut i = Ipam::new(cfg("fc00::/63", 64)).unwrap();
+    assert_eq!(
+        i.ensure_node("a").unwrap().locator,
+        "fc00::/64".parse().unwrap()
+    );
+    assert_eq!(
+        i.ensure_node("b").unwrap().locator,
+        "fc00:0:0:1::/64".parse().unwrap()
+    );
+    let e = i.ensure_node("c").unwrap_err();
+    assert!(matches!(e, IpamError::LocatorsExhausted { .. }));
+    assert!(e.to_string().contains("fc00::/63"), "{e}");
+}
+
+// ---- l3 ----------------------------------------------------------------------------------------
+
+#[test]
+fn l3_blocks_per_node_and_gateway_is_first_address_of_the_block() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    let a = i.allocate(&req("c1", "net", "n1")).unwrap();
+    assert_eq!(
+        a.addresses,
+        [LeaseAddress {
+            address: ip("10.40.0.2"),
+            prefix: net("10.40.0.0/24"),
+            gateway: ip("10.40.0.1"),
+        }]
+    );
+    assert_eq!(a.addresses[0].with_prefix_len().to_string(), "10.40.0.2/24");
+    assert_eq!(a.network_id, NetworkId(1));
+    let b = i.allocate(&req("c2", "net", "n2")).unwrap();
+    assert_eq!(addrs(&b), [ip("10.40.1.2")]);
+    assert_eq!(b.addresses[0].gateway, ip("10.40.1.1"));
+    let c = i.allocate(&req("c3", "net", "n1")).unwrap();
+    assert_eq!(addrs(&c), [ip("10.40.0.3")]);
+    assert_eq!(i.node_blocks("net", "n1"), [net("10.40.0.0/24")]);
+    assert_eq!(
+        i.node_blocks("net", "n3"),
+        Vec::<IpNet>::new(),
+        "no pod, no block yet"
+    );
+    assert_eq!(
+        i.allocation_specs(),
+        [
+            AllocationSpec {
+                network: "net".into(),
+                node: "n1".into(),
+                prefixes: vec!["10.40.0.0/24".into()],
+            },
+            AllocationSpec {
+                network: "net".into(),
+                node: "n2".into(),
+                prefixes: vec!["10.40.1.0/24".into()],
+            }
+        ]
+    );
+}
+
+#[test]
+fn l3_block_fills_without_network_gateway_or_broadcast_then_reports_exhaustion() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 29)), None));
+    let got: Vec<IpAddr> = (0..5)
+        .map(|n| addrs(&i.allocate(&req(&format!("c{n}"), "net", "n1")).unwrap())[0])
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "10.40.0.2",
+            "10.40.0.3",
+            "10.40.0.4",
+            "10.40.0.5",
+            "10.40.0.6"
+        ]
+        .map(ip)
+    );
+    let e = i.allocate(&req("c5", "net", "n1")).unwrap_err();
+    assert!(
+        matches!(e, IpamError::BlockExhausted { capacity: 5, .. }),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    for part in [
+        "Network net",
+        "node n1",
+        "10.40.0.0/29",
+        "hostLocalPrefixLength",
+    ] {
+        assert!(msg.contains(part), "{msg} lacks {part}");
+    }
+    assert_eq!(e.cni_code(), ErrorCode::AddressesExhausted);
+    assert_eq!(i.node_blocks("net", "n1").len(), 1, "no second block");
+    // Another node is unaffected; a freed address is the next one handed out.
+    assert_eq!(
+        addrs(&i.allocate(&req("d", "net", "n2")).unwrap()),
+        [ip("10.40.0.10")]
+    );
+    i.release(&key("c2"));
+    assert_eq!(
+        addrs(&i.allocate(&req("c5", "net", "n1")).unwrap()),
+        [ip("10.40.0.4")]
+    );
+}
+
+#[test]
+fn l3_subnet_runs_out_of_blocks() {
+    let mut i = setup(&l3(Some(("10.40.0.0/23", 24)), None));
+    i.allocate(&req("a", "net", "n1")).unwrap();
+    i.allocate(&req("b", "net", "n2")).unwrap();
+    let e = i.allocate(&req("c", "net", "n3")).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IpamError::BlocksExhausted {
+                blocks: 2,
+                block_len: 24,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    for part in ["Network net", "node n3", "10.40.0.0/23", "/24", "larger"] {
+        assert!(msg.contains(part), "{msg} lacks {part}");
+    }
+    // The block returns to the subnet only when its node goes.
+    i.release(&key("a"));
+    assert!(i.allocate(&req("c", "net", "n3")).is_err());
+    let released = i.remove_node("n1");
+    assert!(released.is_empty());
+    let c = i.allocate(&req("c", "net", "n3")).unwrap();
+    assert_eq!(c.addresses[0].prefix, net("10.40.0.0/24"));
+}
+
+#[test]
+fn point_to_point_blocks_and_subnets() {
+    let mut i = setup(&l3(Some(("10.0.0.0/30", 31)), Some(("fd00::/126", 127))));
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(
+        a.addresses,
+        [
+            LeaseAddress {
+                address: ip("10.0.0.1"),
+                prefix: net("10.0.0.0/31"),
+                gateway: ip("10.0.0.0"),
+            },
+            LeaseAddress {
+                address: ip("fd00::1"),
+                prefix: net("fd00::/127"),
+                gateway: ip("fd00::"),
+            }
+        ]
+    );
+    assert!(matches!(
+        i.allocate(&req("b", "net", "n1")).unwrap_err(),
+        IpamError::BlockExhausted { capacity: 1, .. }
+    ));
+    assert_eq!(
+        addrs(&i.allocate(&req("b", "net", "n2")).unwrap()),
+        [ip("10.0.0.3"), ip("fd00::3")]
+    );
+
+    let mut i = setup(&l2(None, Some("fd00::/127")));
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(
+        (a.addresses[0].address, a.addresses[0].gateway),
+        (ip("fd00::1"), ip("fd00::"))
+    );
+    assert!(matches!(
+        i.allocate(&req("b", "net", "n2")).unwrap_err(),
+        IpamError::SubnetExhausted { capacity: 1, .. }
+    ));
+}
+
+#[test]
+fn host_prefixes_and_bad_block_lengths_are_refused() {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    let bad = [
+        l3(Some(("10.0.0.0/24", 32)), None),
+        l3(Some(("10.0.0.0/24", 16)), None),
+        l3(None, Some(("fd00::/64", 128))),
+        l2(Some("10.0.0.1/32"), None),
+        NetworkDef {
+            kind: NetworkType::L3,
+            v4: Some(("10.0.0.0/16".parse().unwrap(), None)),
+            v6: None,
+        },
+        NetworkDef {
+            kind: NetworkType::L2,
+            v4: None,
+            v6: None,
+        },
+        NetworkDef {
+            kind: NetworkType::L2,
+            v4: Some(("10.0.0.1/24".parse().unwrap(), None)),
+            v6: None,
+        },
+    ];
+    for d in &bad {
+        let e = i.ensure_network("x", d).unwrap_err();
+        assert!(matches!(e, IpamError::InvalidNetwork { .. }), "{d:?}: {e}");
+        assert!(e.to_string().starts_with("Network x: spec.ipv"), "{e}");
+    }
+    assert!(i.network_ids().is_empty());
+    let e = i.ensure_network("x", &bad[4]).unwrap_err();
+    assert!(
+        e.to_string().contains("hostLocalPrefixLength (unset)"),
+        "{e}"
+    );
+}
+
+// ---- l2 ----------------------------------------------------------------------------------------
+
+#[test]
+fn l2_allocates_from_the_subnet_across_nodes() {
+    let mut i = setup(&l2(Some("10.50.0.0/29"), None));
+    let got: Vec<IpAddr> = ["n1", "n2", "n3", "n1", "n2"]
+        .iter()
+        .enumerate()
+        .map(|(n, node)| {
+            let l = i.allocate(&req(&format!("c{n}"), "net", node)).unwrap();
+            assert_eq!(l.addresses[0].gateway, ip("10.50.0.1"));
+            assert_eq!(l.addresses[0].prefix, net("10.50.0.0/29"));
+            l.addresses[0].address
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "10.50.0.2",
+            "10.50.0.3",
+            "10.50.0.4",
+            "10.50.0.5",
+            "10.50.0.6"
+        ]
+        .map(ip)
+    );
+    let e = i.allocate(&req("x", "net", "n3")).unwrap_err();
+    assert!(
+        matches!(e, IpamError::SubnetExhausted { capacity: 5, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("10.50.0.0/29"), "{e}");
+    assert!(i.allocations().is_empty(), "l2 has no blocks");
+}
+
+#[test]
+fn dual_stack_gets_one_address_per_family_all_or_nothing() {
+    // v6 blocks are /127 (one pod each), v4 /24: the second pod on n1 fails on v6.
+    let mut i = setup(&l3(
+        Some(("10.40.0.0/16", 24)),
+        Some(("fd00:40::/120", 127)),
+    ));
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(addrs(&a), [ip("10.40.0.2"), ip("fd00:40::1")]);
+    assert_eq!(a.addresses[1].gateway, ip("fd00:40::"));
+    let e = i.allocate(&req("b", "net", "n1")).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IpamError::BlockExhausted {
+                field: "spec.ipv6Subnet",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(i.lease(&key("b")).is_none());
+    i.release(&key("a"));
+    // The v4 address of the failed ADD was rolled back: the next pod gets .2 again.
+    let b = i.allocate(&req("b", "net", "n1")).unwrap();
+    assert_eq!(addrs(&b), [ip("10.40.0.2"), ip("fd00:40::1")]);
+    assert_eq!(b.port, PortId(1), "the failed ADD's port was rolled back");
+}
+
+// ---- keys --------------------------------------------------------------------------------------
+
+#[test]
+fn retried_add_is_idempotent() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    let g = i.generation();
+    assert_eq!(i.allocate(&req("a", "net", "n1")).unwrap(), a);
+    assert_eq!(i.generation(), g, "a retry changes nothing");
+    assert_eq!(i.leases().count(), 1);
+    let b = i.allocate(&req("b", "net", "n1")).unwrap();
+    assert_eq!(addrs(&b), [ip("10.40.0.3")], "the retry leaked nothing");
+    assert_eq!(i.lease(&key("a")), Some(&a));
+}
+
+#[test]
+fn same_key_with_another_network_node_or_pod_already_exists() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    i.ensure_network("other", &l2(Some("10.50.0.0/24"), None))
+        .unwrap();
+    i.allocate(&req("a", "net", "n1")).unwrap();
+    let mut other_pod = req("a", "net", "n1");
+    other_pod.pod.name = "someone-else".into();
+    for r in [req("a", "other", "n1"), req("a", "net", "n2"), other_pod] {
+        let e = i.allocate(&r).unwrap_err();
+        assert!(matches!(e, IpamError::AlreadyExists { .. }), "{e}");
+        assert_eq!(e.cni_code(), ErrorCode::AlreadyExists);
+        assert!(
+            e.to_string()
+                .contains("container a already has interface eth0"),
+            "{e}"
+        );
+    }
+    // Another interface of the same container is another key.
+    let mut eth1 = req("a", "other", "n1");
+    eth1.key.ifname = "eth1".into();
+    let l = i.allocate(&eth1).unwrap();
+    assert_eq!(l.port, PortId(2));
+    assert_ne!(l.host_iface, i.lease(&key("a")).unwrap().host_iface);
+}
+
+#[test]
+fn release_is_idempotent_and_returns_everything() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    assert_eq!(i.release(&key("nope")), None);
+    let g = i.generation();
+    assert_eq!(i.release(&key("nope")), None);
+    assert_eq!(i.generation(), g);
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(i.release(&key("a")), Some(a.clone()));
+    assert_eq!(i.release(&key("a")), None);
+    let b = i.allocate(&req("b", "net", "n1")).unwrap();
+    assert_eq!(addrs(&b), addrs(&a));
+    assert_eq!(b.port, a.port);
+    assert_ne!(
+        b.endpoint_id, a.endpoint_id,
+        "endpoint ids are never reused"
+    );
+}
+
+#[test]
+fn gc_releases_what_the_runtime_forgot_on_that_node_only() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    for (c, n) in [("a", "n1"), ("b", "n1"), ("c", "n1"), ("d", "n2")] {
+        i.allocate(&req(c, "net", n)).unwrap();
+    }
+    let keep: BTreeSet<_> = [key("b")].into();
+    let gone: Vec<_> = i.gc("n1", &keep).into_iter().map(|l| l.key).collect();
+    assert_eq!(gone, [key("a"), key("c")]);
+    let left: Vec<_> = i.leases().map(|l| l.key.clone()).collect();
+    assert_eq!(left, [key("b"), key("d")]);
+    assert!(i.gc("n1", &keep).is_empty());
+}
+
+#[test]
+fn unknown_network_node_and_external_networks() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    let e = i.allocate(&req("a", "nope", "n1")).unwrap_err();
+    assert!(matches!(e, IpamError::UnknownNetwork { .. }));
+    assert_eq!(e.cni_code(), ErrorCode::Unbound);
+    let e = i.allocate(&req("a", "net", "n9")).unwrap_err();
+    assert!(matches!(e, IpamError::UnknownNode { .. }));
+    i.ensure_network(
+        "corp",
+        &NetworkDef {
+            kind: NetworkType::External,
+            v4: None,
+            v6: None,
+        },
+    )
+    .unwrap();
+    let e = i.allocate(&req("a", "corp", "n1")).unwrap_err();
+    assert!(matches!(e, IpamError::NoIpam { .. }));
+    assert!(e.to_string().contains("external"), "{e}");
+    assert_eq!(i.leases().count(), 0);
+}
+
+#[test]
+fn removing_a_network_or_node_releases_its_leases() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    i.ensure_network("other", &l2(Some("10.50.0.0/24"), None))
+        .unwrap();
+    i.allocate(&req("a", "net", "n1")).unwrap();
+    i.allocate(&req("b", "other", "n1")).unwrap();
+    i.allocate(&req("c", "other", "n2")).unwrap();
+    let gone: Vec<_> = i
+        .remove_network("other")
+        .into_iter()
+        .map(|l| l.key)
+        .collect();
+    assert_eq!(gone, [key("b"), key("c")]);
+    assert!(i.remove_network("other").is_empty());
+    let gone: Vec<_> = i.remove_node("n1").into_iter().map(|l| l.key).collect();
+    assert_eq!(gone, [key("a")]);
+    assert_eq!(i.leases().count(), 0);
+    assert!(i.allocations().is_empty());
+}
+
+// ---- ports, MACs, interface names ---------------------------------------------------------------
+
+#[test]
+fn ports_are_lowest_free_and_bounded_by_the_forwarder() {
+    let mut i = setup(&l3(None, Some(("fd00::/48", 64))));
+    for n in 1..=MAX_POD_PORT {
+        let l = i.allocate(&req(&format!("c{n}"), "net", "n1")).unwrap();
+        assert_eq!(l.port, PortId(n));
+    }
+    let e = i.allocate(&req("last", "net", "n1")).unwrap_err();
+    assert!(
+        matches!(e, IpamError::PortsExhausted { max: 4095, .. }),
+        "{e}"
+    );
+    assert!(i.lease(&key("last")).is_none());
+    i.release(&key("c7"));
+    assert_eq!(
+        i.allocate(&req("last", "net", "n1")).unwrap().port,
+        PortId(7)
+    );
+    assert_eq!(
+        i.allocate(&req("x", "net", "n2")).unwrap().port,
+        PortId(1),
+        "per node"
+    );
+    let macs: HashSet<_> = i.leases().map(|l| l.mac).collect();
+    assert_eq!(macs.len(), i.leases().count(), "MACs are unique");
+    let names: HashSet<_> = i
+        .leases()
+        .filter(|l| l.node == "n1")
+        .map(|l| l.host_iface)
+        .collect();
+    assert_eq!(names.len(), usize::try_from(MAX_POD_PORT).unwrap());
+}
+
+#[test]
+fn macs_are_locally_administered_unicast_and_never_a_gateways() {
+    let mut i = setup(&l2(Some("10.50.0.0/24"), Some("fd00:50::/64")));
+    let l = i.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(l.mac.0[0], 0x02);
+    assert_eq!(l.mac.0[0] & 1, 0, "unicast");
+    let g = gateway_mac(l.network_id);
+    assert_eq!(g.0, [0x06, 0, 0, 0, 0, 1]);
+    assert_eq!(g.0[0] & 0b11, 0b10, "locally administered unicast");
+    assert_ne!(g, l.mac);
+    // Deterministic: the same (network, address) gives the same MAC after a release.
+    i.release(&key("a"));
+    assert_eq!(i.allocate(&req("b", "net", "n2")).unwrap().mac, l.mac);
+}
+
+#[test]
+fn host_interface_names_fit_and_avoid_collisions() {
+    let k = key("0123456789abcdef");
+    let first = unique_iface(&k, &HashSet::new()).unwrap();
+    assert_eq!(first.as_str().len(), 12);
+    assert!(first.as_str().starts_with("lace"));
+    assert!(first.as_str()[4..].chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(
+        unique_iface(&k, &HashSet::new()).unwrap(),
+        first,
+        "deterministic"
+    );
+    let taken: HashSet<String> = [first.as_str().to_owned()].into();
+    let second = unique_iface(&k, &taken).unwrap();
+    assert_ne!(second, first);
+    let taken: HashSet<String> = (0..NAME_TRIES)
+        .map(|salt| {
+            let h = fnv64(&[
+                k.container_id.as_bytes(),
+                k.ifname.as_bytes(),
+                &salt.to_be_bytes(),
+            ]);
+            format!("lace{:08x}", h as u32)
+        })
+        .collect();
+    let e = unique_iface(&k, &taken).unwrap_err();
+    assert!(matches!(e, IpamError::NoUniqueName { .. }), "{e}");
+}
+
+// ---- persistence -------------------------------------------------------------------------------
+
+fn busy_ipam() -> Ipam {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), Some(("fd00:40::/48", 64))));
+    i.ensure_network("flat", &l2(Some("10.50.0.0/24"), None))
+        .unwrap();
+    for n in 0..20 {
+        let node = ["n1", "n2", "n3"][n % 3];
+        let network = if n % 4 == 0 { "flat" } else { "net" };
+        i.allocate(&req(&format!("c{n}"), network, node)).unwrap();
+    }
+    for n in [3, 4, 11] {
+        i.release(&key(&format!("c{n}")));
+    }
+    i.remove_node("n3");
+    i.ensure_node("n4").unwrap();
+    i
+}
+
+#[test]
+fn restart_from_the_store_gives_identical_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path().join("state.json"));
+    assert_eq!(store.load().unwrap(), None, "first start");
+    let mut a = busy_ipam();
+    store.save(&a.to_state()).unwrap();
+    let mut b = store.load_ipam(IpamConfig::default()).unwrap();
+    assert_eq!(b.to_state(), a.to_state());
+    assert_eq!(
+        b.leases().collect::<Vec<_>>(),
+        a.leases().collect::<Vec<_>>()
+    );
+    // Same answers from here on, and nothing reallocated.
+    for n in 100..110 {
+        let r = req(
+            &format!("c{n}"),
+            if n % 2 == 0 { "net" } else { "flat" },
+            ["n1", "n4"][n % 2],
+        );
+        assert_eq!(a.allocate(&r).unwrap(), b.allocate(&r).unwrap());
+    }
+    let r = req("x", "net", "n2");
+    assert_eq!(
+        a.ensure_network("new", &l2(Some("10.60.0.0/24"), None))
+            .unwrap(),
+        b.ensure_network("new", &l2(Some("10.60.0.0/24"), None))
+            .unwrap()
+    );
+    assert_eq!(a.ensure_node("n5").unwrap(), b.ensure_node("n5").unwrap());
+    assert_eq!(a.allocate(&r).unwrap(), b.allocate(&r).unwrap());
+    let all: Vec<_> = b.leases().flat_map(addrs).collect();
+    let distinct: HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), distinct.len());
+    assert!(
+        !dir.path().join("state.json.tmp").exists(),
+        "the temporary was renamed"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(store.path())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn shared_ipam_persists_every_change_and_reopens_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let s = SharedIpam::open(Store::new(&path), IpamConfig::default()).unwrap();
+    s.ensure_network("net", &l3(Some(("10.40.0.0/16", 24)), None))
+        .unwrap();
+    s.ensure_node("n1").unwrap();
+    let a = s.allocate(&req("a", "net", "n1")).unwrap();
+    s.allocate(&req("b", "net", "n1")).unwrap();
+    s.release(&key("b")).unwrap();
+    drop(s);
+    // A leftover temporary from a crash mid-save is ignored.
+    std::fs::write(dir.path().join("state.json.tmp"), b"{half").unwrap();
+    let s = SharedIpam::open(Store::new(&path), IpamConfig::default()).unwrap();
+    assert_eq!(s.lease(&key("a")), Some(a.clone()));
+    assert_eq!(
+        s.allocate(&req("a", "net", "n1")).unwrap(),
+        a,
+        "retry after restart"
+    );
+    let c = s.allocate(&req("c", "net", "n1")).unwrap();
+    assert_eq!(
+        addrs(&c),
+        [ip("10.40.0.3")],
+        "b's address is free again, a's is not"
+    );
+    assert_eq!(s.gc("n1", &BTreeSet::new()).unwrap().len(), 2);
+    assert_eq!(s.remove_node("n1").unwrap().len(), 0);
+    assert_eq!(s.remove_network("net").unwrap().len(), 0);
+    let reopened = Store::new(&path).load_ipam(IpamConfig::default()).unwrap();
+    assert_eq!(reopened.leases().count(), 0);
+    assert!(reopened.network_ids().is_empty());
+}
+
+#[test]
+fn a_failed_save_undoes_the_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let s = SharedIpam::open(Store::new(sub.join("state.json")), IpamConfig::default()).unwrap();
+    s.ensure_network("net", &l3(Some(("10.40.0.0/16", 24)), None))
+        .unwrap();
+    s.ensure_node("n1").unwrap();
+    std::fs::remove_dir_all(&sub).unwrap();
+    let e = s.allocate(&req("a", "net", "n1")).unwrap_err();
+    assert!(matches!(e, IpamError::Persist(_)), "{e}");
+    assert!(e.to_string().contains("not made"), "{e}");
+    assert_eq!(e.cni_code(), ErrorCode::TryAgainLater);
+    assert_eq!(s.lease(&key("a")), None);
+    std::fs::create_dir(&sub).unwrap();
+    let a = s.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(
+        addrs(&a),
+        [ip("10.40.0.2")],
+        "the failed ADD left nothing behind"
+    );
+    assert_eq!(a.endpoint_id, 1);
+}
+
+#[test]
+fn corrupt_store_files_are_errors_never_an_empty_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let store = Store::new(&path);
+    let good = serde_json::to_string(&busy_ipam().to_state()).unwrap();
+    for bad in ["", "not json", &good[..good.len() / 2], "{}", "[]"] {
+        std::fs::write(&path, bad).unwrap();
+        let e = store.load_ipam(IpamConfig::default()).unwrap_err();
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{bad:?}: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("state.json") && msg.contains("backup"),
+            "{msg}"
+        );
+    }
+    // Parses, but two leases hold the same address.
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let leases = v["leases"].as_array_mut().unwrap();
+    let first = leases[0]["addresses"].clone();
+    let net = leases[0]["network"].clone();
+    let node = leases[0]["node"].clone();
+    let twin = leases
+        .iter_mut()
+        .skip(1)
+        .find(|l| l["network"] == net && l["node"] == node)
+        .unwrap();
+    twin["addresses"] = first;
+    std::fs::write(&path, v.to_string()).unwrap();
+    let e = store.load_ipam(IpamConfig::default()).unwrap_err();
+    let StoreError::Inconsistent { source, .. } = &e else {
+        panic!("{e}")
+    };
+    assert!(matches!(**source, IpamError::CorruptState { .. }), "{e}");
+    assert!(e.to_string().contains("not a free pod address"), "{e}");
+    // A wrong version, and a changed locator pool.
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    v["version"] = 2.into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    assert!(store
+        .load_ipam(IpamConfig::default())
+        .unwrap_err()
+        .to_string()
+        .contains("version 2"));
+    std::fs::write(&path, &good).unwrap();
+    let other = IpamConfig {
+        locator_pool: "fd99::/32".parse().unwrap(),
+        locator_len: 48,
+    };
+    let e = store.load_ipam(other).unwrap_err();
+    assert!(e.to_string().contains("locators would move"), "{e}");
+    assert!(store.load_ipam(IpamConfig::default()).is_ok());
+}
+
+#[test]
+fn inconsistent_states_are_refused() {
+    let good = busy_ipam().to_state();
+    let cfg = IpamConfig::default();
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = serde_json::to_value(&good).unwrap();
+        f(&mut v);
+        let s: IpamState = serde_json::from_value(v).unwrap();
+        Ipam::from_state(&s, cfg).unwrap_err().to_string()
+    };
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("id 0", Box::new(|v| v["networks"]["net"]["id"] = 0.into())),
+        ("id 2", Box::new(|v| v["networks"]["net"]["id"] = 2.into())),
+        ("counter", Box::new(|v| v["nextNetworkId"] = 2.into())),
+        (
+            "locator",
+            Box::new(|v| v["nodes"]["n2"]["locator"] = v["nodes"]["n1"]["locator"].clone()),
+        ),
+        (
+            "block",
+            Box::new(|v| v["blocks"][1]["prefix"] = v["blocks"][0]["prefix"].clone()),
+        ),
+        ("port", Box::new(|v| v["leases"][1]["port"] = 0.into())),
+        (
+            "MAC",
+            Box::new(|v| v["leases"][1]["mac"] = v["leases"][0]["mac"].clone()),
+        ),
+        ("MAC", Box::new(|v| v["leases"][1]["mac"] = "zz".into())),
+        (
+            "endpoint id",
+            Box::new(|v| v["leases"][1]["endpointId"] = 999.into()),
+        ),
+        (
+            "unknown Network",
+            Box::new(|v| v["leases"][1]["network"] = "gone".into()),
+        ),
+        (
+            "addresses",
+            Box::new(|v| v["leases"][1]["addresses"] = serde_json::json!([])),
+        ),
+    ];
+    for (what, f) in cases {
+        let msg = edit(&*f);
+        assert!(
+            msg.contains("inconsistent") && msg.contains(what),
+            "{what}: {msg}"
+        );
+    }
+}
+
+// ---- concurrency -------------------------------------------------------------------------------
+
+#[test]
+fn concurrent_adds_from_8_threads_get_distinct_addresses() {
+    let s = SharedIpam::in_memory(setup(&l3(
+        Some(("10.40.0.0/16", 22)),
+        Some(("fd00::/48", 64)),
+    )));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                (0..100)
+                    .map(|n| {
+                        let node = ["n1", "n2"][n % 2];
+                        s.allocate(&req(&format!("t{t}-{n}"), "net", node)).unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let leases: Vec<EndpointLease> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(leases.len(), 800);
+    let all: HashSet<IpAddr> = leases.iter().flat_map(addrs).collect();
+    assert_eq!(all.len(), 1600);
+    let ports: HashSet<(String, PortId)> =
+        leases.iter().map(|l| (l.node.clone(), l.port)).collect();
+    assert_eq!(ports.len(), 800);
+    let macs: HashSet<MacAddr> = leases.iter().map(|l| l.mac).collect();
+    assert_eq!(macs.len(), 800);
+    assert_eq!(s.read(|i| i.leases().count()), 800);
+}
