@@ -17,6 +17,8 @@
 //! bad one is a validation error with a message, not a decode failure) and parsed by
 //! validation.
 
+pub mod validate;
+
 use std::collections::BTreeMap;
 
 use kube::CustomResource;

@@ -1,0 +1,1656 @@
+//! Validation of every `lace-cni.io/v1alpha1` resource, and parsing of valid specs into the
+//! compiler's model ([`crate::world`]).
+//!
+//! # Guarantees
+//!
+//! - Every function here is pure: no I/O, no clock, no global state.
+//! - A `validate_*` function returns **all** the errors it finds, not only the first, as
+//!   [`Errors`]. Each [`ValidationError`] names the object (`Network backend`), the field
+//!   (`spec.ipv4Subnet.prefix`, with list indices) and the fix.
+//! - A spec that validates clean parses: [`network_model`], [`routing_model`], [`node_model`],
+//!   [`allocation_prefixes`] and [`parse_mac`] succeed on exactly the input the matching
+//!   `validate_*` accepts (plus a non-zero id where one is passed in).
+//! - [`validate_network_update`] mirrors the CEL transition rules `crdgen` writes into the
+//!   Network CRD, so a standalone control (no API server) enforces the same immutability.
+//!
+//! # Not checked here
+//!
+//! - CEL compilation of `celExpression` (the binding module compiles it and reports the
+//!   `CELValid` condition).
+//! - Rules across objects: whether a referenced network exists, overlapping subnets of two
+//!   networks, whether a routing policy's prefixes lie inside its destination. The daemon
+//!   checks those against its world.
+//! - What the compiler implements: [`routing_support`] says which valid routing policies are
+//!   not supported yet, so the daemon can set `Supported=False` instead of ignoring them.
+//!
+//! # Decisions where the seed is silent
+//!
+//! - `hostLocalPrefixLength` is **required** on every subnet of an l3 network: without it the
+//!   subnet cannot be cut into per-node blocks. It ranges from the subnet's prefix length
+//!   (one block: the whole subnet goes to a single node) to the address width − 1 (/31, /127):
+//!   a block must hold its gateway (the first address) and at least one pod. A /32 or /128
+//!   block would hold only the gateway.
+//! - For the same reason a subnet itself (l3 or l2) is at most a /31 or /127.
+//! - Subnets are immutable as a whole, presence included: adding `ipv4Subnet` to an IPv6-only
+//!   network, removing it, or changing `hostLocalPrefixLength` are all rejected (existing
+//!   pods and blocks would not match the new subnet).
+//! - An allow rule's static `network` must name a Network (a DNS-1123 subdomain); an empty
+//!   string is rejected. To leave a resource unbound, a CEL rule returns `optional.of('')`.
+//! - A deny rule may omit `selector` (it then shields the network from lower-priority policies
+//!   for every resource); if it has one, the selector sets only `name`.
+//! - `matchKind: []` is rejected: omitting the field matches every kind, and an empty list
+//!   would match none.
+//! - Endpoint addresses carry a prefix length and may have host bits set (they are interface
+//!   addresses); block and subnet prefixes may not.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId};
+
+use crate::api::{
+    AllocationSpec, Direction, FdbEntrySpec, LabelSelector, LabelSelectorRequirement, NeighborSpec,
+    NetworkBindingPolicySpec, NetworkEndpointSpec, NetworkRoutingPolicySpec, NetworkSpec,
+    NetworkType, NodeLocatorSpec, RulePolicy, Subnet,
+};
+use crate::world::{NetworkModel, NodeModel, RoutingModel};
+
+/// Where an error is: the object's kind and name, and the field path inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// The object's kind, e.g. `Network`.
+    pub kind: &'static str,
+    /// The object's name (`namespace/name` for namespaced objects).
+    pub object: String,
+    /// The field, e.g. `spec.rules[1].selector.name`.
+    pub path: String,
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.kind, self.object, self.path)
+    }
+}
+
+/// One validation error. Its message names the object, the field and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// A name or a reference to a named object is not a DNS-1123 subdomain.
+    #[error(
+        "{at} {value:?} is not a DNS-1123 subdomain ({reason}); use lowercase letters, digits, \
+         '-' and '.', starting and ending with a letter or digit, at most 253 characters"
+    )]
+    NotDnsSubdomain {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A namespace is not a DNS-1123 label.
+    #[error(
+        "{at} {value:?} is not a DNS-1123 label ({reason}); use lowercase letters, digits and \
+         '-', starting and ending with a letter or digit, at most 63 characters"
+    )]
+    NotDnsLabel {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An immutable field changed on update.
+    #[error(
+        "{at} is immutable (was {old}, now {new}); delete and recreate the Network to change it"
+    )]
+    Immutable {
+        /// Where.
+        at: Field,
+        /// The old value, rendered.
+        old: String,
+        /// The new value, rendered.
+        new: String,
+    },
+    /// An l3 or l2 network sets neither subnet.
+    #[error("{at} sets neither ipv4Subnet nor ipv6Subnet; an {kind} network needs at least one, e.g. {example}")]
+    NoSubnet {
+        /// Where (`spec`).
+        at: Field,
+        /// The network's type.
+        kind: &'static str,
+        /// A subnet that would do.
+        example: &'static str,
+    },
+    /// A prefix does not parse as a CIDR.
+    #[error("{at} {value:?} is not a CIDR; use e.g. {example}")]
+    NotCidr {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// A valid value.
+        example: &'static str,
+    },
+    /// A prefix or address is of the wrong address family.
+    #[error("{at} {value:?} is not {expected}; {fix}")]
+    WrongFamily {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// What was expected, e.g. `an IPv4 prefix`.
+        expected: &'static str,
+        /// How to fix it.
+        fix: &'static str,
+    },
+    /// A network prefix has bits set beyond its length.
+    #[error("{at} {value:?} has host bits set; use {truncated}")]
+    HostBitsSet {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// The prefix with the host bits cleared.
+        truncated: String,
+    },
+    /// A subnet too small to hold the gateway and one endpoint.
+    #[error(
+        "{at} {value:?} leaves no address after the gateway; use a prefix length of at most {max}"
+    )]
+    SubnetTooSmall {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// The longest usable prefix length.
+        max: u8,
+    },
+    /// `hostLocalPrefixLength` on a network that is not l3.
+    #[error(
+        "{at} is set on an {kind} network, but only l3 networks cut their subnet into per-node \
+         blocks; remove it"
+    )]
+    HostLocalNotL3 {
+        /// Where.
+        at: Field,
+        /// The network's type.
+        kind: &'static str,
+    },
+    /// `hostLocalPrefixLength` missing on an l3 subnet.
+    #[error("{at} is required on an l3 network (the length of each node's block); set it, e.g. to {example}")]
+    HostLocalRequired {
+        /// Where.
+        at: Field,
+        /// A length that would do.
+        example: u8,
+    },
+    /// `hostLocalPrefixLength` outside [prefix length, width − 1].
+    #[error(
+        "{at} {value} is outside {min}..={max}; a block is at least the subnet's prefix length \
+         and must hold the gateway and one pod, so use a length from {min} to {max}"
+    )]
+    HostLocalOutOfRange {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: u8,
+        /// The subnet's prefix length.
+        min: u8,
+        /// Address width − 1.
+        max: u8,
+    },
+    /// A field that only external networks have.
+    #[error("{at} is set on an {kind} network; only external networks have it, so remove it or use type external")]
+    OnlyForExternal {
+        /// Where.
+        at: Field,
+        /// The network's type.
+        kind: &'static str,
+    },
+    /// A subnet on an external network.
+    #[error(
+        "{at} is set on an external network; external networks have no subnet and no IPAM, so \
+         remove it and list the CIDRs in spec.externalPrefixes"
+    )]
+    SubnetOnExternal {
+        /// Where.
+        at: Field,
+    },
+    /// An interface name the kernel would refuse.
+    #[error("{at} {value:?} is not a Linux interface name; use 1-15 characters without '/', ':' or whitespace, e.g. eth1")]
+    NotInterfaceName {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+    },
+    /// A VLAN id outside 1..=4094.
+    #[error("{at} {value} is outside 1..=4094; use a VLAN id from 1 to 4094, or omit it for untagged traffic")]
+    VlanOutOfRange {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: u16,
+    },
+    /// An address that does not parse.
+    #[error("{at} {value:?} is not an IP address; use e.g. {example}")]
+    NotAddress {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// A valid value.
+        example: &'static str,
+    },
+    /// Two related values of different address families.
+    #[error("{at} {value:?} is not of the same address family as {other_path} {other:?}; use a {what} of that family")]
+    FamilyMismatch {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// The related field.
+        other_path: String,
+        /// Its value.
+        other: String,
+        /// What the offending field is, e.g. `next hop`.
+        what: &'static str,
+    },
+    /// A list holds the same value twice.
+    #[error("{at} lists {value:?} more than once; list each once")]
+    Duplicate {
+        /// Where.
+        at: Field,
+        /// The repeated value.
+        value: String,
+    },
+    /// A required list or string is empty.
+    #[error("{at} is empty; {fix}")]
+    Empty {
+        /// Where.
+        at: Field,
+        /// How to fix it.
+        fix: &'static str,
+    },
+    /// A required field is absent.
+    #[error("{at} is missing; {fix}")]
+    Missing {
+        /// Where.
+        at: Field,
+        /// How to fix it.
+        fix: &'static str,
+    },
+    /// An allow rule with neither `network` nor `celExpression`.
+    #[error("{at} sets neither network nor celExpression; an allow rule sets exactly one of them")]
+    AllowNeedsTarget {
+        /// Where (the rule).
+        at: Field,
+    },
+    /// An allow rule with both `network` and `celExpression`.
+    #[error("{at} sets both network and celExpression; an allow rule sets exactly one of them, so remove one")]
+    AllowBothTargets {
+        /// Where (the rule).
+        at: Field,
+    },
+    /// A deny rule with a `celExpression`.
+    #[error("{at} is set on a deny rule; a deny rule shields the network named in network, so remove celExpression")]
+    DenyWithCel {
+        /// Where (the rule's `celExpression`).
+        at: Field,
+    },
+    /// A deny rule whose selector uses more than the name.
+    #[error("{at} is set on a deny rule; deny rules select by name only, so remove it and use selector.name")]
+    DenySelectsByNameOnly {
+        /// Where (`matchLabels`, `matchExpressions` or `namespaceSelector`).
+        at: Field,
+    },
+    /// An unknown label selector operator.
+    #[error(
+        "{at} {value:?} is not a label selector operator; use In, NotIn, Exists or DoesNotExist"
+    )]
+    UnknownOperator {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+    },
+    /// `In`/`NotIn` without values.
+    #[error("{at} is empty; operator {operator} needs at least one value")]
+    ValuesRequired {
+        /// Where (`values`).
+        at: Field,
+        /// The operator.
+        operator: &'static str,
+    },
+    /// `Exists`/`DoesNotExist` with values.
+    #[error("{at} is set; operator {operator} takes no values, so remove them")]
+    ValuesForbidden {
+        /// Where (`values`).
+        at: Field,
+        /// The operator.
+        operator: &'static str,
+    },
+    /// A label key that Kubernetes would refuse.
+    #[error(
+        "{at} {value:?} is not a valid label key ({reason}); use [prefix/]name: an optional \
+         DNS-1123 subdomain prefix and a name of at most 63 letters, digits, '-', '_' or '.', \
+         starting and ending with a letter or digit"
+    )]
+    InvalidLabelKey {
+        /// Where.
+        at: Field,
+        /// The offending key.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A label value that Kubernetes would refuse.
+    #[error(
+        "{at} {value:?} is not a valid label value ({reason}); use at most 63 letters, digits, \
+         '-', '_' or '.', starting and ending with a letter or digit, or an empty value"
+    )]
+    InvalidLabelValue {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A `nextHop` with neither `endpoint` nor `gateway`.
+    #[error("{at} sets neither endpoint nor gateway; set exactly one, or remove nextHop")]
+    NextHopNeedsTarget {
+        /// Where (`spec.nextHop`).
+        at: Field,
+    },
+    /// A `nextHop` with both `endpoint` and `gateway`.
+    #[error("{at} sets both endpoint and gateway; set exactly one of them")]
+    NextHopBothTargets {
+        /// Where (`spec.nextHop`).
+        at: Field,
+    },
+    /// A MAC that does not parse.
+    #[error("{at} {value:?} is not a MAC address; use six hex octets separated by ':', e.g. 02:00:00:00:00:01")]
+    NotMac {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+    },
+    /// A multicast or all-zero MAC where a station's MAC is needed.
+    #[error(
+        "{at} {value:?} is a multicast or all-zero MAC; use a unicast MAC, e.g. 02:00:00:00:00:01"
+    )]
+    MacNotUnicast {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+    },
+    /// More than one entry of an address family where one is allowed.
+    #[error("{at} holds more than one {family} entry; keep one per address family")]
+    TooManyPerFamily {
+        /// Where.
+        at: Field,
+        /// `IPv4` or `IPv6`.
+        family: &'static str,
+    },
+    /// A locator longer than /64.
+    #[error("{at} {value:?} is a /{len}; a locator is an IPv6 prefix of length 64 or shorter, e.g. fc00:0:3::/48")]
+    LocatorTooLong {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// Its prefix length.
+        len: u8,
+    },
+    /// A data-plane id of 0.
+    #[error("{at} is 0; data-plane ids start at 1")]
+    ZeroId {
+        /// Where.
+        at: Field,
+    },
+}
+
+/// All the errors found in one object (never empty when returned as `Err`). Displayed one
+/// per line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", render(.0))]
+pub struct Errors(pub Vec<ValidationError>);
+
+fn render(errors: &[ValidationError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Errors {
+    /// The messages, one per error.
+    pub fn messages(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
+    }
+}
+
+/// A feature of a valid routing policy that the compiler does not implement yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    /// A transit endpoint as next hop.
+    #[error("spec.nextHop.endpoint (a transit endpoint) is not supported yet")]
+    NextHopEndpoint,
+    /// An uplink gateway as next hop.
+    #[error("spec.nextHop.gateway (an uplink gateway) is not supported yet")]
+    NextHopGateway,
+    /// A destination network of a type the compiler does not route to yet (external: the
+    /// uplink side; l2: the forwarder does not forward l2 networks yet).
+    #[error("spec.destination.network {network:?} is an {kind} network; paths to {kind} networks are not supported yet")]
+    DestinationKind {
+        /// The network.
+        network: String,
+        /// Its type (`external` or `l2`).
+        kind: &'static str,
+    },
+    /// A source network of a type the compiler does not route from yet (with a bidirectional
+    /// path a source is also a destination).
+    #[error("spec.sources[{index}] {network:?} is an {kind} network; paths from {kind} networks are not supported yet")]
+    SourceKind {
+        /// Index in `spec.sources`.
+        index: usize,
+        /// The network.
+        network: String,
+        /// Its type (`external` or `l2`).
+        kind: &'static str,
+    },
+    /// `direction: sourceToDestination`.
+    #[error(
+        "spec.direction sourceToDestination is not supported yet (one-way paths with stateful \
+         replies need connection tracking); use bidirectional"
+    )]
+    SourceToDestination,
+}
+
+/// A valid routing policy that asks for what the compiler does not implement yet: the daemon
+/// sets `Supported=False` (reason [`NotSupported::REASON`]) with this message and compiles
+/// nothing for the policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NetworkRoutingPolicy {policy}: {}", render_unsupported(.features))]
+pub struct NotSupported {
+    /// The policy's name.
+    pub policy: String,
+    /// Every unsupported feature it uses (never empty).
+    pub features: Vec<Unsupported>,
+}
+
+impl NotSupported {
+    /// The condition reason for `Supported=False`.
+    pub const REASON: &'static str = "NotSupported";
+}
+
+fn render_unsupported(features: &[Unsupported]) -> String {
+    features
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+// ---- the error collector -------------------------------------------------------------------
+
+/// Collects the errors of one object.
+struct Check {
+    kind: &'static str,
+    object: String,
+    errors: Vec<ValidationError>,
+}
+
+impl Check {
+    fn new(kind: &'static str, object: &str) -> Check {
+        Check {
+            kind,
+            object: object.to_string(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn at(&self, path: impl Into<String>) -> Field {
+        Field {
+            kind: self.kind,
+            object: self.object.clone(),
+            path: path.into(),
+        }
+    }
+
+    fn push(&mut self, e: ValidationError) {
+        self.errors.push(e);
+    }
+
+    fn finish(self) -> Result<(), Errors> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Errors(self.errors))
+        }
+    }
+
+    /// A DNS-1123 subdomain (names of cluster objects and references to them).
+    fn subdomain(&mut self, path: &str, value: &str) -> bool {
+        match dns_subdomain(value) {
+            Ok(()) => true,
+            Err(reason) => {
+                let at = self.at(path);
+                self.push(ValidationError::NotDnsSubdomain {
+                    at,
+                    value: value.to_string(),
+                    reason,
+                });
+                false
+            }
+        }
+    }
+
+    /// A DNS-1123 label (namespaces).
+    fn label(&mut self, path: &str, value: &str) {
+        if let Err(reason) = dns_label(value) {
+            let at = self.at(path);
+            self.push(ValidationError::NotDnsLabel {
+                at,
+                value: value.to_string(),
+                reason,
+            });
+        }
+    }
+
+    /// A network prefix (host bits zero), optionally of one family.
+    fn prefix(
+        &mut self,
+        path: &str,
+        value: &str,
+        example: &'static str,
+        family: Option<(Family, &'static str)>,
+    ) -> Option<IpNet> {
+        let Ok(net) = value.parse::<IpNet>() else {
+            let at = self.at(path);
+            self.push(ValidationError::NotCidr {
+                at,
+                value: value.to_string(),
+                example,
+            });
+            return None;
+        };
+        if let Some((family, fix)) = family {
+            if Family::of_net(&net) != family {
+                let at = self.at(path);
+                self.push(ValidationError::WrongFamily {
+                    at,
+                    value: value.to_string(),
+                    expected: family.prefix_name(),
+                    fix,
+                });
+                return None;
+            }
+        }
+        if net.trunc() != net {
+            let at = self.at(path);
+            self.push(ValidationError::HostBitsSet {
+                at,
+                value: value.to_string(),
+                truncated: net.trunc().to_string(),
+            });
+            return None;
+        }
+        Some(net)
+    }
+
+    fn address(&mut self, path: &str, value: &str, example: &'static str) -> Option<IpAddr> {
+        match value.parse::<IpAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                let at = self.at(path);
+                self.push(ValidationError::NotAddress {
+                    at,
+                    value: value.to_string(),
+                    example,
+                });
+                None
+            }
+        }
+    }
+
+    fn mac(&mut self, path: &str, value: &str) -> Option<MacAddr> {
+        let Some(mac) = parse_mac(value) else {
+            let at = self.at(path);
+            self.push(ValidationError::NotMac {
+                at,
+                value: value.to_string(),
+            });
+            return None;
+        };
+        if mac.0[0] & 1 == 1 || mac.0 == [0; 6] {
+            let at = self.at(path);
+            self.push(ValidationError::MacNotUnicast {
+                at,
+                value: value.to_string(),
+            });
+            return None;
+        }
+        Some(mac)
+    }
+
+    fn ifname(&mut self, path: &str, value: &str) {
+        if IfName::new(value).is_err() {
+            let at = self.at(path);
+            self.push(ValidationError::NotInterfaceName {
+                at,
+                value: value.to_string(),
+            });
+        }
+    }
+
+    fn not_empty(&mut self, path: &str, value: &str, fix: &'static str) -> bool {
+        if value.is_empty() {
+            let at = self.at(path);
+            self.push(ValidationError::Empty { at, fix });
+            false
+        } else {
+            true
+        }
+    }
+
+    /// At most one prefix or address per family in `list`.
+    fn one_per_family(&mut self, path: &str, families: impl IntoIterator<Item = Family>) {
+        let (mut v4, mut v6) = (0, 0);
+        for f in families {
+            match f {
+                Family::V4 => v4 += 1,
+                Family::V6 => v6 += 1,
+            }
+        }
+        for (n, family) in [(v4, "IPv4"), (v6, "IPv6")] {
+            if n > 1 {
+                let at = self.at(path);
+                self.push(ValidationError::TooManyPerFamily { at, family });
+            }
+        }
+    }
+
+    fn label_selector(&mut self, path: &str, sel: &LabelSelector) {
+        self.match_labels(path, &sel.match_labels);
+        self.match_expressions(path, &sel.match_expressions);
+    }
+
+    fn match_labels(&mut self, path: &str, labels: &std::collections::BTreeMap<String, String>) {
+        for (k, v) in labels {
+            self.label_key(&format!("{path}.matchLabels"), k);
+            if let Err(reason) = label_value(v) {
+                let at = self.at(format!("{path}.matchLabels[{k:?}]"));
+                self.push(ValidationError::InvalidLabelValue {
+                    at,
+                    value: v.clone(),
+                    reason,
+                });
+            }
+        }
+    }
+
+    fn match_expressions(&mut self, path: &str, exprs: &[LabelSelectorRequirement]) {
+        for (j, req) in exprs.iter().enumerate() {
+            let p = format!("{path}.matchExpressions[{j}]");
+            self.label_key(&format!("{p}.key"), &req.key);
+            let (operator, needs_values): (&'static str, bool) = match req.operator.as_str() {
+                "In" => ("In", true),
+                "NotIn" => ("NotIn", true),
+                "Exists" => ("Exists", false),
+                "DoesNotExist" => ("DoesNotExist", false),
+                other => {
+                    let at = self.at(format!("{p}.operator"));
+                    self.push(ValidationError::UnknownOperator {
+                        at,
+                        value: other.to_string(),
+                    });
+                    continue;
+                }
+            };
+            if needs_values && req.values.is_empty() {
+                let at = self.at(format!("{p}.values"));
+                self.push(ValidationError::ValuesRequired { at, operator });
+            }
+            if !needs_values && !req.values.is_empty() {
+                let at = self.at(format!("{p}.values"));
+                self.push(ValidationError::ValuesForbidden { at, operator });
+            }
+            for (k, v) in req.values.iter().enumerate() {
+                if let Err(reason) = label_value(v) {
+                    let at = self.at(format!("{p}.values[{k}]"));
+                    self.push(ValidationError::InvalidLabelValue {
+                        at,
+                        value: v.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+
+    fn label_key(&mut self, path: &str, key: &str) {
+        if let Err(reason) = label_key(key) {
+            let at = self.at(path);
+            self.push(ValidationError::InvalidLabelKey {
+                at,
+                value: key.to_string(),
+                reason,
+            });
+        }
+    }
+}
+
+/// An address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn of_net(n: &IpNet) -> Family {
+        match n {
+            IpNet::V4(_) => Family::V4,
+            IpNet::V6(_) => Family::V6,
+        }
+    }
+    fn of_addr(a: &IpAddr) -> Family {
+        match a {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+    fn width(self) -> u8 {
+        match self {
+            Family::V4 => 32,
+            Family::V6 => 128,
+        }
+    }
+    fn prefix_name(self) -> &'static str {
+        match self {
+            Family::V4 => "an IPv4 prefix",
+            Family::V6 => "an IPv6 prefix",
+        }
+    }
+    fn subnet_fix(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv6 subnets go in spec.ipv6Subnet",
+            Family::V6 => "IPv4 subnets go in spec.ipv4Subnet",
+        }
+    }
+    fn field(self) -> &'static str {
+        match self {
+            Family::V4 => "spec.ipv4Subnet",
+            Family::V6 => "spec.ipv6Subnet",
+        }
+    }
+    fn example_cidr(self) -> &'static str {
+        match self {
+            Family::V4 => "10.40.0.0/16",
+            Family::V6 => "fd00:40::/48",
+        }
+    }
+}
+
+// ---- syntax of names, labels and MACs ----------------------------------------------------
+
+/// Checks a DNS-1123 subdomain (Kubernetes object names): at most 253 characters, dot-separated
+/// parts of lowercase letters, digits and `-`, each starting and ending with a letter or digit.
+pub fn dns_subdomain(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() {
+        return Err("it is empty");
+    }
+    if s.len() > 253 {
+        return Err("it is longer than 253 characters");
+    }
+    if !s
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.')
+    {
+        return Err("it has a character other than a-z, 0-9, '-' and '.'");
+    }
+    if s.split('.').any(|part| !alnum_ends(part, false)) {
+        return Err("a dot-separated part does not start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+/// Checks a DNS-1123 label (namespace names): at most 63 lowercase letters, digits and `-`,
+/// starting and ending with a letter or digit.
+pub fn dns_label(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() {
+        return Err("it is empty");
+    }
+    if s.len() > 63 {
+        return Err("it is longer than 63 characters");
+    }
+    if !s
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        return Err("it has a character other than a-z, 0-9 and '-'");
+    }
+    if !alnum_ends(s, false) {
+        return Err("it does not start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+/// Non-empty and starting and ending with an (optionally also uppercase) letter or digit.
+fn alnum_ends(s: &str, upper: bool) -> bool {
+    let ok =
+        |c: u8| c.is_ascii_digit() || c.is_ascii_lowercase() || (upper && c.is_ascii_uppercase());
+    match (s.bytes().next(), s.bytes().last()) {
+        (Some(a), Some(b)) => ok(a) && ok(b),
+        _ => false,
+    }
+}
+
+/// What is wrong with a label name or value.
+#[derive(Debug, Clone, Copy)]
+enum LabelProblem {
+    TooLong,
+    BadChar,
+    BadEnds,
+}
+
+/// The name part of a label key, or a label value: at most 63 letters, digits, `-`, `_`, `.`,
+/// starting and ending with a letter or digit (the empty string passes; keys check it).
+fn label_name(s: &str) -> Result<(), LabelProblem> {
+    if s.len() > 63 {
+        return Err(LabelProblem::TooLong);
+    }
+    if !s
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+    {
+        return Err(LabelProblem::BadChar);
+    }
+    if !s.is_empty() && !alnum_ends(s, true) {
+        return Err(LabelProblem::BadEnds);
+    }
+    Ok(())
+}
+
+/// Checks a label key: `[prefix/]name`, the prefix a DNS-1123 subdomain, the name 1–63
+/// letters, digits, `-`, `_`, `.`, alphanumeric at both ends.
+pub fn label_key(key: &str) -> Result<(), &'static str> {
+    let name = match key.split_once('/') {
+        Some((prefix, name)) => {
+            if dns_subdomain(prefix).is_err() {
+                return Err("its prefix is not a DNS-1123 subdomain");
+            }
+            name
+        }
+        None => key,
+    };
+    if name.is_empty() {
+        return Err("its name is empty");
+    }
+    label_name(name).map_err(|p| match p {
+        LabelProblem::TooLong => "its name is longer than 63 characters",
+        LabelProblem::BadChar => {
+            "its name has a character other than letters, digits, '-', '_' and '.'"
+        }
+        LabelProblem::BadEnds => "its name does not start and end with a letter or digit",
+    })
+}
+
+/// Checks a label value: empty, or at most 63 letters, digits, `-`, `_`, `.`, alphanumeric at
+/// both ends.
+pub fn label_value(v: &str) -> Result<(), &'static str> {
+    label_name(v).map_err(|p| match p {
+        LabelProblem::TooLong => "it is longer than 63 characters",
+        LabelProblem::BadChar => "it has a character other than letters, digits, '-', '_' and '.'",
+        LabelProblem::BadEnds => "it does not start and end with a letter or digit",
+    })
+}
+
+/// Parses a MAC written as six two-digit hex octets separated by `:` (either case).
+pub fn parse_mac(s: &str) -> Option<MacAddr> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for byte in &mut out {
+        let p = parts.next()?;
+        if p.len() != 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        *byte = u8::from_str_radix(p, 16).ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(MacAddr(out))
+}
+
+// ---- Network -------------------------------------------------------------------------------
+
+fn type_name(t: NetworkType) -> &'static str {
+    match t {
+        NetworkType::L3 => "l3",
+        NetworkType::L2 => "l2",
+        NetworkType::External => "external",
+    }
+}
+
+/// A parsed network spec (what [`NetworkModel`] needs apart from name and id).
+struct ParsedNetwork {
+    v4: Option<(Ipv4Net, Option<u8>)>,
+    v6: Option<(Ipv6Net, Option<u8>)>,
+    external: Vec<IpNet>,
+}
+
+fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork {
+    c.subdomain("metadata.name", name);
+    let kind = type_name(spec.type_);
+    let mut parsed = ParsedNetwork {
+        v4: None,
+        v6: None,
+        external: Vec::new(),
+    };
+    let is_external = spec.type_ == NetworkType::External;
+
+    if is_external {
+        for (family, subnet) in [
+            (Family::V4, &spec.ipv4_subnet),
+            (Family::V6, &spec.ipv6_subnet),
+        ] {
+            if subnet.is_some() {
+                let at = c.at(family.field());
+                c.push(ValidationError::SubnetOnExternal { at });
+            }
+        }
+        if spec.external_prefixes.is_empty() {
+            let at = c.at("spec.externalPrefixes");
+            c.push(ValidationError::Empty {
+                at,
+                fix: "an external network needs at least one CIDR, e.g. 192.0.2.0/24",
+            });
+        }
+        let mut seen = BTreeSet::new();
+        for (i, p) in spec.external_prefixes.iter().enumerate() {
+            let path = format!("spec.externalPrefixes[{i}]");
+            if let Some(net) = c.prefix(&path, p, "192.0.2.0/24", None) {
+                if seen.insert(net) {
+                    parsed.external.push(net);
+                } else {
+                    let at = c.at("spec.externalPrefixes");
+                    c.push(ValidationError::Duplicate {
+                        at,
+                        value: net.to_string(),
+                    });
+                }
+            }
+        }
+        for (i, up) in spec.uplinks.iter().enumerate() {
+            check_uplink(c, i, up);
+        }
+        return parsed;
+    }
+
+    if spec.ipv4_subnet.is_none() && spec.ipv6_subnet.is_none() {
+        let at = c.at("spec");
+        c.push(ValidationError::NoSubnet {
+            at,
+            kind,
+            example: if spec.type_ == NetworkType::L3 {
+                "ipv4Subnet: {prefix: 10.40.0.0/16, hostLocalPrefixLength: 24}"
+            } else {
+                "ipv4Subnet: {prefix: 10.50.0.0/24}"
+            },
+        });
+    }
+    if let Some(s) = &spec.ipv4_subnet {
+        if let Some((IpNet::V4(net), len)) = check_subnet(c, spec.type_, Family::V4, s) {
+            parsed.v4 = Some((net, len));
+        }
+    }
+    if let Some(s) = &spec.ipv6_subnet {
+        if let Some((IpNet::V6(net), len)) = check_subnet(c, spec.type_, Family::V6, s) {
+            parsed.v6 = Some((net, len));
+        }
+    }
+    if !spec.external_prefixes.is_empty() {
+        let at = c.at("spec.externalPrefixes");
+        c.push(ValidationError::OnlyForExternal { at, kind });
+    }
+    if !spec.uplinks.is_empty() {
+        let at = c.at("spec.uplinks");
+        c.push(ValidationError::OnlyForExternal { at, kind });
+    }
+    parsed
+}
+
+/// One subnet of an l3/l2 network: the prefix and, for l3, the block length.
+fn check_subnet(
+    c: &mut Check,
+    t: NetworkType,
+    family: Family,
+    s: &Subnet,
+) -> Option<(IpNet, Option<u8>)> {
+    let field = family.field();
+    let prefix_path = format!("{field}.prefix");
+    let hl_path = format!("{field}.hostLocalPrefixLength");
+    let net = c.prefix(
+        &prefix_path,
+        &s.prefix,
+        family.example_cidr(),
+        Some((family, family.subnet_fix())),
+    );
+    let max = family.width() - 1;
+    let mut ok = true;
+    if let Some(net) = net {
+        if net.prefix_len() > max {
+            let at = c.at(&prefix_path);
+            c.push(ValidationError::SubnetTooSmall {
+                at,
+                value: s.prefix.clone(),
+                max,
+            });
+            ok = false;
+        }
+    }
+    match (t, s.host_local_prefix_length) {
+        (NetworkType::L3, None) => {
+            let example = match (family, net) {
+                (Family::V4, Some(n)) => n.prefix_len().clamp(24, max),
+                (Family::V4, None) => 24,
+                (Family::V6, Some(n)) => n.prefix_len().clamp(112, max),
+                (Family::V6, None) => 112,
+            };
+            let at = c.at(&hl_path);
+            c.push(ValidationError::HostLocalRequired { at, example });
+            ok = false;
+        }
+        (NetworkType::L3, Some(len)) => {
+            // Without a valid prefix the lower bound is unknown; its error is reported already.
+            if let Some(net) = net.filter(|n| n.prefix_len() <= max) {
+                let min = net.prefix_len();
+                if len < min || len > max {
+                    let at = c.at(&hl_path);
+                    c.push(ValidationError::HostLocalOutOfRange {
+                        at,
+                        value: len,
+                        min,
+                        max,
+                    });
+                    ok = false;
+                }
+            }
+        }
+        (_, Some(_)) => {
+            let at = c.at(&hl_path);
+            c.push(ValidationError::HostLocalNotL3 {
+                at,
+                kind: type_name(t),
+            });
+            ok = false;
+        }
+        (_, None) => {}
+    }
+    match net {
+        Some(net) if ok => Some((net, s.host_local_prefix_length)),
+        _ => None,
+    }
+}
+
+fn check_uplink(c: &mut Check, i: usize, up: &crate::api::UplinkAttachment) {
+    let p = format!("spec.uplinks[{i}]");
+    if let Some(sel) = &up.node_selector {
+        c.label_selector(&format!("{p}.nodeSelector"), sel);
+    }
+    if let Some(ifname) = &up.interface {
+        c.ifname(&format!("{p}.interface"), ifname);
+    }
+    if let Some(vlan) = up.vlan {
+        if !(1..=4094).contains(&vlan) {
+            let at = c.at(format!("{p}.vlan"));
+            c.push(ValidationError::VlanOutOfRange { at, value: vlan });
+        }
+    }
+    for (j, r) in up.static_routes.iter().enumerate() {
+        let rp = format!("{p}.staticRoutes[{j}]");
+        let dst = c.prefix(
+            &format!("{rp}.destination"),
+            &r.destination,
+            "0.0.0.0/0",
+            None,
+        );
+        let nh = c.address(&format!("{rp}.nextHop"), &r.next_hop, "192.0.2.1");
+        if let (Some(dst), Some(nh)) = (dst, nh) {
+            if Family::of_net(&dst) != Family::of_addr(&nh) {
+                let at = c.at(format!("{rp}.nextHop"));
+                c.push(ValidationError::FamilyMismatch {
+                    at,
+                    value: r.next_hop.clone(),
+                    other_path: format!("{rp}.destination"),
+                    other: r.destination.clone(),
+                    what: "next hop",
+                });
+            }
+        }
+    }
+}
+
+/// Validates a Network named `name` (its `metadata.name`): the type's required and forbidden
+/// fields, CIDRs, block lengths and uplinks. See the module docs for the decisions taken.
+pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<(), Errors> {
+    let mut c = Check::new("Network", name);
+    check_network(&mut c, name, spec);
+    c.finish()
+}
+
+fn render_subnet(s: &Option<Subnet>) -> String {
+    match s {
+        None => "absent".to_string(),
+        Some(Subnet {
+            prefix,
+            host_local_prefix_length: None,
+        }) => format!("{prefix:?}"),
+        Some(Subnet {
+            prefix,
+            host_local_prefix_length: Some(l),
+        }) => format!("{prefix:?} with hostLocalPrefixLength {l}"),
+    }
+}
+
+/// Checks an update of Network `name` from `old` to `new`: `spec.type`, `spec.ipv4Subnet` and
+/// `spec.ipv6Subnet` are immutable (a subnet may not be added, removed or changed). Only the
+/// transition is checked; validate `new` itself with [`validate_network`].
+pub fn validate_network_update(
+    name: &str,
+    old: &NetworkSpec,
+    new: &NetworkSpec,
+) -> Result<(), Errors> {
+    let mut c = Check::new("Network", name);
+    if old.type_ != new.type_ {
+        let at = c.at("spec.type");
+        c.push(ValidationError::Immutable {
+            at,
+            old: type_name(old.type_).to_string(),
+            new: type_name(new.type_).to_string(),
+        });
+    }
+    for (path, o, n) in [
+        ("spec.ipv4Subnet", &old.ipv4_subnet, &new.ipv4_subnet),
+        ("spec.ipv6Subnet", &old.ipv6_subnet, &new.ipv6_subnet),
+    ] {
+        if o != n {
+            let at = c.at(path);
+            c.push(ValidationError::Immutable {
+                at,
+                old: render_subnet(o),
+                new: render_subnet(n),
+            });
+        }
+    }
+    c.finish()
+}
+
+/// Parses a valid Network into the compiler's model, with the data-plane id `id`
+/// (`status.id`, never 0). Errors are those of [`validate_network`], plus `status.id` 0.
+pub fn network_model(
+    name: &str,
+    id: NetworkId,
+    spec: &NetworkSpec,
+) -> Result<NetworkModel, Errors> {
+    let mut c = Check::new("Network", name);
+    let parsed = check_network(&mut c, name, spec);
+    if id.0 == 0 {
+        let at = c.at("status.id");
+        c.push(ValidationError::ZeroId { at });
+    }
+    c.finish()?;
+    Ok(NetworkModel {
+        name: name.to_string(),
+        id,
+        kind: spec.type_,
+        v4: parsed.v4,
+        v6: parsed.v6,
+        external: parsed.external,
+        anonymous: spec.anonymous,
+    })
+}
+
+// ---- NetworkBindingPolicy -------------------------------------------------------------------
+
+/// Validates a NetworkBindingPolicy: at least one rule; an allow rule sets exactly one of
+/// `network`/`celExpression`; a deny rule names a network, has no `celExpression` and selects
+/// by name only; `matchKind` entries unique; selectors syntactically valid. The CEL expression
+/// is not compiled here.
+pub fn validate_binding_policy(name: &str, spec: &NetworkBindingPolicySpec) -> Result<(), Errors> {
+    let mut c = Check::new("NetworkBindingPolicy", name);
+    c.subdomain("metadata.name", name);
+    if let Some(kinds) = &spec.match_kind {
+        if kinds.is_empty() {
+            let at = c.at("spec.matchKind");
+            c.push(ValidationError::Empty {
+                at,
+                fix: "omit it to match every kind, or list pod, service and/or networkpolicy",
+            });
+        }
+        let mut seen = BTreeSet::new();
+        for k in kinds {
+            let k = match k {
+                crate::api::MatchKind::Pod => "pod",
+                crate::api::MatchKind::Service => "service",
+                crate::api::MatchKind::NetworkPolicy => "networkpolicy",
+            };
+            if !seen.insert(k) {
+                let at = c.at("spec.matchKind");
+                c.push(ValidationError::Duplicate {
+                    at,
+                    value: k.to_string(),
+                });
+            }
+        }
+    }
+    if spec.rules.is_empty() {
+        let at = c.at("spec.rules");
+        c.push(ValidationError::Empty {
+            at,
+            fix: "add at least one rule, e.g. - network: default",
+        });
+    }
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let p = format!("spec.rules[{i}]");
+        if let Some(network) = &rule.network {
+            c.subdomain(&format!("{p}.network"), network);
+        }
+        if let Some(expr) = &rule.cel_expression {
+            c.not_empty(
+                &format!("{p}.celExpression"),
+                expr,
+                "write an expression that evaluates to an optional string, e.g. optional.of('default')",
+            );
+        }
+        match rule.policy.unwrap_or_default() {
+            RulePolicy::Allow => match (&rule.network, &rule.cel_expression) {
+                (None, None) => {
+                    let at = c.at(&p);
+                    c.push(ValidationError::AllowNeedsTarget { at });
+                }
+                (Some(_), Some(_)) => {
+                    let at = c.at(&p);
+                    c.push(ValidationError::AllowBothTargets { at });
+                }
+                _ => {}
+            },
+            RulePolicy::Deny => {
+                if rule.network.is_none() {
+                    let at = c.at(format!("{p}.network"));
+                    c.push(ValidationError::Missing {
+                        at,
+                        fix: "a deny rule names the network it shields",
+                    });
+                }
+                if rule.cel_expression.is_some() {
+                    let at = c.at(format!("{p}.celExpression"));
+                    c.push(ValidationError::DenyWithCel { at });
+                }
+                if let Some(sel) = &rule.selector {
+                    let sp = format!("{p}.selector");
+                    for (set, field) in [
+                        (!sel.match_labels.is_empty(), "matchLabels"),
+                        (!sel.match_expressions.is_empty(), "matchExpressions"),
+                        (sel.namespace_selector.is_some(), "namespaceSelector"),
+                    ] {
+                        if set {
+                            let at = c.at(format!("{sp}.{field}"));
+                            c.push(ValidationError::DenySelectsByNameOnly { at });
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(sel) = &rule.selector {
+            let sp = format!("{p}.selector");
+            if let Some(n) = &sel.name {
+                c.subdomain(&format!("{sp}.name"), n);
+            }
+            c.match_labels(&sp, &sel.match_labels);
+            c.match_expressions(&sp, &sel.match_expressions);
+            if let Some(ns) = &sel.namespace_selector {
+                c.label_selector(&format!("{sp}.namespaceSelector"), ns);
+            }
+        }
+    }
+    c.finish()
+}
+
+// ---- NetworkRoutingPolicy -------------------------------------------------------------------
+
+fn check_routing(c: &mut Check, name: &str, spec: &NetworkRoutingPolicySpec) -> Vec<IpNet> {
+    c.subdomain("metadata.name", name);
+    if spec.sources.is_empty() {
+        let at = c.at("spec.sources");
+        c.push(ValidationError::Empty {
+            at,
+            fix: "list at least one source network",
+        });
+    }
+    let mut seen = BTreeSet::new();
+    for (i, s) in spec.sources.iter().enumerate() {
+        if c.subdomain(&format!("spec.sources[{i}]"), s) && !seen.insert(s.as_str()) {
+            let at = c.at("spec.sources");
+            c.push(ValidationError::Duplicate {
+                at,
+                value: s.clone(),
+            });
+        }
+    }
+    if c.not_empty(
+        "spec.destination.network",
+        &spec.destination.network,
+        "name the destination Network",
+    ) {
+        c.subdomain("spec.destination.network", &spec.destination.network);
+    }
+    let mut prefixes = Vec::new();
+    for (i, p) in spec.destination.prefixes.iter().enumerate() {
+        if let Some(net) = c.prefix(
+            &format!("spec.destination.prefixes[{i}]"),
+            p,
+            "10.40.0.0/24",
+            None,
+        ) {
+            if prefixes.contains(&net) {
+                let at = c.at("spec.destination.prefixes");
+                c.push(ValidationError::Duplicate {
+                    at,
+                    value: net.to_string(),
+                });
+            } else {
+                prefixes.push(net);
+            }
+        }
+    }
+    if let Some(nh) = &spec.next_hop {
+        match (&nh.endpoint, &nh.gateway) {
+            (None, None) => {
+                let at = c.at("spec.nextHop");
+                c.push(ValidationError::NextHopNeedsTarget { at });
+            }
+            (Some(_), Some(_)) => {
+                let at = c.at("spec.nextHop");
+                c.push(ValidationError::NextHopBothTargets { at });
+            }
+            _ => {}
+        }
+        if let Some(ep) = &nh.endpoint {
+            c.label("spec.nextHop.endpoint.namespace", &ep.namespace);
+            c.subdomain("spec.nextHop.endpoint.name", &ep.name);
+        }
+        if let Some(gw) = &nh.gateway {
+            c.address("spec.nextHop.gateway", gw, "192.0.2.1");
+        }
+    }
+    prefixes
+}
+
+/// Validates a NetworkRoutingPolicy: at least one source, unique; a destination network; the
+/// destination's prefixes are CIDRs; a next hop sets exactly one of endpoint/gateway. Whether
+/// the compiler implements what the policy asks for is [`routing_support`]'s question.
+pub fn validate_routing_policy(name: &str, spec: &NetworkRoutingPolicySpec) -> Result<(), Errors> {
+    let mut c = Check::new("NetworkRoutingPolicy", name);
+    check_routing(&mut c, name, spec);
+    c.finish()
+}
+
+/// Parses a valid routing policy into the compiler's model. Errors are those of
+/// [`validate_routing_policy`]; support is not checked (see [`routing_support`]).
+pub fn routing_model(name: &str, spec: &NetworkRoutingPolicySpec) -> Result<RoutingModel, Errors> {
+    let mut c = Check::new("NetworkRoutingPolicy", name);
+    let prefixes = check_routing(&mut c, name, spec);
+    c.finish()?;
+    Ok(RoutingModel {
+        name: name.to_string(),
+        priority: spec.priority,
+        sources: spec.sources.clone(),
+        destination: spec.destination.network.clone(),
+        prefixes,
+        direction: spec.direction,
+    })
+}
+
+/// Says whether the compiler implements a (valid) routing policy. Not yet: a next hop (transit
+/// endpoint or uplink gateway), a destination or source network of type external or l2 (only
+/// l3 networks are routed between), and `direction: sourceToDestination` (it needs connection
+/// tracking). `kind_of` gives the type
+/// of a network by name (`None` for a network not known yet: nothing is rejected for it).
+/// The daemon sets `Supported=False` with the error's message, never silently ignores.
+pub fn routing_support(
+    name: &str,
+    spec: &NetworkRoutingPolicySpec,
+    kind_of: impl Fn(&str) -> Option<NetworkType>,
+) -> Result<(), NotSupported> {
+    let mut features = Vec::new();
+    if let Some(nh) = &spec.next_hop {
+        if nh.endpoint.is_some() {
+            features.push(Unsupported::NextHopEndpoint);
+        }
+        if nh.gateway.is_some() {
+            features.push(Unsupported::NextHopGateway);
+        }
+    }
+    // Only l3 networks are routed between so far.
+    let unsupported_kind = |network: &str| match kind_of(network) {
+        Some(t @ (NetworkType::External | NetworkType::L2)) => Some(type_name(t)),
+        Some(NetworkType::L3) | None => None,
+    };
+    if let Some(kind) = unsupported_kind(&spec.destination.network) {
+        features.push(Unsupported::DestinationKind {
+            network: spec.destination.network.clone(),
+            kind,
+        });
+    }
+    for (index, s) in spec.sources.iter().enumerate() {
+        if let Some(kind) = unsupported_kind(s) {
+            features.push(Unsupported::SourceKind {
+                index,
+                network: s.clone(),
+                kind,
+            });
+        }
+    }
+    if spec.direction == Direction::SourceToDestination {
+        features.push(Unsupported::SourceToDestination);
+    }
+    if features.is_empty() {
+        Ok(())
+    } else {
+        Err(NotSupported {
+            policy: name.to_string(),
+            features,
+        })
+    }
+}
+
+// ---- resources written by control ----------------------------------------------------------
+
+/// Validates a NetworkEndpoint `namespace/name`: names, interface names, addresses (with
+/// prefix length, at least one, at most one per family), a unicast MAC.
+pub fn validate_endpoint(
+    namespace: &str,
+    name: &str,
+    spec: &NetworkEndpointSpec,
+) -> Result<(), Errors> {
+    let mut c = Check::new("NetworkEndpoint", &format!("{namespace}/{name}"));
+    c.label("metadata.namespace", namespace);
+    c.subdomain("metadata.name", name);
+    c.subdomain("spec.network", &spec.network);
+    c.subdomain("spec.pod", &spec.pod);
+    c.subdomain("spec.node", &spec.node);
+    c.ifname("spec.interface", &spec.interface);
+    if let Some(h) = &spec.host_interface {
+        c.ifname("spec.hostInterface", h);
+    }
+    c.not_empty(
+        "spec.containerId",
+        &spec.container_id,
+        "set the CNI container id",
+    );
+    if spec.addresses.is_empty() {
+        let at = c.at("spec.addresses");
+        c.push(ValidationError::Empty {
+            at,
+            fix: "list the interface's addresses with prefix length, e.g. 10.40.3.7/32",
+        });
+    }
+    let mut families = Vec::new();
+    for (i, a) in spec.addresses.iter().enumerate() {
+        match a.parse::<IpNet>() {
+            Ok(n) => families.push(Family::of_net(&n)),
+            Err(_) => {
+                let at = c.at(format!("spec.addresses[{i}]"));
+                c.push(ValidationError::NotCidr {
+                    at,
+                    value: a.clone(),
+                    example: "10.40.3.7/32",
+                });
+            }
+        }
+    }
+    c.one_per_family("spec.addresses", families);
+    c.mac("spec.mac", &spec.mac);
+    c.finish()
+}
+
+fn check_allocation(c: &mut Check, name: &str, spec: &AllocationSpec) -> Vec<IpNet> {
+    c.subdomain("metadata.name", name);
+    c.subdomain("spec.network", &spec.network);
+    c.subdomain("spec.node", &spec.node);
+    if spec.prefixes.is_empty() {
+        let at = c.at("spec.prefixes");
+        c.push(ValidationError::Empty {
+            at,
+            fix: "list the node's block, one per address family, e.g. 10.40.3.0/24",
+        });
+    }
+    let mut out = Vec::new();
+    for (i, p) in spec.prefixes.iter().enumerate() {
+        if let Some(net) = c.prefix(&format!("spec.prefixes[{i}]"), p, "10.40.3.0/24", None) {
+            out.push(net);
+        }
+    }
+    c.one_per_family("spec.prefixes", out.iter().map(Family::of_net));
+    out
+}
+
+/// Validates an Allocation: names, and blocks that are CIDRs with host bits zero, at least one
+/// and at most one per family.
+pub fn validate_allocation(name: &str, spec: &AllocationSpec) -> Result<(), Errors> {
+    let mut c = Check::new("Allocation", name);
+    check_allocation(&mut c, name, spec);
+    c.finish()
+}
+
+/// The blocks of a valid Allocation, parsed. Errors are those of [`validate_allocation`].
+pub fn allocation_prefixes(name: &str, spec: &AllocationSpec) -> Result<Vec<IpNet>, Errors> {
+    let mut c = Check::new("Allocation", name);
+    let out = check_allocation(&mut c, name, spec);
+    c.finish()?;
+    Ok(out)
+}
+
+/// Validates a Neighbor: names, an IP address and a unicast MAC.
+pub fn validate_neighbor(name: &str, spec: &NeighborSpec) -> Result<(), Errors> {
+    let mut c = Check::new("Neighbor", name);
+    c.subdomain("metadata.name", name);
+    c.subdomain("spec.network", &spec.network);
+    c.address("spec.address", &spec.address, "10.50.0.7");
+    c.mac("spec.mac", &spec.mac);
+    c.finish()
+}
+
+/// Validates an FDBEntry: names and a unicast MAC.
+pub fn validate_fdb_entry(name: &str, spec: &FdbEntrySpec) -> Result<(), Errors> {
+    let mut c = Check::new("FDBEntry", name);
+    c.subdomain("metadata.name", name);
+    c.subdomain("spec.network", &spec.network);
+    c.mac("spec.mac", &spec.mac);
+    c.subdomain("spec.node", &spec.node);
+    c.finish()
+}
+
+fn check_node_locator(
+    c: &mut Check,
+    name: &str,
+    spec: &NodeLocatorSpec,
+) -> Option<(Ipv6Net, Ipv6Addr)> {
+    c.subdomain("metadata.name", name);
+    let locator = c.prefix(
+        "spec.locator",
+        &spec.locator,
+        "fc00:0:3::/48",
+        Some((
+            Family::V6,
+            "a locator is an IPv6 prefix, e.g. fc00:0:3::/48",
+        )),
+    );
+    let locator = match locator {
+        Some(IpNet::V6(l)) if l.prefix_len() > 64 => {
+            let at = c.at("spec.locator");
+            c.push(ValidationError::LocatorTooLong {
+                at,
+                value: spec.locator.clone(),
+                len: l.prefix_len(),
+            });
+            None
+        }
+        Some(IpNet::V6(l)) => Some(l),
+        _ => None,
+    };
+    let underlay = match c.address("spec.underlay", &spec.underlay, "2001:db8::3") {
+        Some(IpAddr::V6(a)) => Some(a),
+        Some(IpAddr::V4(_)) => {
+            let at = c.at("spec.underlay");
+            c.push(ValidationError::WrongFamily {
+                at,
+                value: spec.underlay.clone(),
+                expected: "an IPv6 address",
+                fix: "the underlay is IPv6, use the node's uplink IPv6 address",
+            });
+            None
+        }
+        None => None,
+    };
+    if spec.id == 0 {
+        let at = c.at("spec.id");
+        c.push(ValidationError::ZeroId { at });
+    }
+    Some((locator?, underlay?))
+}
+
+/// Validates a NodeLocator: the locator an IPv6 prefix of length 64 or shorter with host bits
+/// zero, the underlay an IPv6 address, the id non-zero.
+pub fn validate_node_locator(name: &str, spec: &NodeLocatorSpec) -> Result<(), Errors> {
+    let mut c = Check::new("NodeLocator", name);
+    check_node_locator(&mut c, name, spec);
+    c.finish()
+}
+
+/// Parses a valid NodeLocator (named after its node) into the compiler's node model. Errors
+/// are those of [`validate_node_locator`].
+pub fn node_model(name: &str, spec: &NodeLocatorSpec) -> Result<NodeModel, Errors> {
+    let mut c = Check::new("NodeLocator", name);
+    let parsed = check_node_locator(&mut c, name, spec);
+    c.finish()?;
+    // Each field that fails to parse pushes an error, so a clean check has parsed both.
+    let (locator, underlay) = parsed.expect("a NodeLocator without errors has parsed fields");
+    Ok(NodeModel {
+        name: name.to_string(),
+        id: NodeId(spec.id),
+        locator,
+        underlay,
+    })
+}
