@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), warn(missing_docs))]
 
 pub mod api;
+pub mod bind;
 pub mod cni;
 pub mod ipam;
 pub mod proto;
