@@ -879,6 +879,12 @@ impl<'a> Snapshot<'a> {
         PagedArray::<PortRec>::get(self.mem, &self.root.ports, id.0).and_then(PortInfo::from_rec)
     }
 
+    /// A port's raw record (the fast path reads the fields it needs without decoding).
+    #[inline]
+    pub fn port_rec(&self, id: PortId) -> Option<&'a PortRec> {
+        PagedArray::<PortRec>::get(self.mem, &self.root.ports, id.0).filter(|r| r.kind != 0)
+    }
+
     /// A remote node.
     #[inline]
     pub fn node(&self, id: NodeId) -> Option<NodeInfo> {
@@ -893,6 +899,7 @@ impl<'a> Snapshot<'a> {
     }
 
     /// A static underlay neighbor.
+    #[inline]
     pub fn underlay_neighbor(&self, ip: Ipv6Addr) -> Option<MacAddr> {
         HashTable::<u128, NeighRec>::get(self.mem, &self.root.underlay, &u128::from(ip))
             .filter(|r| r.flags & 1 != 0)

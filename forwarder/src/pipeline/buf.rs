@@ -90,6 +90,11 @@ impl VecBuf {
             end: VEC_HEADROOM,
         }
     }
+    /// Empties the buffer and restores the full headroom (as a recycled mbuf has).
+    pub fn reset(&mut self) {
+        self.start = VEC_HEADROOM;
+        self.end = VEC_HEADROOM;
+    }
     /// A buffer holding `bytes` after the headroom; `None` if they do not fit.
     pub fn from_slice(bytes: &[u8]) -> Option<VecBuf> {
         let mut b = VecBuf::new();

@@ -3,10 +3,9 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use lace_shared::status::DropReason;
-use lace_shared::tables::Snapshot;
-use lace_shared::types::{FdbTarget, NetworkKind, NextHop, PortKind};
+use lace_shared::types::{FdbTarget, NetworkId, NetworkKind, NextHop, PortRec};
 
-use super::{Hop, Io, Meta, PacketBuf, Stage, Verdict};
+use super::{Cx, Hop, Io, Meta, PacketBuf, Stage, Verdict};
 use crate::wire::checksum;
 
 /// Ethernet header length; every IP stage finds the IP header here.
@@ -82,27 +81,41 @@ pub(super) fn check_ipv6<B: PacketBuf>(pkt: &mut B) -> Result<(), DropReason> {
     Ok(())
 }
 
+/// The endpoint's IPv4 address in a port record.
+#[inline]
+pub(super) fn port_v4(p: &PortRec) -> Option<Ipv4Addr> {
+    (p.flags & 1 != 0).then(|| Ipv4Addr::from(p.ipv4))
+}
+
+/// The endpoint's IPv6 address in a port record.
+#[inline]
+pub(super) fn port_v6(p: &PortRec) -> Option<Ipv6Addr> {
+    (p.flags & 2 != 0).then(|| Ipv6Addr::from(p.ipv6))
+}
+
 /// `pod-input`: a frame from a pod port. The port decides the network (isolation); the
 /// source MAC and address must be the endpoint's (anti-spoofing).
-pub(super) fn pod_input<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot<'_>) -> Verdict {
-    let port = snap.port(m.rx).ok_or(DropReason::UnknownPort)?;
-    if port.kind != PortKind::Pod {
+pub(super) fn pod_input<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+    let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
+    // 1 = PortKind::Pod in the record.
+    if port.kind != 1 {
         return Err(DropReason::UnknownPort);
     }
     let d = pkt.data();
     if d.len() < L3 {
         return Err(DropReason::Malformed);
     }
-    if d[6..12] != port.mac.0 {
+    if d[6..12] != port.mac {
         return Err(DropReason::SpoofedMac);
     }
-    let net = snap.network(port.network).ok_or(DropReason::NoNetwork)?;
-    let info = net.info().ok_or(DropReason::NoNetwork)?;
+    let (_, info) = cx
+        .net(NetworkId(port.network))
+        .ok_or(DropReason::NoNetwork)?;
     if info.kind != NetworkKind::L3 {
         return Err(DropReason::UnsupportedNetworkKind);
     }
-    m.net = port.network;
-    m.gw_mac = info.gateway_mac;
+    m.net = NetworkId(port.network);
+    m.gw_mac = info.gw_mac;
     let dst_mac_multicast = d[0] & 1 == 1;
     match be16(d, 12) {
         ETH_ARP => Ok(Stage::ArpReply),
@@ -111,23 +124,25 @@ pub(super) fn pod_input<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot
                 return Err(DropReason::Multicast);
             }
             check_ipv4(pkt)?;
+            m.checked = true;
             let d = pkt.data();
-            if Some(v4_at(d, L3 + 12)) != port.ipv4 {
+            if Some(v4_at(d, L3 + 12)) != port_v4(port) {
                 return Err(DropReason::SpoofedSource);
             }
-            if Some(v4_at(d, L3 + 16)) == info.gateway4 {
+            if Some(v4_at(d, L3 + 16)) == info.gw4 {
                 return Ok(Stage::IcmpEcho);
             }
             Ok(Stage::Ip4Lookup)
         }
         ETH_IPV6 => {
             check_ipv6(pkt)?;
+            m.checked = true;
             let d = pkt.data();
             let (src, dst) = (v6_at(d, L3 + 8), v6_at(d, L3 + 24));
             let next = d[L3 + 6];
             let icmp_type = d.get(L3 + 40).copied();
             let is_ns = next == PROTO_ICMPV6 && icmp_type == Some(135);
-            if is_ns && (dst.is_multicast() || Some(dst) == info.gateway6) {
+            if is_ns && (dst.is_multicast() || Some(dst) == info.gw6) {
                 // Neighbor solicitations may come from the pod's link-local or the unspecified
                 // address; nd-reply checks the rest.
                 return Ok(Stage::NdReply);
@@ -135,10 +150,10 @@ pub(super) fn pod_input<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot
             if dst.is_multicast() || dst_mac_multicast {
                 return Err(DropReason::Multicast);
             }
-            if Some(src) != port.ipv6 {
+            if Some(src) != port_v6(port) {
                 return Err(DropReason::SpoofedSource);
             }
-            if Some(dst) == info.gateway6 {
+            if Some(dst) == info.gw6 {
                 return Ok(Stage::IcmpEcho);
             }
             if is_link_local(&dst) {
@@ -156,7 +171,7 @@ fn route(
     nh: Option<NextHop>,
     m: &mut Meta,
     ttl_ok: bool,
-    snap: &Snapshot<'_>,
+    cx: &mut Cx<'_, '_>,
     dst: std::net::IpAddr,
 ) -> Verdict {
     let forward = |m: &mut Meta, hop: Hop, next: Stage| -> Verdict {
@@ -173,7 +188,7 @@ fn route(
         }
         Some(NextHop::LocalBlock) => {
             // Resolve the address in the network's neighbor table, then its MAC in the FDB.
-            let net = snap.network(m.net).ok_or(DropReason::NoNetwork)?;
+            let (net, _) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
             let found = net
                 .neighbor(dst)
                 .and_then(|mac| match net.fdb(mac)?.target {
@@ -207,26 +222,34 @@ pub(super) fn icmp(m: &mut Meta, reason: DropReason, param: u32) -> Verdict {
 }
 
 /// `ip4-lookup`: longest-prefix match in the packet's network.
-pub(super) fn ip4_lookup<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot<'_>) -> Verdict {
-    check_ipv4(pkt)?;
+pub(super) fn ip4_lookup<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+    if !m.checked {
+        check_ipv4(pkt)?;
+        m.checked = true;
+    }
     let d = pkt.data();
     let dst = v4_at(d, L3 + 16);
-    let net = snap.network(m.net).ok_or(DropReason::NoNetwork)?;
-    let nh = snap.nexthop(net.route4_index(dst));
-    route(nh, m, d[L3 + 8] > 1, snap, dst.into())
+    let (net, _) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+    let nh = cx.snap().nexthop(net.route4_index(dst));
+    let ttl_ok = d[L3 + 8] > 1;
+    route(nh, m, ttl_ok, cx, dst.into())
 }
 
 /// `ip6-lookup`: longest-prefix match in the packet's network.
-pub(super) fn ip6_lookup<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot<'_>) -> Verdict {
-    check_ipv6(pkt)?;
+pub(super) fn ip6_lookup<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+    if !m.checked {
+        check_ipv6(pkt)?;
+        m.checked = true;
+    }
     let d = pkt.data();
     let dst = v6_at(d, L3 + 24);
     if dst.is_multicast() {
         return Err(DropReason::Multicast);
     }
-    let net = snap.network(m.net).ok_or(DropReason::NoNetwork)?;
-    let nh = snap.nexthop(net.route6_index(dst));
-    route(nh, m, d[L3 + 7] > 1, snap, dst.into())
+    let (net, _) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+    let nh = cx.snap().nexthop(net.route6_index(dst));
+    let ttl_ok = d[L3 + 7] > 1;
+    route(nh, m, ttl_ok, cx, dst.into())
 }
 
 /// Forwards one hop: decrements the IPv4 TTL (with RFC 1624 checksum update) or IPv6 hop

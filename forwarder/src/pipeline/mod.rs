@@ -231,6 +231,8 @@ struct Meta {
     /// Taken in by the forwarder (a learned advertisement), or already counted: the drop
     /// stage frees it without counting a drop.
     consumed: bool,
+    /// The IP header at [`ip::L3`] was checked (lengths, checksum) and padding trimmed.
+    checked: bool,
 }
 
 impl Meta {
@@ -245,6 +247,7 @@ impl Meta {
             generated: false,
             gw_mac: MacAddr([0; 6]),
             consumed: false,
+            checked: false,
         }
     }
 }
@@ -283,9 +286,10 @@ pub struct Pipeline<B: PacketBuf> {
     counters: Counters,
 }
 
-/// Gateway addresses of a network, cached per burst.
+/// A network's settings the stages need, decoded once per call.
 #[derive(Debug, Clone, Copy)]
-struct NetCtx {
+pub(crate) struct NetCtx {
+    kind: lace_shared::types::NetworkKind,
     gw_mac: MacAddr,
     gw4: Option<Ipv4Addr>,
     gw6: Option<Ipv6Addr>,
@@ -360,18 +364,66 @@ impl<B: PacketBuf> Pipeline<B> {
         self.dispatch(snap, io);
     }
 
-    /// Visits the lowest non-empty stage until every vector is empty.
+    /// Visits the lowest non-empty stage until every vector is empty. Each stage runs over its
+    /// whole vector; packets are edited in their slots (no copies of buffers or metadata).
     fn dispatch<I: Io<B>>(&mut self, snap: &Snapshot<'_>, io: &mut I) {
+        let mut cx = Cx::new(snap);
         while let Some(s) = self.frames.iter().position(|f| !f.idx.is_empty()) {
             let mut frame = std::mem::take(&mut self.frames[s].idx);
             let stage = Stage::ALL[s];
             self.counters.stages[s] += frame.len() as u64;
             for &i in &frame {
-                let next = self.run(stage, i as usize, snap, io);
-                match next {
-                    Some(n) => self.frames[n as usize].idx.push(i),
-                    None => self.release(i),
+                let k = usize::from(i);
+                match stage {
+                    Stage::Tx => {
+                        if let Some(pkt) = self.slots[k].take() {
+                            io.send(self.meta[k].tx, pkt);
+                        }
+                        self.free.push(i);
+                        continue;
+                    }
+                    Stage::Drop => {
+                        if !self.meta[k].consumed {
+                            self.counters.drops[self.meta[k].reason as usize] += 1;
+                        }
+                        self.slots[k] = None;
+                        self.free.push(i);
+                        continue;
+                    }
+                    _ => {}
                 }
+                let Some(pkt) = self.slots[k].as_mut() else {
+                    self.free.push(i);
+                    continue;
+                };
+                let m = &mut self.meta[k];
+                let verdict = match stage {
+                    Stage::PodInput => ip::pod_input(pkt, m, &mut cx),
+                    Stage::UplinkInput => srv6::uplink_input(&self.cfg, pkt, m, &cx),
+                    Stage::ArpReply => reply::arp_reply(pkt, m, &mut cx),
+                    Stage::NdReply => reply::nd_reply(&self.cfg, &self.neigh, pkt, m, &mut cx),
+                    Stage::IcmpEcho => reply::icmp_echo(&self.cfg, pkt, m, &mut cx),
+                    Stage::Srv6Decap => srv6::decap(pkt, m, &mut cx),
+                    Stage::Ip4Lookup => ip::ip4_lookup(pkt, m, &mut cx),
+                    Stage::Ip6Lookup => ip::ip6_lookup(pkt, m, &mut cx),
+                    Stage::IcmpError => {
+                        reply::icmp_error(pkt, m, &mut cx, &mut self.counters.drops)
+                    }
+                    Stage::LocalRewrite => ip::local_rewrite(pkt, m, io),
+                    Stage::Srv6Encap => srv6::encap(&self.cfg, pkt, m),
+                    Stage::UnderlayOut => {
+                        srv6::underlay_out(&self.cfg, &self.neigh, pkt, m, &mut cx, io)
+                    }
+                    Stage::Tx | Stage::Drop => Ok(stage),
+                };
+                let next = match verdict {
+                    Ok(next) => next,
+                    Err(reason) => {
+                        m.reason = reason;
+                        Stage::Drop
+                    }
+                };
+                self.frames[next as usize].idx.push(i);
             }
             frame.clear();
             // Give the vector's allocation back so no stage ever allocates again.
@@ -380,88 +432,89 @@ impl<B: PacketBuf> Pipeline<B> {
             }
         }
     }
+}
 
-    fn release(&mut self, i: u16) {
-        self.slots[i as usize] = None;
-        self.free.push(i);
+/// Lookups one `process` call repeats for most of its packets, done once: the receiving
+/// port's record, the last network used and the last remote node resolved. Valid for one
+/// snapshot, so it lives on the stack of one call.
+pub(crate) struct Cx<'s, 'a> {
+    snap: &'s Snapshot<'a>,
+    port: Option<(PortId, Option<&'a lace_shared::types::PortRec>)>,
+    net: Option<(
+        NetworkId,
+        Option<(lace_shared::tables::NetworkView<'a>, NetCtx)>,
+    )>,
+    remote: Option<(lace_shared::types::NodeId, MacAddr)>,
+}
+
+impl<'s, 'a> Cx<'s, 'a> {
+    fn new(snap: &'s Snapshot<'a>) -> Self {
+        Cx {
+            snap,
+            port: None,
+            net: None,
+            remote: None,
+        }
     }
 
-    /// Runs one packet through one stage; returns its next stage, or None when it left the
-    /// pipeline (sent or dropped).
-    fn run<I: Io<B>>(
-        &mut self,
-        stage: Stage,
-        i: usize,
-        snap: &Snapshot<'_>,
-        io: &mut I,
-    ) -> Option<Stage> {
-        match stage {
-            Stage::Tx => {
-                let pkt = self.slots[i].take()?;
-                io.send(self.meta[i].tx, pkt);
-                None
-            }
-            Stage::Drop => {
-                if !self.meta[i].consumed {
-                    self.counters.drops[self.meta[i].reason as usize] += 1;
-                }
-                self.slots[i] = None;
-                None
-            }
+    /// The snapshot.
+    #[inline]
+    pub(crate) fn snap(&self) -> &'s Snapshot<'a> {
+        self.snap
+    }
+
+    /// A port's record (cached: a burst comes from one port).
+    #[inline]
+    pub(crate) fn port(&mut self, id: PortId) -> Option<&'a lace_shared::types::PortRec> {
+        match self.port {
+            Some((p, rec)) if p == id => rec,
             _ => {
-                let mut pkt = self.slots[i].take()?;
-                let mut meta = self.meta[i];
-                let next = self.stage(stage, &mut pkt, &mut meta, snap, io);
-                self.slots[i] = Some(pkt);
-                self.meta[i] = meta;
-                Some(next)
+                let rec = self.snap.port_rec(id);
+                self.port = Some((id, rec));
+                rec
             }
         }
     }
 
-    fn stage<I: Io<B>>(
+    /// A network's view and gateway settings (cached: most packets of a call share one).
+    #[inline]
+    pub(crate) fn net(
         &mut self,
-        stage: Stage,
-        pkt: &mut B,
-        m: &mut Meta,
-        snap: &Snapshot<'_>,
-        io: &mut I,
-    ) -> Stage {
-        let r = match stage {
-            Stage::PodInput => ip::pod_input(pkt, m, snap),
-            Stage::UplinkInput => srv6::uplink_input(&self.cfg, pkt, m, snap),
-            Stage::ArpReply => reply::arp_reply(pkt, m, snap),
-            Stage::NdReply => reply::nd_reply(&self.cfg, &self.neigh, pkt, m, snap),
-            Stage::IcmpEcho => reply::icmp_echo(&self.cfg, pkt, m, snap),
-            Stage::Srv6Decap => srv6::decap(pkt, m, snap),
-            Stage::Ip4Lookup => ip::ip4_lookup(pkt, m, snap),
-            Stage::Ip6Lookup => ip::ip6_lookup(pkt, m, snap),
-            Stage::IcmpError => reply::icmp_error(pkt, m, snap, &mut self.counters.drops),
-            Stage::LocalRewrite => ip::local_rewrite(pkt, m, io),
-            Stage::Srv6Encap => srv6::encap(&self.cfg, pkt, m),
-            Stage::UnderlayOut => srv6::underlay_out(&self.cfg, &self.neigh, pkt, m, snap, io),
-            Stage::Tx | Stage::Drop => Ok(stage),
-        };
-        match r {
-            Ok(next) => next,
-            Err(reason) => {
-                m.reason = reason;
-                Stage::Drop
+        id: NetworkId,
+    ) -> Option<(lace_shared::tables::NetworkView<'a>, NetCtx)> {
+        match self.net {
+            Some((n, v)) if n == id => v,
+            _ => {
+                let v = self.snap.network(id).and_then(|view| {
+                    let info = view.info()?;
+                    Some((
+                        view,
+                        NetCtx {
+                            kind: info.kind,
+                            gw_mac: info.gateway_mac,
+                            gw4: info.gateway4,
+                            gw6: info.gateway6,
+                        },
+                    ))
+                });
+                self.net = Some((id, v));
+                v
             }
         }
+    }
+
+    /// The last resolved remote node's underlay MAC.
+    #[inline]
+    pub(crate) fn remote(&self, node: lace_shared::types::NodeId) -> Option<MacAddr> {
+        self.remote.filter(|(n, _)| *n == node).map(|(_, m)| m)
+    }
+
+    /// Remembers a resolved remote node.
+    #[inline]
+    pub(crate) fn set_remote(&mut self, node: lace_shared::types::NodeId, mac: MacAddr) {
+        self.remote = Some((node, mac));
     }
 }
 
 /// A stage's verdict: the next stage, or a drop reason.
 type Verdict = Result<Stage, DropReason>;
-
-impl NetCtx {
-    fn of(snap: &Snapshot<'_>, id: NetworkId) -> Option<NetCtx> {
-        let info = snap.network(id)?.info()?;
-        Some(NetCtx {
-            gw_mac: info.gateway_mac,
-            gw4: info.gateway4,
-            gw6: info.gateway6,
-        })
-    }
-}

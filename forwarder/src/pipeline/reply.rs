@@ -4,14 +4,14 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use lace_shared::status::DropReason;
-use lace_shared::tables::Snapshot;
 use lace_shared::types::{MacAddr, PortId};
 
 use super::ip::{
     be16, v4_at, v6_at, ETH_IPV4, ETH_IPV6, L3, PROTO_ICMP, PROTO_ICMPV6, UNREACH_ADMIN,
 };
+use super::ip::{port_v4, port_v6};
 use super::neigh::UnderlayNeighbors;
-use super::{Config, Meta, NetCtx, PacketBuf, Stage, Verdict};
+use super::{Config, Cx, Meta, PacketBuf, Stage, Verdict};
 use crate::wire::icmpv6::{self, NeighborFlags};
 use crate::wire::{arp, checksum, ipv6, EthernetAddress, IpProtocol};
 
@@ -24,18 +24,18 @@ const ICMP6_MAX: usize = 1280;
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 
 /// `arp-reply`: a pod asks for its gateway; answer with the gateway MAC.
-pub(super) fn arp_reply<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot<'_>) -> Verdict {
-    let port = snap.port(m.rx).ok_or(DropReason::UnknownPort)?;
-    let ctx = NetCtx::of(snap, m.net).ok_or(DropReason::NoNetwork)?;
+pub(super) fn arp_reply<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+    let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
+    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
     let d = pkt.data_mut();
     let view = arp::Packet::new_checked(&d[L3..]).map_err(|_| DropReason::Malformed)?;
     let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
-    if req.sender_hardware_addr.0 != port.mac.0 {
+    if req.sender_hardware_addr.0 != port.mac {
         return Err(DropReason::SpoofedMac);
     }
     // A probe (RFC 5227) has sender 0.0.0.0; anything else must be the endpoint's address.
     let sender = req.sender_protocol_addr;
-    if sender != Ipv4Addr::UNSPECIFIED && Some(sender) != port.ipv4 {
+    if sender != Ipv4Addr::UNSPECIFIED && Some(sender) != port_v4(port) {
         return Err(DropReason::SpoofedSource);
     }
     if req.operation != arp::Operation::Request || Some(req.target_protocol_addr) != ctx.gw4 {
@@ -63,7 +63,7 @@ pub(super) fn nd_reply<B: PacketBuf>(
     neigh: &UnderlayNeighbors,
     pkt: &mut B,
     m: &mut Meta,
-    snap: &Snapshot<'_>,
+    cx: &mut Cx<'_, '_>,
 ) -> Verdict {
     let d = pkt.data();
     let ip = ipv6::Packet::new_unchecked(&d[L3..]);
@@ -91,10 +91,10 @@ pub(super) fn nd_reply<B: PacketBuf>(
                 }
                 (target_addr, cfg.uplink_mac)
             } else {
-                let port = snap.port(m.rx).ok_or(DropReason::UnknownPort)?;
-                let ctx = NetCtx::of(snap, m.net).ok_or(DropReason::NoNetwork)?;
+                let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
+                let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
                 let link_local = src.segments()[0] & 0xffc0 == 0xfe80;
-                if !(src.is_unspecified() || link_local || Some(src) == port.ipv6) {
+                if !(src.is_unspecified() || link_local || Some(src) == port_v6(port)) {
                     return Err(DropReason::SpoofedSource);
                 }
                 if Some(target_addr) != ctx.gw6 {
@@ -188,7 +188,7 @@ pub(super) fn icmp_echo<B: PacketBuf>(
     cfg: &Config,
     pkt: &mut B,
     m: &mut Meta,
-    snap: &Snapshot<'_>,
+    cx: &mut Cx<'_, '_>,
 ) -> Verdict {
     let d = pkt.data_mut();
     if d[L3] >> 4 == 4 {
@@ -204,7 +204,7 @@ pub(super) fn icmp_echo<B: PacketBuf>(
         if checksum::data(icmp) != 0xffff {
             return Err(DropReason::Malformed);
         }
-        let ctx = NetCtx::of(snap, m.net).ok_or(DropReason::NoNetwork)?;
+        let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
         let (src, me) = (v4_at(d, L3 + 12), v4_at(d, L3 + 16));
         if ctx.gw4 != Some(me) {
             return Err(DropReason::ReceiveUnsupported);
@@ -252,7 +252,7 @@ pub(super) fn icmp_echo<B: PacketBuf>(
         m.tx = PortId::UPLINK;
         return Ok(Stage::Tx);
     }
-    let ctx = NetCtx::of(snap, m.net).ok_or(DropReason::NoNetwork)?;
+    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
     if ctx.gw6 != Some(me) {
         return Err(DropReason::ReceiveUnsupported);
     }
@@ -267,11 +267,11 @@ pub(super) fn icmp_echo<B: PacketBuf>(
 pub(super) fn icmp_error<B: PacketBuf>(
     pkt: &mut B,
     m: &mut Meta,
-    snap: &Snapshot<'_>,
+    cx: &mut Cx<'_, '_>,
     drops: &mut [u64],
 ) -> Verdict {
     drops[m.reason as usize] += 1;
-    let ctx = NetCtx::of(snap, m.net).ok_or(DropReason::NoNetwork)?;
+    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
     let d = pkt.data();
     if d[L3] >> 4 == 4 {
         let ihl = usize::from(d[L3] & 0xf) * 4;

@@ -4,12 +4,11 @@
 use std::net::Ipv6Addr;
 
 use lace_shared::status::DropReason;
-use lace_shared::tables::Snapshot;
 use lace_shared::types::{PortId, Sid, SidBehavior};
 
 use super::ip::{be16, check_ipv6, decrement_ttl, icmp, v6_at, ETH_IPV6, L3, PROTO_ICMPV6};
 use super::neigh::UnderlayNeighbors;
-use super::{Config, Hop, Io, Meta, NetCtx, PacketBuf, Stage, Verdict};
+use super::{Config, Cx, Hop, Io, Meta, PacketBuf, Stage, Verdict};
 use crate::wire::flow::FiveTuple;
 use crate::wire::icmpv6::{self, solicited_node};
 use crate::wire::{ipv6, srh, EthernetAddress, IpProtocol};
@@ -25,7 +24,7 @@ pub(super) fn uplink_input<B: PacketBuf>(
     cfg: &Config,
     pkt: &mut B,
     m: &mut Meta,
-    snap: &Snapshot<'_>,
+    cx: &Cx<'_, '_>,
 ) -> Verdict {
     let d = pkt.data();
     if d.len() < L3 {
@@ -59,7 +58,7 @@ pub(super) fn uplink_input<B: PacketBuf>(
     if multicast {
         return Err(DropReason::Multicast);
     }
-    match snap.local_sid(Sid(dst)) {
+    match cx.snap().local_sid(Sid(dst)) {
         Some(SidBehavior::EndDt46(net)) => {
             m.net = net;
             Ok(Stage::Srv6Decap)
@@ -73,7 +72,7 @@ pub(super) fn uplink_input<B: PacketBuf>(
 /// `srv6-decap`: End.DT46 (RFC 8986 §4.8): strip the outer IPv6 header and an SRH whose
 /// Segments Left is 0 and whose last segment is this SID, then look the inner packet up in the
 /// SID's network.
-pub(super) fn decap<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot<'_>) -> Verdict {
+pub(super) fn decap<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
     let d = pkt.data();
     let mut next = d[L3 + 6];
     let mut off = L3 + 40;
@@ -94,8 +93,9 @@ pub(super) fn decap<B: PacketBuf>(pkt: &mut B, m: &mut Meta, snap: &Snapshot<'_>
         NH_IPV6 => Stage::Ip6Lookup,
         _ => return Err(DropReason::DecapUnsupportedInner),
     };
-    let ctx = NetCtx::of(snap, m.net).ok_or(DropReason::NoNetwork)?;
+    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
     m.gw_mac = ctx.gw_mac;
+    m.checked = false;
     // Keep 14 bytes in front of the inner packet for the delivery header.
     if !pkt.adj(off - L3) {
         return Err(DropReason::Malformed);
@@ -132,15 +132,14 @@ pub(super) fn encap<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta) -> Ve
         return Err(DropReason::NoHeadroom);
     }
     let d = pkt.data_mut();
-    let mut outer = ipv6::Packet::new_unchecked(&mut d[L3..L3 + ENCAP_LEN]);
-    outer.set_version(6);
-    outer.set_traffic_class(tclass);
-    outer.set_flow_label(label);
-    outer.set_payload_len(inner_len as u16);
-    outer.set_next_header(IpProtocol::from(proto));
-    outer.set_hop_limit(cfg.hop_limit);
-    outer.set_src_addr(cfg.encap_source);
-    outer.set_dst_addr(sid);
+    let first = (6u32 << 28) | (u32::from(tclass) << 20) | (label & ipv6::FLOW_LABEL_MASK);
+    let h = &mut d[L3..L3 + ENCAP_LEN];
+    h[0..4].copy_from_slice(&first.to_be_bytes());
+    h[4..6].copy_from_slice(&(inner_len as u16).to_be_bytes());
+    h[6] = proto;
+    h[7] = cfg.hop_limit;
+    h[8..24].copy_from_slice(&cfg.encap_source.octets());
+    h[24..40].copy_from_slice(&sid.octets());
     Ok(Stage::UnderlayOut)
 }
 
@@ -151,27 +150,33 @@ pub(super) fn underlay_out<B: PacketBuf, I: Io<B>>(
     neigh: &UnderlayNeighbors,
     pkt: &mut B,
     m: &mut Meta,
-    snap: &Snapshot<'_>,
+    cx: &mut Cx<'_, '_>,
     io: &mut I,
 ) -> Verdict {
     let Hop::Remote { node, .. } = m.hop else {
         return Err(DropReason::UnknownNode);
     };
-    let info = snap.node(node).ok_or(DropReason::UnknownNode)?;
-    let next_hop = info.underlay;
-    let mac = snap
-        .underlay_neighbor(next_hop)
-        .or_else(|| neigh.lookup(next_hop));
-    let Some(mac) = mac else {
-        if neigh.should_solicit(next_hop, io.now_ns()) {
-            let Some(mut ns) = io.alloc() else {
-                return Err(DropReason::NoBuffer);
-            };
-            if !build_solicitation(cfg, next_hop, &mut ns) {
-                return Err(DropReason::NoBuffer);
+    let mac = match cx.remote(node) {
+        Some(mac) => Some(mac),
+        None => {
+            let info = cx.snap().node(node).ok_or(DropReason::UnknownNode)?;
+            let found = cx
+                .snap()
+                .underlay_neighbor(info.underlay)
+                .or_else(|| neigh.lookup(info.underlay));
+            match found {
+                Some(mac) => {
+                    cx.set_remote(node, mac);
+                    Some(mac)
+                }
+                None => {
+                    unresolved(cfg, neigh, info.underlay, io)?;
+                    None
+                }
             }
-            io.send(PortId::UPLINK, ns);
         }
+    };
+    let Some(mac) = mac else {
         return Err(DropReason::NeighborUnresolved);
     };
     let d = pkt.data_mut();
@@ -180,6 +185,25 @@ pub(super) fn underlay_out<B: PacketBuf, I: Io<B>>(
     d[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
     m.tx = PortId::UPLINK;
     Ok(Stage::Tx)
+}
+
+/// The next hop `addr` has no MAC yet: solicit it (rate-limited) and drop the packet.
+fn unresolved<B: PacketBuf, I: Io<B>>(
+    cfg: &Config,
+    neigh: &UnderlayNeighbors,
+    addr: Ipv6Addr,
+    io: &mut I,
+) -> Result<(), DropReason> {
+    if neigh.should_solicit(addr, io.now_ns()) {
+        let Some(mut ns) = io.alloc() else {
+            return Err(DropReason::NoBuffer);
+        };
+        if !build_solicitation(cfg, addr, &mut ns) {
+            return Err(DropReason::NoBuffer);
+        }
+        io.send(PortId::UPLINK, ns);
+    }
+    Err(DropReason::NeighborUnresolved)
 }
 
 /// Writes a neighbor solicitation for `target` from the underlay address into an empty buffer.
