@@ -102,14 +102,15 @@ pub struct Allocation {
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum ErrorCode {
-    /// 4: invalid network config (bad configuration or request).
+    /// 7: invalid network configuration (bad configuration or request).
     InvalidConfig,
-    /// 7: invalid environment variables / arguments.
+    /// 4: invalid environment variables / arguments.
     InvalidArgs,
     /// 11: try again later (control not ready, forwarder not up yet).
     TryAgainLater,
-    /// 50: the container has an interface by that name already, or it exists with another
-    /// configuration.
+    /// 102 (lace's range; the CNI spec requires an error but names no code): the container
+    /// has an interface by that name already with another configuration, or the attachment
+    /// exists for another pod or network.
     AlreadyExists,
     /// 100: no network binds the pod (lace's own range, ≥ 100).
     Unbound,
@@ -123,10 +124,10 @@ impl ErrorCode {
     /// The numeric CNI code.
     pub fn code(self) -> u32 {
         match self {
-            ErrorCode::InvalidConfig => 4,
-            ErrorCode::InvalidArgs => 7,
+            ErrorCode::InvalidConfig => 7,
+            ErrorCode::InvalidArgs => 4,
             ErrorCode::TryAgainLater => 11,
-            ErrorCode::AlreadyExists => 50,
+            ErrorCode::AlreadyExists => 102,
             ErrorCode::Unbound => 100,
             ErrorCode::AddressesExhausted => 101,
             ErrorCode::Internal => 999,
@@ -186,6 +187,8 @@ mod tests {
         };
         let line = serde_json::to_string(&e).unwrap();
         assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), e);
-        assert_eq!(ErrorCode::AlreadyExists.code(), 50);
+        assert_eq!(ErrorCode::AlreadyExists.code(), 102);
+        assert_eq!(ErrorCode::InvalidArgs.code(), 4);
+        assert_eq!(ErrorCode::InvalidConfig.code(), 7);
     }
 }

@@ -767,7 +767,7 @@ fn add_over_a_foreign_interface_is_already_exists_and_leaves_it() {
         "other0",
     ]);
     let control = healthy_control();
-    let msg = sb.invoke("ADD", &control, "c-foreign").run().error(50);
+    let msg = sb.invoke("ADD", &control, "c-foreign").run().error(102);
     assert!(
         msg.contains("eth0") && msg.contains("02:99:99:99:99:99"),
         "{msg}"

@@ -17,7 +17,7 @@
 //! ADD and retries: a retried ADD gets the same allocation; if the pod already has `CNI_IFNAME`
 //! with the allocation's MAC (an earlier ADD got that far), it is configured again in place
 //! (every step is idempotent) and attached, so a retry never makes a second interface. An
-//! interface of that name with another MAC, or not a veth, is someone else's: error 50
+//! interface of that name with another MAC, or not a veth, is someone else's: error 102
 //! (`AlreadyExists`, as [`crate::proto::ErrorCode`] defines it), and it is left untouched.
 //! When anything fails after `Allocate`, ADD undoes what belongs to the attachment — deletes the
 //! veth (host end, and the pod end if it carries the allocation's MAC) and sends `Release` —
