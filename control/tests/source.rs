@@ -4,7 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lace_control::api::NetworkType;
+use lace_control::api::{validate, NetworkType};
 use lace_control::source::standalone::{StandaloneSource, WatchMode};
 use lace_control::source::{
     Consequence, NamespacedName, NodeAnnotationError, ObjectKind, Objects, ProblemKind, Snapshot,
@@ -673,10 +673,22 @@ fn the_demo_manifests_parse() {
     assert_eq!(nodes.len(), 2, "pods are spread over both nodes");
     assert_eq!(o.services.len(), 1);
 
+    // Valid per the API, object by object.
+    for (name, network) in &o.networks {
+        let checked = validate::validate_network(name, &network.spec);
+        assert!(checked.is_ok(), "{:?}", checked.map_err(|e| e.messages()));
+    }
+    for (name, policy) in &o.binding_policies {
+        let checked = validate::validate_binding_policy(name, &policy.spec);
+        assert!(checked.is_ok(), "{:?}", checked.map_err(|e| e.messages()));
+    }
+
     let mut later = StandaloneSource::polling(examples().join("later")).unwrap();
     let snapshot = load(&mut later);
     assert_eq!(snapshot.problems, vec![]);
     let routing = &snapshot.objects.routing_policies["frontend-backend"].spec;
     assert_eq!(routing.sources, ["frontend"]);
     assert_eq!(routing.destination.network, "backend");
+    let checked = validate::validate_routing_policy("frontend-backend", routing);
+    assert!(checked.is_ok(), "{:?}", checked.map_err(|e| e.messages()));
 }
