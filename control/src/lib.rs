@@ -9,6 +9,7 @@
 pub mod api;
 pub mod bind;
 pub mod cni;
+pub mod compile;
 pub mod ipam;
 pub mod proto;
 pub mod source;

@@ -1,0 +1,252 @@
+//! Diff-and-publish: from the tables last published to the next ones in one batch.
+//!
+//! Guarantees: only entries that differ are written; one publication per batch (none when
+//! nothing differs); on any writer error the batch is abandoned ([`TableWriter::abort`]), so
+//! the published tables are exactly the previous ones.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use lace_shared::tables::TableWriter;
+
+use super::{split, NetworkTables, NodeTables};
+
+/// What one [`super::Compiler::apply`] changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyStats {
+    /// Networks added or whose settings changed.
+    pub networks_set: usize,
+    /// Networks removed (with all their routes).
+    pub networks_removed: usize,
+    /// Routes added or whose next hop changed.
+    pub routes_set: usize,
+    /// Routes removed from networks that stay.
+    pub routes_removed: usize,
+    /// Ports bound or changed.
+    pub ports_set: usize,
+    /// Ports unbound.
+    pub ports_removed: usize,
+    /// Remote nodes added or changed.
+    pub nodes_set: usize,
+    /// Remote nodes removed.
+    pub nodes_removed: usize,
+    /// Local SIDs installed or changed.
+    pub sids_set: usize,
+    /// Local SIDs removed.
+    pub sids_removed: usize,
+    /// The generation published; None when nothing changed (no publication).
+    pub generation: Option<u64>,
+}
+
+impl ApplyStats {
+    /// Total writer calls issued.
+    pub fn changes(&self) -> usize {
+        self.networks_set
+            + self.networks_removed
+            + self.routes_set
+            + self.routes_removed
+            + self.ports_set
+            + self.ports_removed
+            + self.nodes_set
+            + self.nodes_removed
+            + self.sids_set
+            + self.sids_removed
+    }
+}
+
+/// Why a batch was not published.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A writer call failed (region or table full, bad argument); the batch was abandoned.
+    #[error(
+        "tables: {op} failed: {source}; the batch was abandoned and the forwarder keeps the \
+         previous tables (for a full region, recreate it larger: TablesConfig::size)"
+    )]
+    Tables {
+        /// The call and its object, e.g. `add_route network 3 10.40.1.0/24`.
+        op: String,
+        /// The writer's error.
+        #[source]
+        source: lace_shared::Error,
+    },
+}
+
+fn fail(op: impl FnOnce() -> String) -> impl FnOnce(lace_shared::Error) -> ApplyError {
+    move |source| ApplyError::Tables { op: op(), source }
+}
+
+/// Calls `f(key, old, new)` for every key whose value differs between `old` and `new`.
+fn diff<K: Ord, V: PartialEq, E>(
+    old: &BTreeMap<K, V>,
+    new: &BTreeMap<K, V>,
+    mut f: impl FnMut(&K, Option<&V>, Option<&V>) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut a = old.iter().peekable();
+    let mut b = new.iter().peekable();
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => return Ok(()),
+            (Some(&(k, v)), None) => {
+                f(k, Some(v), None)?;
+                a.next();
+            }
+            (None, Some(&(k, v))) => {
+                f(k, None, Some(v))?;
+                b.next();
+            }
+            (Some(&(ka, va)), Some(&(kb, vb))) => match ka.cmp(kb) {
+                std::cmp::Ordering::Less => {
+                    f(ka, Some(va), None)?;
+                    a.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    f(kb, None, Some(vb))?;
+                    b.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if va != vb {
+                        f(ka, Some(va), Some(vb))?;
+                    }
+                    a.next();
+                    b.next();
+                }
+            },
+        }
+    }
+}
+
+/// Stages `last → next` into `w` and publishes; aborts the batch on error.
+pub(super) fn apply(
+    w: &mut TableWriter,
+    last: &NodeTables,
+    next: &NodeTables,
+) -> Result<ApplyStats, ApplyError> {
+    let mut st = ApplyStats::default();
+    match stage(w, last, next, &mut st) {
+        Ok(()) => {}
+        Err(e) => {
+            w.abort();
+            return Err(e);
+        }
+    }
+    if st.changes() > 0 {
+        // `publish` abandons the batch itself when it fails.
+        st.generation = Some(w.publish().map_err(fail(|| "publish".into()))?);
+    }
+    Ok(st)
+}
+
+fn stage(
+    w: &mut TableWriter,
+    last: &NodeTables,
+    next: &NodeTables,
+    st: &mut ApplyStats,
+) -> Result<(), ApplyError> {
+    // Nodes first (next hops refer to them), removals of nodes last.
+    diff(&last.nodes, &next.nodes, |id, _, new| {
+        if let Some(n) = new {
+            w.set_node(*id, n)
+                .map_err(fail(|| format!("set_node {}", id.0)))?;
+            st.nodes_set += 1;
+        }
+        Ok(())
+    })?;
+    // Networks: a cheap pointer comparison skips the unchanged ones before `diff` compares
+    // contents.
+    let mut a = last.networks.iter().peekable();
+    let mut b = next.networks.iter().peekable();
+    loop {
+        let (old, new) = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(&(ka, _)), Some(&(kb, _))) if ka == kb => (a.next(), b.next()),
+            (Some(&(ka, _)), Some(&(kb, _))) if ka < kb => (a.next(), None),
+            (Some(_), None) => (a.next(), None),
+            _ => (None, b.next()),
+        };
+        match (old, new) {
+            (Some((id, _)), None) => {
+                w.remove_network(*id)
+                    .map_err(fail(|| format!("remove_network {}", id.0)))?;
+                st.networks_removed += 1;
+            }
+            (old, Some((id, n))) => {
+                let old = old.map(|(_, o)| o);
+                if old.is_some_and(|o| Arc::ptr_eq(o, n)) {
+                    continue;
+                }
+                network(w, *id, old.map(Arc::as_ref), n, st)?;
+            }
+            (None, None) => break,
+        }
+    }
+    diff(&last.ports, &next.ports, |id, _, new| {
+        match new {
+            Some(p) => {
+                w.set_port(*id, p)
+                    .map_err(fail(|| format!("set_port {}", id.0)))?;
+                st.ports_set += 1;
+            }
+            None => {
+                w.remove_port(*id)
+                    .map_err(fail(|| format!("remove_port {}", id.0)))?;
+                st.ports_removed += 1;
+            }
+        }
+        Ok(())
+    })?;
+    diff(&last.sids, &next.sids, |sid, _, new| {
+        match new {
+            Some(b) => {
+                w.set_local_sid(*sid, *b)
+                    .map_err(fail(|| format!("set_local_sid {}", sid.0)))?;
+                st.sids_set += 1;
+            }
+            None => {
+                w.remove_local_sid(*sid)
+                    .map_err(fail(|| format!("remove_local_sid {}", sid.0)))?;
+                st.sids_removed += 1;
+            }
+        }
+        Ok(())
+    })?;
+    diff(&last.nodes, &next.nodes, |id, _, new| {
+        if new.is_none() {
+            w.remove_node(*id)
+                .map_err(fail(|| format!("remove_node {}", id.0)))?;
+            st.nodes_removed += 1;
+        }
+        Ok(())
+    })
+}
+
+fn network(
+    w: &mut TableWriter,
+    id: lace_shared::types::NetworkId,
+    old: Option<&NetworkTables>,
+    new: &NetworkTables,
+    st: &mut ApplyStats,
+) -> Result<(), ApplyError> {
+    if old.map(|o| o.info) != Some(new.info) {
+        w.set_network(id, &new.info)
+            .map_err(fail(|| format!("set_network {}", id.0)))?;
+        st.networks_set += 1;
+    }
+    let empty = BTreeMap::new();
+    let old_routes = old.map_or(&empty, |o| &o.routes);
+    diff(old_routes, &new.routes, |p, _, nh| {
+        let (addr, len) = split(p);
+        match nh {
+            Some(nh) => {
+                w.add_route(id, addr, len, *nh)
+                    .map_err(fail(|| format!("add_route network {} {p}", id.0)))?;
+                st.routes_set += 1;
+            }
+            None => {
+                w.remove_route(id, addr, len)
+                    .map_err(fail(|| format!("remove_route network {} {p}", id.0)))?;
+                st.routes_removed += 1;
+            }
+        }
+        Ok(())
+    })
+}

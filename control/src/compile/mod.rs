@@ -1,0 +1,349 @@
+//! The table compiler: the world ([`World`]) and one node's name → that node's tables, written
+//! to the shared-memory tables ([`lace_shared::tables::TableWriter`]) incrementally.
+//!
+//! Two halves:
+//!
+//! - **What the tables should be.** [`desired`] is a pure function of the world, the node and
+//!   a [`CompileConfig`]: it returns a [`NodeTables`] (a plain description in ordered maps) and
+//!   the [`Note`]s the daemon surfaces as conditions (conflicts, unsupported features,
+//!   inconsistent input). [`Compiler::plan`] returns exactly what [`desired`] returns, but
+//!   recomputes only the networks the reported [`Change`]s touch (see "Incremental" below).
+//! - **Making them so.** [`Compiler::apply`] diffs the tables last published against the next
+//!   ones, issues only the set/remove calls for what changed, and publishes once. On a writer
+//!   error the batch is abandoned, nothing of it is published, and [`Compiler::last`] stays
+//!   what the forwarder sees.
+//!
+//! What the tables hold (ADR 0008 has the reasons):
+//!
+//! - **Networks**: every l3 or l2 network with an endpoint or an allocation on this node.
+//!   l3 gateways are the first host address of this node's block, l2 gateways the first host
+//!   address of the network's prefix; the gateway MAC is [`gateway_mac`] (the same on every
+//!   node); MTU is the underlay MTU − 40 (`H.Encaps.Red` without SRH).
+//! - **Routes** of a network N on this node: its gateways → `Receive`; unless N is anonymous,
+//!   N's *route set*: each local endpoint's /32 and /128 → `Local`, this node's block of N →
+//!   `Unreachable` (a free address answers ICMP unreachable at once), each other node's block of
+//!   N → `Remote` to that node's End.DT46 SID of N. Then, in policy order, for every accepted
+//!   bidirectional routing policy between l3 networks with N among its sources, the
+//!   destination's route set narrowed to the policy's prefixes; and for every one with
+//!   destination N, each source's route set (not narrowed: the FIB matches destinations only).
+//!   Other policies (`sourceToDestination`, l2 or external ends) compile to nothing and are
+//!   noted as [`NoteKind::Unsupported`] (ADR 0007). A prefix reached twice with different next hops keeps the first and is
+//!   reported as a [`NoteKind::Conflict`], never silently overwritten.
+//! - **Ports**: the endpoints on this node. **Remote nodes**: every other node. **Local SIDs**:
+//!   End.DT46 of each l3 network programmed here ([`encode_sid`]).
+//! - **l2 and external** networks: l2 networks get their settings and ports (the forwarder drops
+//!   their traffic as an unsupported kind, so isolation holds) and a
+//!   [`NoteKind::Unsupported`] note.
+//!
+//! **Incremental.** [`Compiler`] keeps this node's endpoints indexed by network, each
+//! network's route set, and each programmed network's compiled tables (shared through [`Arc`]).
+//! A [`Change`] invalidates only what depends on it: one pod's change recompiles its network
+//! and the networks that import it through routing policy; the diff skips unchanged networks by
+//! pointer. The caller must report every change since the previous plan; [`Change::All`] is
+//! always correct.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use lace_shared::types::{
+    NetworkId, NetworkInfo, NextHop, NodeId, NodeInfo, PortId, PortInfo, Sid, SidBehavior,
+};
+
+use crate::world::{AttachmentKey, World};
+
+mod apply;
+mod encode;
+mod readback;
+mod routes;
+
+pub use apply::{ApplyError, ApplyStats};
+pub use encode::{
+    decode_sid, encode_sid, gateway4, gateway6, gateway_mac, SidError, SidFunction, FUNCTION_BITS,
+    MAX_LOCATOR_LEN,
+};
+pub use readback::{read_back, ReadBackError};
+
+use routes::{Cache, LocalIndex};
+
+/// Bytes `H.Encaps.Red` adds without an SRH: the outer IPv6 header.
+pub const ENCAP_OVERHEAD: u16 = 40;
+
+/// Settings of the compilation that do not come from the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileConfig {
+    /// MTU of the node's uplink (the IPv6 packet size the underlay carries).
+    pub underlay_mtu: u16,
+}
+
+impl Default for CompileConfig {
+    fn default() -> Self {
+        CompileConfig { underlay_mtu: 1500 }
+    }
+}
+
+impl CompileConfig {
+    /// The MTU offered to endpoints: underlay MTU − [`ENCAP_OVERHEAD`].
+    pub fn pod_mtu(&self) -> u16 {
+        self.underlay_mtu.saturating_sub(ENCAP_OVERHEAD)
+    }
+}
+
+/// One network's tables on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkTables {
+    /// Settings (kind, gateways, MTU).
+    pub info: NetworkInfo,
+    /// FIB, IPv4 and IPv6: prefix (host bits zero) → next hop.
+    pub routes: BTreeMap<IpNet, NextHop>,
+}
+
+/// A node's tables as a plain description.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeTables {
+    /// Networks by id; shared with the compiler's cache (cheap to clone and to compare).
+    pub networks: BTreeMap<NetworkId, Arc<NetworkTables>>,
+    /// Pod ports by id.
+    pub ports: BTreeMap<PortId, PortInfo>,
+    /// Remote nodes by id.
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    /// Local SIDs.
+    pub sids: BTreeMap<Sid, SidBehavior>,
+}
+
+impl NodeTables {
+    /// Total number of routes over all networks.
+    pub fn route_count(&self) -> usize {
+        self.networks.values().map(|n| n.routes.len()).sum()
+    }
+}
+
+/// What kind of thing a [`Note`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NoteKind {
+    /// Two sources wanted different things for one entry; the first (in precedence order) was
+    /// kept.
+    Conflict,
+    /// The world asks for something the data plane does not do yet; it was left out.
+    Unsupported,
+    /// The world refers to something it does not contain (validation should have caught it);
+    /// the reference was skipped.
+    Inconsistent,
+}
+
+/// Something the daemon should surface as a condition: the compilation went ahead without it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Note {
+    /// Kind.
+    pub kind: NoteKind,
+    /// The object concerned, e.g. `Network blue` or `NetworkRoutingPolicy web-to-db`.
+    pub object: String,
+    /// What happened and what to do about it.
+    pub message: String,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}: {}", self.kind, self.object, self.message)
+    }
+}
+
+/// The result of a compilation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    /// The node's tables.
+    pub tables: NodeTables,
+    /// Conditions to surface, sorted, without duplicates.
+    pub notes: Vec<Note>,
+}
+
+/// Why a node's tables cannot be compiled at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// The node is not in the world (no Node with a locator yet).
+    #[error(
+        "node {node:?}: not in the world's nodes; the node needs a locator and underlay address \
+         before its tables can be compiled (check the node's name and its locator assignment)"
+    )]
+    UnknownNode {
+        /// The node's name.
+        node: String,
+    },
+    /// The node's own locator cannot hold SIDs.
+    #[error("node {node:?}: {source}")]
+    Locator {
+        /// The node's name.
+        node: String,
+        /// Why.
+        #[source]
+        source: SidError,
+    },
+}
+
+/// What changed in the world since the previous [`Compiler::plan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Anything, or unknown: recompile everything.
+    All,
+    /// An endpoint was added, changed or removed (on any node).
+    Endpoint(AttachmentKey),
+    /// A network was added, changed or removed.
+    Network(String),
+    /// A node was added, changed or removed.
+    Node(String),
+    /// The allocation of (network, node) was added, changed or removed.
+    Allocation {
+        /// Network name.
+        network: String,
+        /// Node name.
+        node: String,
+    },
+    /// The accepted routing policies changed.
+    Routing,
+}
+
+/// What `node`'s tables should be in `world`. Pure; the same as a fresh
+/// [`Compiler::plan`] with [`Change::All`].
+pub fn desired(world: &World, node: &str, cfg: CompileConfig) -> Result<Compiled, CompileError> {
+    Compiler::new(node, cfg).plan(world, &[Change::All])
+}
+
+/// The incremental compiler of one node: caches and what is published.
+#[derive(Debug)]
+pub struct Compiler {
+    node: String,
+    cfg: CompileConfig,
+    last: NodeTables,
+    cache: Option<Cache>,
+}
+
+impl Compiler {
+    /// A compiler that assumes nothing is published: the first [`Compiler::apply`] writes
+    /// every entry. Entries already in the region are rewritten with identical values
+    /// (harmless to forwarding); entries no longer wanted stay — use [`Compiler::resume`] to
+    /// remove those too.
+    pub fn new(node: &str, cfg: CompileConfig) -> Compiler {
+        Compiler {
+            node: node.to_string(),
+            cfg,
+            last: NodeTables::default(),
+            cache: None,
+        }
+    }
+
+    /// A compiler that starts from the tables already published (read back through `cfg`'s
+    /// region, see [`read_back`]): the first apply changes only what differs, and removes what
+    /// is no longer wanted.
+    pub fn resume(
+        node: &str,
+        cfg: CompileConfig,
+        tables: &lace_shared::tables::TablesConfig,
+    ) -> Result<Compiler, ReadBackError> {
+        let mut c = Compiler::new(node, cfg);
+        c.last = read_back(tables)?;
+        Ok(c)
+    }
+
+    /// The node this compiler compiles for.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The tables as last published (or read back).
+    pub fn last(&self) -> &NodeTables {
+        &self.last
+    }
+
+    /// The tables the node should have, recomputing only what `changes` touch. `changes` must
+    /// list every change to `world` since the previous call (the first call recomputes all).
+    pub fn plan(&mut self, world: &World, changes: &[Change]) -> Result<Compiled, CompileError> {
+        let me = world
+            .nodes
+            .get(&self.node)
+            .ok_or_else(|| CompileError::UnknownNode {
+                node: self.node.clone(),
+            })?;
+        if me.locator.prefix_len() > MAX_LOCATOR_LEN {
+            return Err(CompileError::Locator {
+                node: self.node.clone(),
+                source: SidError::LocatorTooLong {
+                    locator: me.locator,
+                },
+            });
+        }
+        let full = self.cache.is_none()
+            || changes.iter().any(|c| match c {
+                Change::All => true,
+                Change::Node(n) => *n == self.node,
+                _ => false,
+            });
+        let cache = match &mut self.cache {
+            Some(c) if !full => c,
+            slot => slot.insert(Cache::new(LocalIndex::build(world, &self.node))),
+        };
+        let mut recompile_all = full;
+        let mut dirty = BTreeSet::new();
+        if !full {
+            for c in changes {
+                match c {
+                    Change::All => recompile_all = true,
+                    Change::Endpoint(key) => {
+                        let (old, new) = cache.index.update(world, &self.node, key);
+                        dirty.extend(old);
+                        dirty.extend(new);
+                    }
+                    Change::Network(n) => {
+                        dirty.insert(n.clone());
+                    }
+                    Change::Node(_) => {
+                        // Every route set holds remote nodes' SIDs.
+                        cache.sets.clear();
+                        recompile_all = true;
+                    }
+                    Change::Allocation { network, .. } => {
+                        dirty.insert(network.clone());
+                    }
+                    Change::Routing => recompile_all = true,
+                }
+            }
+        }
+        for n in &dirty {
+            cache.sets.remove(n);
+        }
+        let ctx = routes::Ctx {
+            world,
+            me,
+            cfg: self.cfg,
+        };
+        if recompile_all {
+            cache.clear_outs();
+            for name in world.networks.keys() {
+                cache.compile_network(&ctx, name);
+            }
+        } else {
+            for name in routes::importers(world, &dirty) {
+                cache.compile_network(&ctx, &name);
+            }
+        }
+        Ok(cache.assemble(&ctx))
+    }
+
+    /// Makes the published tables `next`: only the entries that differ from
+    /// [`Compiler::last`] are written, then one publication. On error nothing is published
+    /// and [`Compiler::last`] is unchanged.
+    pub fn apply(
+        &mut self,
+        writer: &mut lace_shared::tables::TableWriter,
+        next: NodeTables,
+    ) -> Result<ApplyStats, ApplyError> {
+        let stats = apply::apply(writer, &self.last, &next)?;
+        self.last = next;
+        Ok(stats)
+    }
+}
+
+/// A prefix as the writer takes it: (address, length).
+fn split(p: &IpNet) -> (IpAddr, u8) {
+    (p.network(), p.prefix_len())
+}

@@ -1,0 +1,717 @@
+//! Route sets, per-network compilation and the caches behind [`super::Compiler::plan`].
+//!
+//! A network's *route set* is where its addresses go when looked up on this node (local
+//! endpoints, this node's block, other nodes' blocks). A programmed network's FIB is its
+//! gateways, its own route set (unless anonymous) and the route sets routing policy imports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use lace_shared::types::{
+    NetworkId, NetworkInfo, NetworkKind, NextHop, NodeInfo, PortId, PortInfo, PortKind, Sid,
+    SidBehavior,
+};
+
+use super::encode::{encode_sid, gateway4, gateway6, gateway_mac, SidFunction};
+use super::{CompileConfig, Compiled, NetworkTables, NodeTables, Note, NoteKind};
+use crate::api::{Direction, NetworkType};
+use crate::world::{AttachmentKey, EndpointModel, NetworkModel, NodeModel, World};
+
+/// What every per-network computation reads.
+pub(super) struct Ctx<'a> {
+    pub world: &'a World,
+    pub me: &'a NodeModel,
+    pub cfg: CompileConfig,
+}
+
+/// This node's endpoints by network name.
+#[derive(Debug, Default)]
+pub(super) struct LocalIndex {
+    by_net: BTreeMap<String, BTreeMap<AttachmentKey, EndpointModel>>,
+    net_of: BTreeMap<AttachmentKey, String>,
+}
+
+impl LocalIndex {
+    /// Scans every endpoint of the world.
+    pub fn build(world: &World, node: &str) -> LocalIndex {
+        let mut ix = LocalIndex::default();
+        for (k, e) in &world.endpoints {
+            if e.node == node {
+                ix.insert(k.clone(), e.clone());
+            }
+        }
+        ix
+    }
+
+    fn insert(&mut self, k: AttachmentKey, e: EndpointModel) {
+        self.net_of.insert(k.clone(), e.network.clone());
+        self.by_net
+            .entry(e.network.clone())
+            .or_default()
+            .insert(k, e);
+    }
+
+    /// Re-reads endpoint `key` from the world: (network it was local in, network it is local
+    /// in now).
+    pub fn update(
+        &mut self,
+        world: &World,
+        node: &str,
+        key: &AttachmentKey,
+    ) -> (Option<String>, Option<String>) {
+        let old = self.net_of.remove(key);
+        if let Some(n) = &old {
+            if let Some(m) = self.by_net.get_mut(n) {
+                m.remove(key);
+                if m.is_empty() {
+                    self.by_net.remove(n);
+                }
+            }
+        }
+        let new = world
+            .endpoints
+            .get(key)
+            .filter(|e| e.node == node)
+            .map(|e| {
+                self.insert(key.clone(), e.clone());
+                e.network.clone()
+            });
+        (old, new)
+    }
+
+    fn of(&self, net: &str) -> Option<&BTreeMap<AttachmentKey, EndpointModel>> {
+        self.by_net.get(net)
+    }
+}
+
+/// A network's route set on this node.
+#[derive(Debug, Default)]
+pub(super) struct RouteSet {
+    routes: BTreeMap<IpNet, NextHop>,
+    notes: Vec<Note>,
+}
+
+/// A programmed network's compiled output.
+#[derive(Debug)]
+pub(super) struct NetOut {
+    id: NetworkId,
+    tables: Arc<NetworkTables>,
+    ports: Vec<(PortId, PortInfo)>,
+    sid: Option<(Sid, SidBehavior)>,
+    notes: Vec<Note>,
+}
+
+/// The compiler's caches, valid for the world of the last plan.
+#[derive(Debug)]
+pub(super) struct Cache {
+    pub index: LocalIndex,
+    /// Route sets by network name (computed on demand).
+    pub sets: BTreeMap<String, Arc<RouteSet>>,
+    /// Programmed networks by name.
+    pub outs: BTreeMap<String, Arc<NetOut>>,
+    /// Every port of `outs`, kept up to date by `compile_network` while no two networks claim
+    /// one port id (None: rebuild in `assemble`).
+    ports: Option<BTreeMap<PortId, PortInfo>>,
+}
+
+fn net_obj(name: &str) -> String {
+    format!("Network {name}")
+}
+
+fn policy_obj(name: &str) -> String {
+    format!("NetworkRoutingPolicy {name}")
+}
+
+fn host(a: IpAddr) -> IpNet {
+    IpNet::from(a)
+}
+
+/// The networks whose compiled tables depend on any of `dirty`: themselves and those that
+/// import them through routing policy.
+pub(super) fn importers(world: &World, dirty: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = dirty.clone();
+    for p in &world.routing {
+        if dirty.contains(&p.destination) {
+            out.extend(p.sources.iter().cloned());
+        }
+        if p.direction == Direction::Bidirectional && p.sources.iter().any(|s| dirty.contains(s)) {
+            out.insert(p.destination.clone());
+        }
+    }
+    out
+}
+
+/// A FIB under construction: first writer of a prefix wins, later different ones are noted.
+struct FibBuilder<'a> {
+    net: &'a str,
+    routes: BTreeMap<IpNet, NextHop>,
+    notes: Vec<Note>,
+}
+
+impl FibBuilder<'_> {
+    fn insert(&mut self, prefix: IpNet, nh: NextHop, origin: &dyn Fn() -> String) {
+        let prefix = prefix.trunc();
+        match self.routes.get(&prefix) {
+            None => {
+                self.routes.insert(prefix, nh);
+            }
+            Some(kept) if *kept == nh => {}
+            Some(kept) => self.notes.push(Note {
+                kind: NoteKind::Conflict,
+                object: net_obj(self.net),
+                message: format!(
+                    "route {prefix}: {} wants {nh:?} but {kept:?} is already there; kept the \
+                     first. The address spaces overlap: give the networks disjoint subnets",
+                    origin()
+                ),
+            }),
+        }
+    }
+}
+
+/// `routes` narrowed to `prefixes` (all of them when empty): a route inside a prefix stays; a
+/// prefix inside a route is added with the route's next hop.
+fn narrowed<'r>(
+    routes: &'r BTreeMap<IpNet, NextHop>,
+    prefixes: &'r [IpNet],
+) -> impl Iterator<Item = (IpNet, NextHop)> + 'r {
+    routes.iter().flat_map(move |(r, nh)| {
+        let all = prefixes.is_empty().then_some((*r, *nh));
+        let some = prefixes.iter().filter_map(move |p| {
+            let p = p.trunc();
+            if p.contains(r) {
+                Some((*r, *nh))
+            } else if r.contains(&p) {
+                Some((p, *nh))
+            } else {
+                None
+            }
+        });
+        all.into_iter().chain(some)
+    })
+}
+
+fn overlaps(a: &NetworkModel, b: &NetworkModel) -> bool {
+    let v4 = match (a.v4, b.v4) {
+        (Some((x, _)), Some((y, _))) => x.contains(&y) || y.contains(&x),
+        _ => false,
+    };
+    let v6 = match (a.v6, b.v6) {
+        (Some((x, _)), Some((y, _))) => x.contains(&y) || y.contains(&x),
+        _ => false,
+    };
+    v4 || v6
+}
+
+impl Cache {
+    pub fn new(index: LocalIndex) -> Cache {
+        Cache {
+            index,
+            sets: BTreeMap::new(),
+            outs: BTreeMap::new(),
+            ports: None,
+        }
+    }
+
+    /// Network `name`'s route set (l3 only; empty for other kinds or unknown networks).
+    fn set(&mut self, ctx: &Ctx<'_>, name: &str) -> Arc<RouteSet> {
+        if let Some(s) = self.sets.get(name) {
+            return Arc::clone(s);
+        }
+        let s = Arc::new(match ctx.world.networks.get(name) {
+            Some(n) if n.kind == NetworkType::L3 => self.compute_set(ctx, name, n),
+            _ => RouteSet::default(),
+        });
+        self.sets.insert(name.to_string(), Arc::clone(&s));
+        s
+    }
+
+    fn compute_set(&self, ctx: &Ctx<'_>, name: &str, net: &NetworkModel) -> RouteSet {
+        let mut fib = FibBuilder {
+            net: name,
+            routes: BTreeMap::new(),
+            notes: Vec::new(),
+        };
+        if let Some(eps) = self.index.of(name) {
+            for (k, e) in eps {
+                let nh = NextHop::Local {
+                    port: e.port,
+                    mac: e.mac,
+                };
+                for a in &e.addresses {
+                    fib.insert(host(*a), nh, &|| {
+                        format!(
+                            "endpoint {}/{} ({} {})",
+                            e.namespace, e.pod, k.container_id, k.ifname
+                        )
+                    });
+                }
+            }
+        }
+        let lo = (name.to_string(), String::new());
+        for ((_, node), blocks) in ctx
+            .world
+            .allocations
+            .range(lo..)
+            .take_while(|((n, _), _)| n == name)
+        {
+            if *node == ctx.me.name {
+                for b in blocks {
+                    fib.insert(*b, NextHop::Unreachable, &|| "this node's block".into());
+                }
+                continue;
+            }
+            let Some(peer) = ctx.world.nodes.get(node) else {
+                fib.notes.push(Note {
+                    kind: NoteKind::Inconsistent,
+                    object: net_obj(name),
+                    message: format!(
+                        "the allocation of node {node} refers to a node that is not in the \
+                         world (no locator); its block is not routed"
+                    ),
+                });
+                continue;
+            };
+            match encode_sid(peer.locator, SidFunction::EndDt46, net.id) {
+                Ok(sid) => {
+                    let nh = NextHop::Remote { node: peer.id, sid };
+                    for b in blocks {
+                        fib.insert(*b, nh, &|| format!("the block of node {node}"));
+                    }
+                }
+                Err(e) => fib.notes.push(Note {
+                    kind: NoteKind::Unsupported,
+                    object: format!("Node {node}"),
+                    message: format!("its block of network {name} is not routed: {e}"),
+                }),
+            }
+        }
+        RouteSet {
+            routes: fib.routes,
+            notes: fib.notes,
+        }
+    }
+
+    /// (Re)compiles network `name` into `outs` (or removes it if it is not programmed here).
+    pub fn compile_network(&mut self, ctx: &Ctx<'_>, name: &str) {
+        let new = self.compute_out(ctx, name).map(Arc::new);
+        let old = match &new {
+            Some(o) => self.outs.insert(name.to_string(), Arc::clone(o)),
+            None => self.outs.remove(name),
+        };
+        if let Some(map) = &mut self.ports {
+            // Without duplicates, the old output's ports are exactly its entries in the map.
+            for (p, _) in old.iter().flat_map(|o| &o.ports) {
+                map.remove(p);
+            }
+            for (p, i) in new.iter().flat_map(|o| &o.ports) {
+                if map.insert(*p, *i).is_some() {
+                    self.ports = None;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Forgets every compiled network (before recompiling them all).
+    pub fn clear_outs(&mut self) {
+        self.outs.clear();
+        self.ports = None;
+    }
+
+    fn compute_out(&mut self, ctx: &Ctx<'_>, name: &str) -> Option<NetOut> {
+        let world = ctx.world;
+        let net = world.networks.get(name)?;
+        let mine = world
+            .allocations
+            .get(&(name.to_string(), ctx.me.name.clone()));
+        let ports: Vec<(PortId, PortInfo)> = self
+            .index
+            .of(name)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .map(|e| (e.port, port_info(net.id, e)))
+            .collect();
+        if (ports.is_empty() && mine.is_none()) || net.kind == NetworkType::External {
+            return None;
+        }
+        let mut notes = Vec::new();
+        let (kind, g4, g6) = match net.kind {
+            NetworkType::L3 => {
+                let blocks = mine.map(Vec::as_slice).unwrap_or(&[]);
+                let g4 = blocks.iter().find_map(|b| match b {
+                    IpNet::V4(b) => Some(gateway4(*b)),
+                    IpNet::V6(_) => None,
+                });
+                let g6 = blocks.iter().find_map(|b| match b {
+                    IpNet::V6(b) => Some(gateway6(*b)),
+                    IpNet::V4(_) => None,
+                });
+                if mine.is_none() {
+                    notes.push(Note {
+                        kind: NoteKind::Inconsistent,
+                        object: net_obj(name),
+                        message: format!(
+                            "endpoints on node {} but no allocation (block) for it: the network \
+                             has no gateway there until IPAM allocates a block",
+                            ctx.me.name
+                        ),
+                    });
+                }
+                (NetworkKind::L3, g4, g6)
+            }
+            _ => {
+                notes.push(Note {
+                    kind: NoteKind::Unsupported,
+                    object: net_obj(name),
+                    message: "l2 forwarding is not implemented in the data plane yet: its \
+                              endpoints are attached and isolated, but their traffic is dropped"
+                        .into(),
+                });
+                (
+                    NetworkKind::L2,
+                    net.v4.map(|(p, _)| gateway4(p)),
+                    net.v6.map(|(p, _)| gateway6(p)),
+                )
+            }
+        };
+        let info = NetworkInfo {
+            kind,
+            anonymous: net.anonymous,
+            gateway_mac: gateway_mac(net.id),
+            gateway4: g4,
+            gateway6: g6,
+            mtu: ctx.cfg.pod_mtu(),
+        };
+        let mut fib = FibBuilder {
+            net: name,
+            routes: BTreeMap::new(),
+            notes: Vec::new(),
+        };
+        let mut sid = None;
+        if kind == NetworkKind::L3 {
+            for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
+                fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
+            }
+            let own = self.set(ctx, name);
+            notes.extend(own.notes.iter().cloned());
+            if !net.anonymous {
+                for (p, nh) in &own.routes {
+                    fib.insert(*p, *nh, &|| format!("the self-route of {name}"));
+                }
+            }
+            self.import(ctx, name, net, &mut fib);
+            // `plan` checked the locator length; network ids are never 0 after validation.
+            match encode_sid(ctx.me.locator, SidFunction::EndDt46, net.id) {
+                Ok(s) => sid = Some((s, SidBehavior::EndDt46(net.id))),
+                Err(e) => notes.push(Note {
+                    kind: NoteKind::Inconsistent,
+                    object: net_obj(name),
+                    message: format!("no End.DT46 SID: {e}"),
+                }),
+            }
+        }
+        notes.append(&mut fib.notes);
+        Some(NetOut {
+            id: net.id,
+            tables: Arc::new(NetworkTables {
+                info,
+                routes: fib.routes,
+            }),
+            ports,
+            sid,
+            notes,
+        })
+    }
+
+    /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations.
+    fn import(&mut self, ctx: &Ctx<'_>, name: &str, net: &NetworkModel, fib: &mut FibBuilder<'_>) {
+        let world = ctx.world;
+        for p in &world.routing {
+            if p.direction == Direction::SourceToDestination {
+                // Not compiled at all (ADR 0007): without connection tracking, forward routes
+                // alone would open one-way traffic the policy does not allow.
+                continue;
+            }
+            let l3 = |n: &str| world.networks.get(n).filter(|m| m.kind == NetworkType::L3);
+            if p.sources.iter().any(|s| s == name) {
+                if let Some(d) = l3(&p.destination) {
+                    if p.destination != name && overlaps(net, d) {
+                        fib.notes.push(overlap_note(&p.name, name, &p.destination));
+                    }
+                    let set = self.set(ctx, &p.destination);
+                    for (pfx, nh) in narrowed(&set.routes, &p.prefixes) {
+                        fib.insert(pfx, nh, &|| {
+                            format!("{} (toward {})", policy_obj(&p.name), p.destination)
+                        });
+                    }
+                }
+            }
+            if p.direction == Direction::Bidirectional && p.destination == name {
+                for s in &p.sources {
+                    if s == name {
+                        continue;
+                    }
+                    let Some(sm) = l3(s) else { continue };
+                    if overlaps(net, sm) {
+                        fib.notes.push(overlap_note(&p.name, name, s));
+                    }
+                    let set = self.set(ctx, s);
+                    for (pfx, nh) in set.routes.iter() {
+                        fib.insert(*pfx, *nh, &|| {
+                            format!("{} (back toward {s})", policy_obj(&p.name))
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node's tables from the cached per-network outputs, plus every note.
+    pub fn assemble(&mut self, ctx: &Ctx<'_>) -> Compiled {
+        let world = ctx.world;
+        let mut t = NodeTables::default();
+        let mut notes = global_notes(world, &self.index);
+        let cached = self.ports.is_some();
+        let mut duplicates = false;
+        let mut ports = Vec::new();
+        if !cached {
+            ports.reserve(self.outs.values().map(|o| o.ports.len()).sum());
+        }
+        for (name, o) in &self.outs {
+            if t.networks.contains_key(&o.id) {
+                if cached {
+                    // The cached ports include the skipped network's: rebuild without them.
+                    self.ports = None;
+                    return self.assemble(ctx);
+                }
+                duplicates = true;
+                notes.push(Note {
+                    kind: NoteKind::Conflict,
+                    object: net_obj(name),
+                    message: format!(
+                        "network id {} is also another network's; this one is not programmed",
+                        o.id.0
+                    ),
+                });
+                continue;
+            }
+            t.networks.insert(o.id, Arc::clone(&o.tables));
+            notes.extend(o.notes.iter().cloned());
+            if !cached {
+                ports.extend(o.ports.iter().map(|(p, i)| (*p, *i, name.as_str())));
+            }
+            if let Some((sid, b)) = o.sid {
+                t.sids.insert(sid, b);
+            }
+        }
+        // A stable sort keeps the first network (by name) of a duplicated port; building the map
+        // from sorted keys needs no searches.
+        ports.sort_by_key(|(p, _, _)| *p);
+        let mut kept: Vec<(PortId, PortInfo)> = Vec::with_capacity(ports.len());
+        for (port, info, name) in ports {
+            if kept.last().is_some_and(|(p, _)| *p == port) {
+                duplicates = true;
+                notes.push(Note {
+                    kind: NoteKind::Conflict,
+                    object: net_obj(name),
+                    message: format!(
+                        "port {} of endpoint {} is already another endpoint's; this one is not \
+                         attached",
+                        port.0, info.endpoint
+                    ),
+                });
+            } else {
+                kept.push((port, info));
+            }
+        }
+        match &self.ports {
+            Some(map) => t.ports = map.clone(),
+            None => {
+                t.ports = kept.into_iter().collect();
+                if !duplicates {
+                    self.ports = Some(t.ports.clone());
+                }
+            }
+        }
+        for n in world.nodes.values() {
+            if n.name != ctx.me.name {
+                t.nodes.insert(n.id, node_info(n));
+            }
+        }
+        notes.sort();
+        notes.dedup();
+        Compiled { tables: t, notes }
+    }
+}
+
+fn overlap_note(policy: &str, a: &str, b: &str) -> Note {
+    Note {
+        kind: NoteKind::Conflict,
+        object: policy_obj(policy),
+        message: format!(
+            "networks {a} and {b} have overlapping subnets: the path between them is ambiguous \
+             (longest prefix wins); give them disjoint subnets"
+        ),
+    }
+}
+
+fn node_info(n: &NodeModel) -> NodeInfo {
+    NodeInfo {
+        locator: n.locator.network(),
+        locator_len: n.locator.prefix_len(),
+        underlay: n.underlay,
+    }
+}
+
+fn port_info(net: NetworkId, e: &EndpointModel) -> PortInfo {
+    let ipv4 = e.addresses.iter().find_map(|a| match a {
+        IpAddr::V4(a) => Some(*a),
+        IpAddr::V6(_) => None,
+    });
+    let ipv6 = e.addresses.iter().find_map(|a| match a {
+        IpAddr::V6(a) => Some(*a),
+        IpAddr::V4(_) => None,
+    });
+    PortInfo {
+        kind: PortKind::Pod,
+        network: net,
+        mac: e.mac,
+        ipv4,
+        ipv6,
+        endpoint: e.endpoint_id,
+        iface: e.host_iface,
+    }
+}
+
+/// Notes that do not belong to one programmed network: policies the data plane cannot carry
+/// yet, references to missing networks.
+fn global_notes(world: &World, index: &LocalIndex) -> Vec<Note> {
+    let mut notes = Vec::new();
+    for p in &world.routing {
+        match world.networks.get(&p.destination) {
+            None => notes.push(Note {
+                kind: NoteKind::Inconsistent,
+                object: policy_obj(&p.name),
+                message: format!(
+                    "destination network {} does not exist; the policy opens nothing",
+                    p.destination
+                ),
+            }),
+            Some(d) if d.kind != NetworkType::L3 => notes.push(Note {
+                kind: NoteKind::Unsupported,
+                object: policy_obj(&p.name),
+                message: format!(
+                    "destination {} is an {} network; only l3 destinations are compiled so far, \
+                     the policy opens nothing yet",
+                    p.destination,
+                    match d.kind {
+                        NetworkType::L2 => "l2",
+                        _ => "external",
+                    }
+                ),
+            }),
+            Some(_) => {}
+        }
+        for s in &p.sources {
+            match world.networks.get(s) {
+                None => notes.push(Note {
+                    kind: NoteKind::Inconsistent,
+                    object: policy_obj(&p.name),
+                    message: format!("source network {s} does not exist; skipped"),
+                }),
+                Some(m) if m.kind != NetworkType::L3 => notes.push(Note {
+                    kind: NoteKind::Unsupported,
+                    object: policy_obj(&p.name),
+                    message: format!(
+                        "source network {s} is not l3; only l3 sources are compiled so far"
+                    ),
+                }),
+                Some(_) => {}
+            }
+        }
+        if p.direction == Direction::SourceToDestination {
+            notes.push(Note {
+                kind: NoteKind::Unsupported,
+                object: policy_obj(&p.name),
+                message: "direction sourceToDestination is not supported yet (its replies need \
+                          connection tracking in the forwarder); the policy opens nothing, use \
+                          bidirectional for now"
+                    .into(),
+            });
+        }
+    }
+    for net in index.by_net.keys() {
+        if !world.networks.contains_key(net) {
+            notes.push(Note {
+                kind: NoteKind::Inconsistent,
+                object: net_obj(net),
+                message: "endpoints on this node refer to it but it does not exist; they are \
+                          not attached"
+                    .into(),
+            });
+        }
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn narrowing_keeps_inner_routes_and_cuts_wide_ones() {
+        let routes: BTreeMap<IpNet, NextHop> = [
+            (p("10.1.1.0/24"), NextHop::Unreachable),
+            (p("10.1.1.7/32"), NextHop::Receive),
+            (p("10.1.2.0/24"), NextHop::Drop),
+            (p("fd01::/64"), NextHop::Drop),
+        ]
+        .into();
+        let got: BTreeMap<IpNet, NextHop> = narrowed(&routes, &[p("10.1.1.0/29")]).collect();
+        let want: BTreeMap<IpNet, NextHop> = [
+            (p("10.1.1.0/29"), NextHop::Unreachable),
+            (p("10.1.1.7/32"), NextHop::Receive),
+        ]
+        .into();
+        assert_eq!(got, want);
+        // Host bits of a prefix are ignored; a covering prefix keeps routes as they are.
+        let got: Vec<_> = narrowed(&routes, &[p("10.1.2.9/16")]).collect();
+        assert_eq!(got.len(), 3);
+        assert_eq!(narrowed(&routes, &[]).count(), 4);
+        assert_eq!(narrowed(&routes, &[p("192.0.2.0/24")]).count(), 0);
+    }
+
+    #[test]
+    fn importers_follow_policy_direction() {
+        let mut w = World::default();
+        let pol = |name: &str, s: &str, d: &str, dir| crate::world::RoutingModel {
+            name: name.into(),
+            priority: 0,
+            sources: vec![s.into()],
+            destination: d.into(),
+            prefixes: vec![],
+            direction: dir,
+        };
+        w.routing
+            .push(pol("ab", "a", "b", Direction::Bidirectional));
+        w.routing
+            .push(pol("cd", "c", "d", Direction::SourceToDestination));
+        let of = |d: &[&str]| -> Vec<String> {
+            importers(&w, &d.iter().map(|s| s.to_string()).collect())
+                .into_iter()
+                .collect()
+        };
+        assert_eq!(of(&["b"]), ["a", "b"]);
+        assert_eq!(of(&["a"]), ["a", "b"]);
+        assert_eq!(of(&["d"]), ["c", "d"]);
+        assert_eq!(of(&["c"]), ["c"]);
+        assert_eq!(of(&["x"]), ["x"]);
+    }
+}

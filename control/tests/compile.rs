@@ -1,0 +1,915 @@
+//! The table compiler against real shared-memory tables: a world in, the node's tables read
+//! back through `TableReader` + `Snapshot` the way the forwarder reads them.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use lace_control::api::{Direction, NetworkType};
+use lace_control::compile::{
+    decode_sid, desired, encode_sid, gateway_mac, read_back, Change, CompileConfig, Compiler,
+    NoteKind, SidFunction,
+};
+use lace_control::world::{
+    AttachmentKey, EndpointModel, NetworkModel, NodeModel, RoutingModel, World,
+};
+use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
+use lace_shared::types::{
+    IfName, MacAddr, NetworkId, NetworkKind, NextHop, NodeId, NodeInfo, PortId, PortKind, Sid,
+    SidBehavior,
+};
+use proptest::prelude::*;
+
+// ---- the world ------------------------------------------------------------------------------
+
+/// Node k: id k, locator fc00:0:k::/48, underlay fd00::k.
+fn node(k: u32) -> NodeModel {
+    NodeModel {
+        name: format!("node-{k}"),
+        id: NodeId(k),
+        locator: format!("fc00:0:{k:x}::/48").parse().unwrap(),
+        underlay: format!("fd00::{k:x}").parse().unwrap(),
+    }
+}
+
+fn name(k: u32) -> String {
+    format!("node-{k}")
+}
+
+/// Network n (`net-n`): 10.n.0.0/16 in /24 blocks, fd0n::/48 in /64 blocks.
+fn network(n: u32) -> NetworkModel {
+    NetworkModel {
+        name: format!("net-{n}"),
+        id: NetworkId(n),
+        kind: NetworkType::L3,
+        v4: Some((format!("10.{n}.0.0/16").parse().unwrap(), Some(24))),
+        v6: Some((format!("fd{n:02x}::/48").parse().unwrap(), Some(64))),
+        external: vec![],
+        anonymous: false,
+    }
+}
+
+fn block4(n: u32, k: u32) -> Ipv4Net {
+    format!("10.{n}.{k}.0/24").parse().unwrap()
+}
+
+fn block6(n: u32, k: u32) -> Ipv6Net {
+    format!("fd{n:02x}:0:0:{k:x}::/64").parse().unwrap()
+}
+
+fn addr4(n: u32, k: u32, i: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, n as u8, k as u8, i as u8)
+}
+
+fn addr6(n: u32, k: u32, i: u32) -> Ipv6Addr {
+    format!("fd{n:02x}:0:0:{k:x}::{i:x}").parse().unwrap()
+}
+
+fn pod_mac(n: u32, k: u32, i: u32) -> MacAddr {
+    MacAddr([0x02, 0, 0, n as u8, k as u8, i as u8])
+}
+
+/// Port of pod i of network n on a node: unique per node.
+fn port(n: u32, i: u32) -> PortId {
+    PortId(n * 1000 + i)
+}
+
+fn key(n: u32, k: u32, i: u32) -> AttachmentKey {
+    AttachmentKey {
+        container_id: format!("c-{n}-{k}-{i}"),
+        ifname: "eth0".into(),
+    }
+}
+
+fn net_name(n: u32) -> String {
+    format!("net-{n}")
+}
+
+fn add_network(w: &mut World, n: u32) {
+    w.networks.insert(net_name(n), network(n));
+}
+
+fn allocate(w: &mut World, n: u32, k: u32) {
+    w.allocations.insert(
+        (net_name(n), name(k)),
+        vec![IpNet::V4(block4(n, k)), IpNet::V6(block6(n, k))],
+    );
+}
+
+fn add_pod(w: &mut World, n: u32, k: u32, i: u32) {
+    w.endpoints.insert(
+        key(n, k, i),
+        EndpointModel {
+            namespace: "default".into(),
+            pod: format!("pod-{n}-{k}-{i}"),
+            network: net_name(n),
+            node: name(k),
+            addresses: vec![IpAddr::V4(addr4(n, k, i)), IpAddr::V6(addr6(n, k, i))],
+            mac: pod_mac(n, k, i),
+            port: port(n, i),
+            host_iface: IfName::new(&format!("lc{n}p{i}")).unwrap(),
+            endpoint_id: u64::from(n * 1_000_000 + k * 1000 + i),
+        },
+    );
+}
+
+/// Two nodes (1, 2); network 1 on both, one pod (.2) on each.
+fn two_nodes() -> World {
+    let mut w = World::default();
+    for k in [1, 2] {
+        w.nodes.insert(name(k), node(k));
+    }
+    add_network(&mut w, 1);
+    for k in [1, 2] {
+        allocate(&mut w, 1, k);
+        add_pod(&mut w, 1, k, 2);
+    }
+    w
+}
+
+fn policy(name: &str, sources: &[u32], dest: u32, prefixes: &[&str]) -> RoutingModel {
+    RoutingModel {
+        name: name.into(),
+        priority: 0,
+        sources: sources.iter().map(|&n| net_name(n)).collect(),
+        destination: net_name(dest),
+        prefixes: prefixes.iter().map(|p| p.parse().unwrap()).collect(),
+        direction: Direction::Bidirectional,
+    }
+}
+
+fn sid(k: u32, n: u32) -> Sid {
+    encode_sid(node(k).locator, SidFunction::EndDt46, NetworkId(n)).unwrap()
+}
+
+fn remote(k: u32, n: u32) -> NextHop {
+    NextHop::Remote {
+        node: NodeId(k),
+        sid: sid(k, n),
+    }
+}
+
+fn local(n: u32, k: u32, i: u32) -> NextHop {
+    NextHop::Local {
+        port: port(n, i),
+        mac: pod_mac(n, k, i),
+    }
+}
+
+// ---- tables ---------------------------------------------------------------------------------
+
+/// A fresh table region, removed when dropped.
+struct Region {
+    cfg: TablesConfig,
+}
+
+impl Region {
+    fn new() -> Region {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "lace-compile-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Region {
+            cfg: TablesConfig {
+                dir,
+                name: "t".into(),
+                size: 32 << 20,
+                reader_slots: 4,
+            },
+        }
+    }
+    fn writer(&self) -> TableWriter {
+        TableWriter::open_or_create(&self.cfg).unwrap()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(PathBuf::from(&self.cfg.dir));
+    }
+}
+
+/// What the forwarder sees: settings, next hop of an address, ports, nodes, SIDs.
+struct View {
+    reader: std::sync::Arc<TableReader>,
+}
+
+impl View {
+    fn new(r: &Region) -> View {
+        View {
+            reader: TableReader::attach(&r.cfg).unwrap(),
+        }
+    }
+    fn hop(&self, net: u32, ip: IpAddr) -> Option<NextHop> {
+        let mut h = self.reader.register().unwrap();
+        let snap = h.snapshot();
+        let v = snap.network(NetworkId(net))?;
+        let i = match ip {
+            IpAddr::V4(a) => v.route4_index(a),
+            IpAddr::V6(a) => v.route6_index(a),
+        };
+        if i == 0 {
+            None
+        } else {
+            Some(snap.nexthop(i).expect("a route's next hop exists"))
+        }
+    }
+    fn hop4(&self, net: u32, ip: Ipv4Addr) -> Option<NextHop> {
+        self.hop(net, IpAddr::V4(ip))
+    }
+    fn hop6(&self, net: u32, ip: Ipv6Addr) -> Option<NextHop> {
+        self.hop(net, IpAddr::V6(ip))
+    }
+    fn info(&self, net: u32) -> Option<lace_shared::types::NetworkInfo> {
+        let mut h = self.reader.register().unwrap();
+        let snap = h.snapshot();
+        snap.network(NetworkId(net)).and_then(|v| v.info())
+    }
+    fn port(&self, p: PortId) -> Option<lace_shared::types::PortInfo> {
+        self.reader.register().unwrap().snapshot().port(p)
+    }
+    fn node(&self, k: u32) -> Option<NodeInfo> {
+        self.reader.register().unwrap().snapshot().node(NodeId(k))
+    }
+    fn sid(&self, s: Sid) -> Option<SidBehavior> {
+        self.reader.register().unwrap().snapshot().local_sid(s)
+    }
+}
+
+fn cfg() -> CompileConfig {
+    CompileConfig { underlay_mtu: 1500 }
+}
+
+/// Plans and applies; returns the stats.
+fn step(
+    c: &mut Compiler,
+    w: &mut TableWriter,
+    world: &World,
+    changes: &[Change],
+) -> lace_control::compile::ApplyStats {
+    let next = c.plan(world, changes).unwrap();
+    assert_eq!(
+        next,
+        desired(world, c.node(), cfg()).unwrap(),
+        "incremental plan differs from a full compilation"
+    );
+    c.apply(w, next.tables).unwrap()
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+/// The host tests' two-node world, compiled for node 1: exactly the hand-written tables.
+#[test]
+fn two_node_world_gives_the_expected_tables() {
+    let world = two_nodes();
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    let compiled = c.plan(&world, &[Change::All]).unwrap();
+    assert!(compiled.notes.is_empty(), "{:?}", compiled.notes);
+    let st = c.apply(&mut w, compiled.tables.clone()).unwrap();
+    assert_eq!(
+        (
+            st.networks_set,
+            st.routes_set,
+            st.ports_set,
+            st.nodes_set,
+            st.sids_set
+        ),
+        (1, 8, 1, 1, 1)
+    );
+    assert!(st.generation.is_some());
+
+    let v = View::new(&r);
+    let info = v.info(1).unwrap();
+    assert_eq!(info.kind, NetworkKind::L3);
+    assert!(!info.anonymous);
+    assert_eq!(info.gateway4, Some(addr4(1, 1, 1)));
+    assert_eq!(info.gateway6, Some(addr6(1, 1, 1)));
+    assert_eq!(info.gateway_mac, MacAddr([0x02, 0x1a, 0xce, 0, 0, 1]));
+    assert_eq!(info.gateway_mac, gateway_mac(NetworkId(1)));
+    assert_eq!(info.mtu, 1460);
+
+    // Own pod: delivered locally; own gateway: received; free address of own block:
+    // unreachable; the other node's block: encapsulated to its End.DT46 SID of network 1.
+    assert_eq!(v.hop4(1, addr4(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop6(1, addr6(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop4(1, addr4(1, 1, 1)), Some(NextHop::Receive));
+    assert_eq!(v.hop6(1, addr6(1, 1, 1)), Some(NextHop::Receive));
+    assert_eq!(v.hop4(1, addr4(1, 1, 77)), Some(NextHop::Unreachable));
+    assert_eq!(v.hop6(1, addr6(1, 1, 77)), Some(NextHop::Unreachable));
+    for i in [1, 2, 200] {
+        assert_eq!(v.hop4(1, addr4(1, 2, i)), Some(remote(2, 1)));
+        assert_eq!(v.hop6(1, addr6(1, 2, i)), Some(remote(2, 1)));
+    }
+    assert_eq!(
+        sid(2, 1).0,
+        "fc00:0:2:e046:0:1::".parse::<Ipv6Addr>().unwrap()
+    );
+    // Outside the network's blocks: no route.
+    assert_eq!(v.hop4(1, addr4(1, 3, 2)), None);
+    assert_eq!(v.hop4(1, Ipv4Addr::new(192, 0, 2, 1)), None);
+
+    let p = v.port(port(1, 2)).unwrap();
+    assert_eq!(p.kind, PortKind::Pod);
+    assert_eq!(p.network, NetworkId(1));
+    assert_eq!(p.mac, pod_mac(1, 1, 2));
+    assert_eq!(p.ipv4, Some(addr4(1, 1, 2)));
+    assert_eq!(p.ipv6, Some(addr6(1, 1, 2)));
+    assert_eq!(p.iface.as_str(), "lc1p2");
+    assert_eq!(p.endpoint, 1_001_002);
+
+    assert_eq!(
+        v.node(2),
+        Some(NodeInfo {
+            locator: "fc00:0:2::".parse().unwrap(),
+            locator_len: 48,
+            underlay: "fd00::2".parse().unwrap(),
+        })
+    );
+    assert_eq!(v.node(1), None, "a node is not its own remote node");
+    assert_eq!(v.sid(sid(1, 1)), Some(SidBehavior::EndDt46(NetworkId(1))));
+    assert_eq!(v.sid(sid(2, 1)), None, "the other node's SID is not local");
+
+    // The exact route list, and the region read back equals what was applied.
+    let routes: Vec<(String, NextHop)> = compiled.tables.networks[&NetworkId(1)]
+        .routes
+        .iter()
+        .map(|(p, h)| (p.to_string(), *h))
+        .collect();
+    let want: Vec<(String, NextHop)> = vec![
+        ("10.1.1.0/24".into(), NextHop::Unreachable),
+        ("10.1.1.1/32".into(), NextHop::Receive),
+        ("10.1.1.2/32".into(), local(1, 1, 2)),
+        ("10.1.2.0/24".into(), remote(2, 1)),
+        ("fd01:0:0:1::/64".into(), NextHop::Unreachable),
+        ("fd01:0:0:1::1/128".into(), NextHop::Receive),
+        ("fd01:0:0:1::2/128".into(), local(1, 1, 2)),
+        ("fd01:0:0:2::/64".into(), remote(2, 1)),
+    ];
+    assert_eq!(routes, want);
+    assert_eq!(read_back(&r.cfg).unwrap(), compiled.tables);
+
+    // Applying the same tables again changes nothing and publishes nothing.
+    let st = c.apply(&mut w, compiled.tables).unwrap();
+    assert_eq!(st.changes(), 0);
+    assert_eq!(st.generation, None);
+}
+
+/// Every local SID decodes back to End.DT46 of its own network under the node's locator.
+#[test]
+fn local_sids_decode_to_their_networks() {
+    let mut world = two_nodes();
+    for n in [2, 3, 200] {
+        add_network(&mut world, n);
+        allocate(&mut world, n, 1);
+    }
+    // Ids beyond 16 bits encode too.
+    world.networks.get_mut("net-200").unwrap().id = NetworkId(0x0012_3456);
+    let t = desired(&world, &name(1), cfg()).unwrap().tables;
+    assert_eq!(t.sids.len(), 4);
+    for (s, b) in &t.sids {
+        let (f, net) = decode_sid(node(1).locator, *s).unwrap();
+        assert_eq!(f, SidFunction::EndDt46);
+        assert_eq!(*b, SidBehavior::EndDt46(net));
+        assert!(t.networks.contains_key(&net));
+    }
+    assert!(t.networks.contains_key(&NetworkId(0x0012_3456)));
+}
+
+/// A third node with a /64 locator: its block appears as Remote with its own SID layout.
+#[test]
+fn remote_block_uses_the_owning_nodes_sid() {
+    let mut world = two_nodes();
+    let mut n3 = node(3);
+    n3.locator = "fc00:0:0:3::/64".parse().unwrap();
+    world.nodes.insert(name(3), n3);
+    allocate(&mut world, 1, 3);
+    let t = desired(&world, &name(1), cfg()).unwrap().tables;
+    let want = NextHop::Remote {
+        node: NodeId(3),
+        sid: Sid("fc00:0:0:3:e046:0:1:0".parse().unwrap()),
+    };
+    let routes = &t.networks[&NetworkId(1)].routes;
+    assert_eq!(routes[&IpNet::V4(block4(1, 3))], want);
+    assert_eq!(routes[&IpNet::V6(block6(1, 3))], want);
+    assert_eq!(t.nodes[&NodeId(3)].locator_len, 64);
+}
+
+/// Two networks without a policy: neither FIB has a route into the other.
+#[test]
+fn networks_are_isolated_without_policy() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    for k in [1, 2] {
+        allocate(&mut world, 2, k);
+        add_pod(&mut world, 2, k, 5);
+    }
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    for (a, b) in [(1, 2), (2, 1)] {
+        for k in [1, 2] {
+            for i in [1, 2, 5, 9] {
+                assert_eq!(v.hop4(a, addr4(b, k, i)), None, "net {a} → 10.{b}.{k}.{i}");
+                assert_eq!(v.hop6(a, addr6(b, k, i)), None, "net {a} → net {b}");
+            }
+        }
+    }
+    assert_eq!(v.hop4(2, addr4(2, 1, 5)), Some(local(2, 1, 5)));
+    assert_eq!(v.hop4(2, addr4(2, 2, 5)), Some(remote(2, 2)));
+    assert_eq!(v.port(port(2, 5)).unwrap().network, NetworkId(2));
+}
+
+/// An anonymous network has no self-route — only its gateway — until a policy opens it.
+#[test]
+fn anonymous_network_needs_a_policy() {
+    let mut world = two_nodes();
+    world.networks.get_mut("net-1").unwrap().anonymous = true;
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    assert!(v.info(1).unwrap().anonymous);
+    assert_eq!(v.hop4(1, addr4(1, 1, 2)), None);
+    assert_eq!(v.hop4(1, addr4(1, 2, 2)), None);
+    assert_eq!(v.hop6(1, addr6(1, 2, 2)), None);
+    assert_eq!(v.hop4(1, addr4(1, 1, 1)), Some(NextHop::Receive));
+    assert!(v.port(port(1, 2)).is_some(), "the pod is still attached");
+
+    world.routing.push(policy("self", &[1], 1, &[]));
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(v.hop4(1, addr4(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop4(1, addr4(1, 2, 2)), Some(remote(2, 1)));
+}
+
+/// A policy from network 1 to network 2, narrowed to two prefixes, opens exactly those both
+/// ways; removing it closes the path again.
+#[test]
+fn policy_opens_a_narrowed_path_both_ways_and_closes_on_removal() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    for k in [1, 2] {
+        allocate(&mut world, 2, k);
+        for i in [2, 3, 100] {
+            add_pod(&mut world, 2, k, i);
+        }
+    }
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    assert_eq!(v.hop4(1, addr4(2, 1, 2)), None);
+
+    // 10.2.1.0/30: part of this node's block (pods .2, .3 local, .1 the gateway of network 2,
+    // which network 1 does not receive for); 10.2.2.0/25: part of node 2's block.
+    world.routing.push(policy(
+        "one-to-two",
+        &[1],
+        2,
+        &["10.2.1.0/30", "10.2.2.0/25", "fd02:0:0:2::/64"],
+    ));
+    let st = step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(
+        st.ports_set + st.ports_removed + st.sids_set + st.nodes_set,
+        0
+    );
+    assert_eq!(st.routes_removed, 0);
+    assert_eq!(v.hop4(1, addr4(2, 1, 2)), Some(local(2, 1, 2)));
+    assert_eq!(v.hop4(1, addr4(2, 1, 3)), Some(local(2, 1, 3)));
+    assert_eq!(v.hop4(1, addr4(2, 1, 0)), Some(NextHop::Unreachable));
+    assert_eq!(v.hop4(1, addr4(2, 1, 1)), Some(NextHop::Unreachable));
+    assert_eq!(v.hop4(1, addr4(2, 1, 100)), None, "outside the /30");
+    assert_eq!(v.hop4(1, addr4(2, 2, 100)), Some(remote(2, 2)));
+    assert_eq!(v.hop4(1, addr4(2, 2, 200)), None, "outside the /25");
+    assert_eq!(v.hop6(1, addr6(2, 2, 3)), Some(remote(2, 2)));
+    assert_eq!(
+        v.hop6(1, addr6(2, 1, 2)),
+        None,
+        "v6 narrowed to node 2's block"
+    );
+    // The way back (bidirectional): network 2's FIB reaches network 1.
+    assert_eq!(v.hop4(2, addr4(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop4(2, addr4(1, 2, 2)), Some(remote(2, 1)));
+    assert_eq!(v.hop6(2, addr6(1, 2, 2)), Some(remote(2, 1)));
+    // Network 2 still reaches itself.
+    assert_eq!(v.hop4(2, addr4(2, 2, 200)), Some(remote(2, 2)));
+
+    world.routing.clear();
+    let st = step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert!(st.routes_removed > 0);
+    assert_eq!(st.routes_set, 0);
+    assert_eq!(v.hop4(1, addr4(2, 1, 2)), None);
+    assert_eq!(v.hop4(1, addr4(2, 2, 100)), None);
+    assert_eq!(v.hop4(2, addr4(1, 1, 2)), None);
+    assert_eq!(v.hop4(2, addr4(2, 2, 200)), Some(remote(2, 2)));
+}
+
+/// One pod added or removed changes its port and its two host routes — in its own network and
+/// in the networks that import it — and nothing else. A pod on another node changes nothing.
+#[test]
+fn one_pod_changes_only_its_entries() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    add_pod(&mut world, 2, 1, 9);
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+
+    add_pod(&mut world, 1, 1, 7);
+    let st = step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 1, 7))]);
+    assert_eq!((st.ports_set, st.routes_set, st.changes()), (1, 2, 3));
+    assert_eq!(v.hop4(1, addr4(1, 1, 7)), Some(local(1, 1, 7)));
+
+    world.endpoints.remove(&key(1, 1, 7));
+    let st = step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 1, 7))]);
+    assert_eq!(
+        (st.ports_removed, st.routes_removed, st.changes()),
+        (1, 2, 3)
+    );
+    assert_eq!(v.hop4(1, addr4(1, 1, 7)), Some(NextHop::Unreachable));
+    assert_eq!(v.port(port(1, 7)), None);
+
+    // With network 1 imported into network 2, the pod's routes go into both FIBs.
+    world.routing.push(policy("p", &[2], 1, &[]));
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    add_pod(&mut world, 1, 1, 7);
+    let st = step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 1, 7))]);
+    assert_eq!((st.ports_set, st.routes_set, st.changes()), (1, 4, 5));
+    assert_eq!(v.hop4(2, addr4(1, 1, 7)), Some(local(1, 1, 7)));
+
+    // A pod on node 2 is covered by node 2's block: nothing to do on node 1.
+    add_pod(&mut world, 1, 2, 8);
+    let st = step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 2, 8))]);
+    assert_eq!(st.changes(), 0);
+    assert_eq!(st.generation, None);
+}
+
+/// Control restarts over an existing region: `resume` reads the tables back and removes only
+/// what went stale; `new` rewrites everything with identical values and forwarding agrees.
+#[test]
+fn restart_from_an_existing_region() {
+    let mut world = two_nodes();
+    add_pod(&mut world, 1, 1, 3);
+    let r = Region::new();
+    let before = {
+        let mut w = r.writer();
+        let mut c = Compiler::new(&name(1), cfg());
+        step(&mut c, &mut w, &world, &[Change::All]);
+        w.generation()
+    };
+    // While control was down, pod .3 went away.
+    world.endpoints.remove(&key(1, 1, 3));
+
+    let mut w = r.writer();
+    let mut c = Compiler::resume(&name(1), cfg(), &r.cfg).unwrap();
+    assert_eq!(c.last().ports.len(), 2);
+    let st = step(&mut c, &mut w, &world, &[Change::All]);
+    assert_eq!(
+        (st.ports_removed, st.routes_removed, st.changes()),
+        (1, 2, 3)
+    );
+    assert_eq!(st.generation, Some(before + 1));
+    let v = View::new(&r);
+    assert_eq!(v.port(port(1, 3)), None);
+    assert_eq!(v.hop4(1, addr4(1, 1, 3)), Some(NextHop::Unreachable));
+    drop(w);
+
+    // A compiler that starts from nothing rewrites every entry with the same values.
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    let next = c.plan(&world, &[Change::All]).unwrap().tables;
+    let st = c.apply(&mut w, next.clone()).unwrap();
+    assert_eq!(st.routes_set, next.route_count());
+    assert_eq!(st.routes_removed + st.ports_removed, 0);
+    assert_eq!(read_back(&r.cfg).unwrap(), next);
+    assert_eq!(v.hop4(1, addr4(1, 1, 2)), Some(local(1, 1, 2)));
+}
+
+/// Overlapping networks joined by a policy: the conflicting prefix keeps the first next hop
+/// (the network's own) and the conflict is reported.
+#[test]
+fn overlapping_routes_are_reported_not_overwritten() {
+    let mut world = two_nodes();
+    let mut clash = network(2);
+    clash.v4 = Some(("10.1.0.0/16".parse().unwrap(), Some(24)));
+    world.networks.insert(net_name(2), clash);
+    world.allocations.insert(
+        (net_name(2), name(2)),
+        vec![IpNet::V4(block4(1, 1)), IpNet::V6(block6(2, 2))],
+    );
+    world.routing.push(policy("clash", &[1], 2, &[]));
+    let out = desired(&world, &name(1), cfg()).unwrap();
+    let routes = &out.tables.networks[&NetworkId(1)].routes;
+    assert_eq!(routes[&IpNet::V4(block4(1, 1))], NextHop::Unreachable);
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.kind == NoteKind::Conflict && n.message.contains("10.1.1.0/24")),
+        "{:#?}",
+        out.notes
+    );
+}
+
+/// l2 networks: settings (gateway = first address of the prefix) and ports, so their pods are
+/// attached and isolated, plus an Unsupported note; policies toward them are noted too.
+#[test]
+fn l2_networks_are_programmed_as_unsupported() {
+    let mut world = two_nodes();
+    let mut l2 = network(5);
+    l2.kind = NetworkType::L2;
+    l2.v4 = Some(("10.5.0.0/24".parse().unwrap(), None));
+    l2.v6 = None;
+    world.networks.insert(net_name(5), l2);
+    world.endpoints.insert(
+        key(5, 1, 9),
+        EndpointModel {
+            addresses: vec!["10.5.0.9".parse().unwrap()],
+            ..world.endpoints[&key(1, 1, 2)].clone()
+        },
+    );
+    world.endpoints.get_mut(&key(5, 1, 9)).unwrap().network = net_name(5);
+    world.endpoints.get_mut(&key(5, 1, 9)).unwrap().port = port(5, 9);
+    world.routing.push(policy("to-l2", &[1], 5, &[]));
+    let out = desired(&world, &name(1), cfg()).unwrap();
+    let t = &out.tables.networks[&NetworkId(5)];
+    assert_eq!(t.info.kind, NetworkKind::L2);
+    assert_eq!(t.info.gateway4, Some("10.5.0.1".parse().unwrap()));
+    assert!(t.routes.is_empty());
+    assert_eq!(out.tables.ports[&port(5, 9)].network, NetworkId(5));
+    assert!(!out
+        .tables
+        .sids
+        .values()
+        .any(|b| *b == SidBehavior::EndDt46(NetworkId(5))));
+    let unsupported: Vec<_> = out
+        .notes
+        .iter()
+        .filter(|n| n.kind == NoteKind::Unsupported)
+        .map(|n| n.object.as_str())
+        .collect();
+    assert_eq!(
+        unsupported,
+        ["Network net-5", "NetworkRoutingPolicy to-l2"],
+        "{:#?}",
+        out.notes
+    );
+}
+
+/// A one-way policy is not compiled (its replies would need connection tracking): no route
+/// either way, and a note says so.
+#[test]
+fn source_to_destination_policy_opens_nothing_yet() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    add_pod(&mut world, 2, 1, 4);
+    let mut p = policy("one-way", &[1], 2, &[]);
+    p.direction = Direction::SourceToDestination;
+    world.routing.push(p);
+    let out = desired(&world, &name(1), cfg()).unwrap();
+    let t = &out.tables;
+    assert!(!t.networks[&NetworkId(1)]
+        .routes
+        .contains_key(&IpNet::V4(block4(2, 1))));
+    assert!(!t.networks[&NetworkId(2)]
+        .routes
+        .contains_key(&IpNet::V4(block4(1, 1))));
+    assert!(
+        out.notes.iter().any(|n| n.kind == NoteKind::Unsupported
+            && n.object == "NetworkRoutingPolicy one-way"
+            && n.message.contains("sourceToDestination")),
+        "{:#?}",
+        out.notes
+    );
+}
+
+/// A batch the region cannot hold is abandoned: the error names the call, nothing is
+/// published, and `last` stays the published tables.
+#[test]
+fn writer_error_abandons_the_batch() {
+    let r = Region {
+        cfg: TablesConfig {
+            size: 1 << 20,
+            ..Region::new().cfg.clone()
+        },
+    };
+    std::fs::create_dir_all(&r.cfg.dir).unwrap();
+    let mut w = r.writer();
+    let mut world = two_nodes();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let published = c.last().clone();
+    let gen = w.generation();
+    for n in 2..40 {
+        add_network(&mut world, n);
+        allocate(&mut world, n, 1);
+        for i in 2..200 {
+            add_pod(&mut world, n, 1, i);
+        }
+    }
+    let next = c.plan(&world, &[Change::All]).unwrap().tables;
+    let e = c.apply(&mut w, next).unwrap_err();
+    assert!(e.to_string().contains("batch was abandoned"), "{e}");
+    assert_eq!(w.generation(), gen);
+    assert_eq!(c.last(), &published);
+    assert_eq!(read_back(&r.cfg).unwrap(), published);
+    // The writer still works after the failed batch.
+    world = two_nodes();
+    add_pod(&mut world, 1, 1, 4);
+    let st = step(&mut c, &mut w, &world, &[Change::All]);
+    assert_eq!((st.ports_set, st.routes_set), (1, 2));
+}
+
+/// Two endpoints claiming one port id: the first network (by name) keeps it, the conflict is
+/// noted, and when the holder goes the other one gets the port — incrementally as in full.
+#[test]
+fn duplicate_port_ids_are_reported_and_resolved() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    add_pod(&mut world, 2, 1, 2);
+    world.endpoints.get_mut(&key(2, 1, 2)).unwrap().port = port(1, 2);
+    step(&mut c, &mut w, &world, &[Change::Endpoint(key(2, 1, 2))]);
+    let out = c.plan(&world, &[]).unwrap();
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.kind == NoteKind::Conflict && n.object == "Network net-2"),
+        "{:#?}",
+        out.notes
+    );
+    let v = View::new(&r);
+    assert_eq!(v.port(port(1, 2)).unwrap().network, NetworkId(1));
+    world.endpoints.remove(&key(1, 1, 2));
+    step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 1, 2))]);
+    assert_eq!(v.port(port(1, 2)).unwrap().network, NetworkId(2));
+    assert!(c.plan(&world, &[]).unwrap().notes.is_empty());
+}
+
+/// The node must be in the world.
+#[test]
+fn unknown_node_is_an_error() {
+    let e = desired(&two_nodes(), "nowhere", cfg()).unwrap_err();
+    assert!(e.to_string().contains("\"nowhere\""), "{e}");
+}
+
+// ---- incremental == full ----------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    AddPod(u32, u32, u32),
+    RemovePod(u32, u32, u32),
+    MovePod(u32, u32, u32),
+    /// Gives a pod the port of network 1's pod with the same index (a duplicate port id).
+    StealPort(u32, u32, u32),
+    Allocate(u32, u32),
+    Release(u32, u32),
+    Anonymous(u32, bool),
+    AddPolicy(u32, u32, bool),
+    ClearPolicies,
+    RemoveNode(u32),
+    AddNode(u32),
+    RemoveNetwork(u32),
+    AddNetwork(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let n = 1u32..4;
+    let k = 1u32..4;
+    let i = 2u32..6;
+    prop_oneof![
+        4 => (n.clone(), k.clone(), i.clone()).prop_map(|(n, k, i)| Op::AddPod(n, k, i)),
+        3 => (n.clone(), k.clone(), i.clone()).prop_map(|(n, k, i)| Op::RemovePod(n, k, i)),
+        1 => (n.clone(), k.clone(), i.clone()).prop_map(|(n, k, i)| Op::MovePod(n, k, i)),
+        1 => (n.clone(), k.clone(), i).prop_map(|(n, k, i)| Op::StealPort(n, k, i)),
+        2 => (n.clone(), k.clone()).prop_map(|(n, k)| Op::Allocate(n, k)),
+        1 => (n.clone(), k.clone()).prop_map(|(n, k)| Op::Release(n, k)),
+        1 => (n.clone(), any::<bool>()).prop_map(|(n, b)| Op::Anonymous(n, b)),
+        2 => (n.clone(), n.clone(), any::<bool>()).prop_map(|(a, b, x)| Op::AddPolicy(a, b, x)),
+        1 => Just(Op::ClearPolicies),
+        1 => (2u32..4).prop_map(Op::RemoveNode),
+        1 => k.prop_map(Op::AddNode),
+        1 => n.clone().prop_map(Op::RemoveNetwork),
+        1 => n.prop_map(Op::AddNetwork),
+    ]
+}
+
+/// Applies `op` to `world` and says what changed.
+fn run(world: &mut World, op: &Op) -> Vec<Change> {
+    match *op {
+        Op::AddPod(n, k, i) => {
+            add_pod(world, n, k, i);
+            vec![Change::Endpoint(key(n, k, i))]
+        }
+        Op::RemovePod(n, k, i) => {
+            world.endpoints.remove(&key(n, k, i));
+            vec![Change::Endpoint(key(n, k, i))]
+        }
+        Op::MovePod(n, k, i) => match world.endpoints.get_mut(&key(n, k, i)) {
+            Some(e) => {
+                e.node = name(k % 3 + 1);
+                vec![Change::Endpoint(key(n, k, i))]
+            }
+            None => vec![],
+        },
+        Op::StealPort(n, k, i) => match world.endpoints.get_mut(&key(n, k, i)) {
+            Some(e) => {
+                e.port = port(1, i);
+                vec![Change::Endpoint(key(n, k, i))]
+            }
+            None => vec![],
+        },
+        Op::Allocate(n, k) => {
+            allocate(world, n, k);
+            vec![Change::Allocation {
+                network: net_name(n),
+                node: name(k),
+            }]
+        }
+        Op::Release(n, k) => {
+            world.allocations.remove(&(net_name(n), name(k)));
+            vec![Change::Allocation {
+                network: net_name(n),
+                node: name(k),
+            }]
+        }
+        Op::Anonymous(n, b) => match world.networks.get_mut(&net_name(n)) {
+            Some(m) => {
+                m.anonymous = b;
+                vec![Change::Network(net_name(n))]
+            }
+            None => vec![],
+        },
+        Op::AddPolicy(a, b, bidi) => {
+            let mut p = policy(&format!("p{}", world.routing.len()), &[a], b, &[]);
+            if !bidi {
+                p.direction = Direction::SourceToDestination;
+                p.prefixes = vec![IpNet::V4(block4(b, 2))];
+            }
+            world.routing.push(p);
+            vec![Change::Routing]
+        }
+        Op::ClearPolicies => {
+            world.routing.clear();
+            vec![Change::Routing]
+        }
+        Op::RemoveNode(k) => {
+            world.nodes.remove(&name(k));
+            vec![Change::Node(name(k))]
+        }
+        Op::AddNode(k) => {
+            world.nodes.insert(name(k), node(k));
+            vec![Change::Node(name(k))]
+        }
+        Op::RemoveNetwork(n) => {
+            world.networks.remove(&net_name(n));
+            vec![Change::Network(net_name(n))]
+        }
+        Op::AddNetwork(n) => {
+            add_network(world, n);
+            vec![Change::Network(net_name(n))]
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// After any sequence of changes, the incremental plan equals the full compilation, and
+    /// the published tables read back equal it.
+    #[test]
+    fn incremental_plans_equal_full_compilation(ops in proptest::collection::vec(op(), 1..30)) {
+        let mut world = two_nodes();
+        world.nodes.insert(name(3), node(3));
+        add_network(&mut world, 2);
+        let r = Region::new();
+        let mut w = r.writer();
+        let mut c = Compiler::new(&name(1), cfg());
+        let first = c.plan(&world, &[]).unwrap();
+        c.apply(&mut w, first.tables).unwrap();
+        for o in &ops {
+            let changes = run(&mut world, o);
+            let inc = c.plan(&world, &changes).unwrap();
+            let full = desired(&world, &name(1), cfg()).unwrap();
+            prop_assert_eq!(&inc, &full, "after {:?}", o);
+            c.apply(&mut w, inc.tables).unwrap();
+        }
+        prop_assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+    }
+}
