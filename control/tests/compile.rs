@@ -290,7 +290,7 @@ fn two_node_world_gives_the_expected_tables() {
     assert!(!info.anonymous);
     assert_eq!(info.gateway4, Some(addr4(1, 1, 1)));
     assert_eq!(info.gateway6, Some(addr6(1, 1, 1)));
-    assert_eq!(info.gateway_mac, MacAddr([0x02, 0x1a, 0xce, 0, 0, 1]));
+    assert_eq!(info.gateway_mac, MacAddr([0x06, 0x00, 0, 0, 0, 1]));
     assert_eq!(info.gateway_mac, gateway_mac(NetworkId(1)));
     assert_eq!(info.mtu, 1460);
 

@@ -114,11 +114,11 @@ pub fn decode_sid(locator: Ipv6Net, sid: Sid) -> Option<(SidFunction, NetworkId)
     (id != 0).then_some((function, NetworkId(id)))
 }
 
-/// The gateway MAC of network `net`: `02:1a:ce` (locally administered, unicast) followed by
-/// the low 24 bits of the id, identical on every node.
+/// The gateway MAC of network `net`, identical on every node: IPAM's
+/// ([`crate::ipam::gateway_mac`], `06:00:` + the 32-bit id), which lives outside the `02:`
+/// space IPAM draws endpoint MACs from, so a pod can never share its gateway's MAC.
 pub fn gateway_mac(net: NetworkId) -> MacAddr {
-    let b = net.0.to_be_bytes();
-    MacAddr([0x02, 0x1a, 0xce, b[1], b[2], b[3]])
+    crate::ipam::gateway_mac(net)
 }
 
 /// The gateway of an IPv4 block or prefix: its first host address (`.1` of a /24); the
@@ -197,7 +197,7 @@ mod tests {
         );
         assert_eq!(
             gateway_mac(NetworkId(0x0102_0304)).to_string(),
-            "02:1a:ce:02:03:04"
+            "06:00:01:02:03:04"
         );
     }
 
