@@ -176,6 +176,8 @@ impl DropReason {
     }
 }
 
+const _: () = assert!(DropReason::COUNT <= DropReason::SLOTS);
+
 impl std::fmt::Display for DropReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -661,7 +663,6 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), DropReason::COUNT);
-        assert!(DropReason::COUNT <= DropReason::SLOTS);
     }
 
     #[test]
