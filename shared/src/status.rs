@@ -354,7 +354,12 @@ impl StatusWriter {
             path,
             RegionKind::Status,
             region_size(workers),
-            [u64::from(workers), u64::from(MAX_PORTS), stages.len() as u64, 0],
+            [
+                u64::from(workers),
+                u64::from(MAX_PORTS),
+                stages.len() as u64,
+                0,
+            ],
         )?;
         if !region.try_lock(0, HEADER_SIZE)? {
             return Err(Error::WriterBusy {
@@ -533,7 +538,10 @@ impl StatusReader {
         if region_size(workers as u32) > region.len() as u64 || workers > 4096 {
             return Err(Error::Corrupt {
                 path: path.to_path_buf(),
-                what: format!("{workers} worker slots do not fit in {} bytes", region.len()),
+                what: format!(
+                    "{workers} worker slots do not fit in {} bytes",
+                    region.len()
+                ),
             });
         }
         Ok(StatusReader { region })
@@ -644,7 +652,10 @@ impl StatusReader {
 
     /// Every drop reason with its total.
     pub fn all_drops(&self) -> Vec<(DropReason, u64)> {
-        DropReason::ALL.iter().map(|&r| (r, self.drops(r))).collect()
+        DropReason::ALL
+            .iter()
+            .map(|&r| (r, self.drops(r)))
+            .collect()
     }
 }
 
