@@ -214,16 +214,23 @@ impl PodPorts {
         }
     }
 
-    /// The DPDK vdev arguments attaching `iface` with the configured mechanism. Pod devices are
+    /// The DPDK vdev arguments attaching `iface` with the configured mechanism (ADR 0005: a
+    /// 4096-frame ring for af_packet, no busy-poll syscalls for af_xdp). Pod devices are
     /// named `<driver>_pod<index>` so they never collide with an uplink vdev the configuration
     /// names `<driver><n>` (DPDK matches the driver by the name's prefix).
     pub fn devargs(mechanism: Mechanism, index: u32, iface: &str, workers: u16) -> String {
         match mechanism {
             Mechanism::AfPacket => {
-                format!("net_af_packet_pod{index},iface={iface},qpairs={workers},qdisc_bypass=1")
+                format!(
+                    "net_af_packet_pod{index},iface={iface},qpairs={workers},qdisc_bypass=1,\
+                     framecnt=4096"
+                )
             }
             Mechanism::AfXdp => {
-                format!("net_af_xdp_pod{index},iface={iface},start_queue=0,queue_count={workers}")
+                format!(
+                    "net_af_xdp_pod{index},iface={iface},start_queue=0,queue_count={workers},\
+                     busy_budget=0"
+                )
             }
         }
     }
@@ -361,11 +368,11 @@ mod tests {
     fn devargs_per_mechanism() {
         assert_eq!(
             PodPorts::devargs(Mechanism::AfPacket, 3, "veth1", 2),
-            "net_af_packet_pod3,iface=veth1,qpairs=2,qdisc_bypass=1"
+            "net_af_packet_pod3,iface=veth1,qpairs=2,qdisc_bypass=1,framecnt=4096"
         );
         assert_eq!(
             PodPorts::devargs(Mechanism::AfXdp, 0, "veth1", 1),
-            "net_af_xdp_pod0,iface=veth1,start_queue=0,queue_count=1"
+            "net_af_xdp_pod0,iface=veth1,start_queue=0,queue_count=1,busy_budget=0"
         );
     }
 }
