@@ -10,6 +10,7 @@ pub mod api;
 pub mod bind;
 pub mod cni;
 pub mod compile;
+pub mod daemon;
 pub mod ipam;
 pub mod proto;
 pub mod source;

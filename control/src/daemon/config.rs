@@ -1,0 +1,496 @@
+//! The `lace-control` command line: `run` (the daemon) and `status` (what a running or
+//! stopped daemon last reported), parsed with clap and resolved into a [`RunConfig`].
+//!
+//! Guarantees: every value is checked before anything starts ([`RunConfig::from_args`]); a
+//! bad one is a [`ConfigError`] naming the flag, the value and the fix, and the binary exits
+//! with status 2. Defaults derived from other flags (state file, socket, tables name) are
+//! resolved here, so the daemon never guesses.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ipnet::Ipv6Net;
+
+use crate::ipam::IpamConfig;
+
+/// The directory under the manifests directory where control keeps its files (state, status,
+/// attachment marks). The standalone source reads the manifests directory non-recursively,
+/// so nothing here is ever taken for a manifest.
+pub const STATE_SUBDIR: &str = ".lace";
+
+/// `lace-control`: lace's node control plane.
+#[derive(Debug, Parser)]
+#[command(name = "lace-control", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the control plane of one node: watch the manifests, keep the IPAM state, compile and
+    /// publish the node's forwarding tables, answer lace-cni on a unix socket. Runs until
+    /// SIGTERM or SIGINT.
+    Run(RunArgs),
+    /// Print what the node's control plane last reported: networks (id, type, subnets,
+    /// conditions), policies (conditions), this node's endpoints and the forwarder's port states.
+    Status(StatusArgs),
+}
+
+/// Flags shared by `run` and `status`.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// This node's name: the Kubernetes Node (with the `lace-cni.io/underlay` annotation) in
+    /// the manifests.
+    #[arg(long, value_name = "NAME")]
+    pub node: String,
+    /// The directory of YAML manifests (Networks, policies, Namespaces, Nodes, Pods, Services),
+    /// watched for changes. Shared by every node's control on one machine.
+    #[arg(long, value_name = "DIR")]
+    pub manifests: PathBuf,
+    /// The IPAM state file, shared by every node's control that uses the same manifests
+    /// (serialised by an exclusive lock on `<FILE>.lock`). Default: `<DIR>/.lace/state.json`.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Directory of the shared-memory tables and the forwarder's status region. Default: the
+    /// first hugetlbfs mount, else /dev/shm (as the forwarder's default).
+    #[arg(long, value_name = "DIR")]
+    pub tables_dir: Option<PathBuf>,
+    /// Name of the table set (`lace-<NAME>.tables`), the forwarder's `name`. Default: the node.
+    #[arg(long, value_name = "NAME")]
+    pub tables_name: Option<String>,
+}
+
+/// `lace-control run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Node, manifests, state and tables.
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// The unix socket lace-cni connects to (mode 0660, parent directory created). Default:
+    /// `/run/lace/<NODE>/control.sock`.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// MTU of the node's uplink; pods get this minus 40 (the outer IPv6 header).
+    #[arg(long, value_name = "BYTES", default_value_t = 1500)]
+    pub underlay_mtu: u16,
+    /// The cluster's SRv6 locator pool; each node gets a /48 of it unless its Node carries
+    /// `lace-cni.io/locator`. Must be the same for every node sharing a state file.
+    #[arg(long, value_name = "PREFIX", default_value = "fc00::/32")]
+    pub locator_pool: String,
+    /// How long an Attach waits for the forwarder to report the pod's port up before
+    /// answering "try again later".
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub attach_timeout_ms: u64,
+}
+
+/// `lace-control status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Node, manifests, state and tables.
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// A flag value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `--node` is not a valid node name.
+    #[error("--node {value:?}: {reason}; use the Node's metadata.name, e.g. node-a")]
+    Node {
+        /// The value.
+        value: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// `--tables-name` is unusable.
+    #[error("--tables-name {value:?}: {reason}; use letters, digits, '-', '_' or '.'")]
+    TablesName {
+        /// The value.
+        value: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The manifests directory is not a directory.
+    #[error("--manifests {path}: {reason}; pass the directory holding the YAML manifests")]
+    Manifests {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// `--locator-pool` is not an IPv6 prefix that can hold /48 locators.
+    #[error("--locator-pool {value:?}: {reason}; use an IPv6 prefix of /48 or shorter without host bits, e.g. fc00::/32")]
+    LocatorPool {
+        /// The value.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+    /// `--underlay-mtu` too small for pods.
+    #[error("--underlay-mtu {value}: pods get MTU − 40, which must be at least 1280 (IPv6's minimum); use 1320 or more")]
+    UnderlayMtu {
+        /// The value.
+        value: u16,
+    },
+    /// `--attach-timeout-ms` out of range.
+    #[error("--attach-timeout-ms {value}: must be between 100 and 110000 (lace-cni's own limit is 110 s)")]
+    AttachTimeout {
+        /// The value.
+        value: u64,
+    },
+    /// `--socket` is unusable.
+    #[error("--socket {path}: {reason}")]
+    Socket {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+/// Where a node's files are, resolved (shared by `run` and `status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePaths {
+    /// This node.
+    pub node: String,
+    /// The manifests directory.
+    pub manifests: PathBuf,
+    /// The IPAM state file.
+    pub state: PathBuf,
+    /// The tables directory.
+    pub tables_dir: PathBuf,
+    /// The table set name.
+    pub tables_name: String,
+}
+
+impl NodePaths {
+    /// The lock file serialising every mutation of [`NodePaths::state`]: `<state>.lock`.
+    pub fn lock_file(&self) -> PathBuf {
+        let mut s = self.state.clone().into_os_string();
+        s.push(".lock");
+        PathBuf::from(s)
+    }
+
+    /// This node's status file: `<manifests>/.lace/status-<node>.yaml`.
+    pub fn status_file(&self) -> PathBuf {
+        self.manifests
+            .join(STATE_SUBDIR)
+            .join(format!("status-{}.yaml", self.node))
+    }
+
+    /// This node's attachment marks (which leases have their interface plumbed):
+    /// `<state dir>/attached-<node>.json`.
+    pub fn attached_file(&self) -> PathBuf {
+        let dir = self
+            .state
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        dir.join(format!("attached-{}.json", self.node))
+    }
+
+    /// The table set.
+    pub fn tables(&self) -> lace_shared::tables::TablesConfig {
+        let mut t = lace_shared::tables::TablesConfig::new(&self.tables_name);
+        t.dir = self.tables_dir.clone();
+        t
+    }
+
+    /// The forwarder's status region.
+    pub fn forwarder_status(&self) -> PathBuf {
+        lace_shared::status::status_path(&self.tables_dir, &self.tables_name)
+    }
+
+    fn from_args(a: &NodeArgs) -> Result<NodePaths, ConfigError> {
+        if let Err(reason) = crate::api::validate::dns_subdomain(&a.node) {
+            return Err(ConfigError::Node {
+                value: a.node.clone(),
+                reason,
+            });
+        }
+        match std::fs::metadata(&a.manifests) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(ConfigError::Manifests {
+                    path: a.manifests.clone(),
+                    reason: "not a directory".into(),
+                })
+            }
+            Err(e) => {
+                return Err(ConfigError::Manifests {
+                    path: a.manifests.clone(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+        let tables_name = a.tables_name.clone().unwrap_or_else(|| a.node.clone());
+        check_tables_name(&tables_name)?;
+        Ok(NodePaths {
+            node: a.node.clone(),
+            manifests: a.manifests.clone(),
+            state: a
+                .state
+                .clone()
+                .unwrap_or_else(|| a.manifests.join(STATE_SUBDIR).join("state.json")),
+            tables_dir: a
+                .tables_dir
+                .clone()
+                .unwrap_or_else(lace_shared::tables::default_dir),
+            tables_name,
+        })
+    }
+}
+
+fn check_tables_name(v: &str) -> Result<(), ConfigError> {
+    let bad = |reason| {
+        Err(ConfigError::TablesName {
+            value: v.to_owned(),
+            reason,
+        })
+    };
+    if v.is_empty() {
+        return bad("empty");
+    }
+    if v.len() > 200 {
+        return bad("longer than 200 characters");
+    }
+    if !v
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return bad("has characters other than letters, digits, '-', '_' and '.'");
+    }
+    Ok(())
+}
+
+/// Everything `lace-control run` needs, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunConfig {
+    /// Node and files.
+    pub paths: NodePaths,
+    /// The CNI socket.
+    pub socket: PathBuf,
+    /// The uplink MTU.
+    pub underlay_mtu: u16,
+    /// Locator pool and length.
+    pub ipam: IpamConfig,
+    /// The Attach wait.
+    pub attach_timeout: Duration,
+}
+
+impl RunConfig {
+    /// Checks and resolves `run`'s flags.
+    pub fn from_args(a: &RunArgs) -> Result<RunConfig, ConfigError> {
+        let paths = NodePaths::from_args(&a.node)?;
+        let pool: Ipv6Net = a.locator_pool.parse().map_err(|e: ipnet::AddrParseError| {
+            ConfigError::LocatorPool {
+                value: a.locator_pool.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        if pool.trunc() != pool {
+            return Err(ConfigError::LocatorPool {
+                value: a.locator_pool.clone(),
+                reason: format!("host bits set (the prefix is {})", pool.trunc()),
+            });
+        }
+        let locator_len = IpamConfig::default().locator_len;
+        if pool.prefix_len() > locator_len {
+            return Err(ConfigError::LocatorPool {
+                value: a.locator_pool.clone(),
+                reason: format!("longer than the /{locator_len} of one node's locator"),
+            });
+        }
+        if a.underlay_mtu
+            .saturating_sub(crate::compile::ENCAP_OVERHEAD)
+            < 1280
+        {
+            return Err(ConfigError::UnderlayMtu {
+                value: a.underlay_mtu,
+            });
+        }
+        if !(100..=110_000).contains(&a.attach_timeout_ms) {
+            return Err(ConfigError::AttachTimeout {
+                value: a.attach_timeout_ms,
+            });
+        }
+        let socket = a.socket.clone().unwrap_or_else(|| {
+            Path::new("/run/lace")
+                .join(&paths.node)
+                .join("control.sock")
+        });
+        if socket.as_os_str().len() > 107 {
+            return Err(ConfigError::Socket {
+                path: socket,
+                reason: "longer than the 107 bytes a unix socket path may have; use a shorter path",
+            });
+        }
+        if socket.file_name().is_none() {
+            return Err(ConfigError::Socket {
+                path: socket,
+                reason:
+                    "names no file; give the socket's file name, e.g. /run/lace/node-a/control.sock",
+            });
+        }
+        Ok(RunConfig {
+            paths,
+            socket,
+            underlay_mtu: a.underlay_mtu,
+            ipam: IpamConfig {
+                locator_pool: pool,
+                locator_len,
+            },
+            attach_timeout: Duration::from_millis(a.attach_timeout_ms),
+        })
+    }
+
+    /// The compiler's settings.
+    pub fn compile(&self) -> crate::compile::CompileConfig {
+        crate::compile::CompileConfig {
+            underlay_mtu: self.underlay_mtu,
+        }
+    }
+}
+
+impl StatusArgs {
+    /// Checks and resolves `status`'s flags.
+    pub fn paths(&self) -> Result<NodePaths, ConfigError> {
+        NodePaths::from_args(&self.node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lace-control").chain(args.iter().copied()))
+    }
+
+    fn run_config(extra: &[&str]) -> Result<RunConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap().to_owned();
+        let mut args = vec!["run", "--node", "node-a", "--manifests", &d];
+        args.extend_from_slice(extra);
+        let Command::Run(r) = parse(&args).unwrap().command else {
+            panic!("not run")
+        };
+        RunConfig::from_args(&r)
+    }
+
+    #[test]
+    fn defaults_derive_from_node_and_manifests() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let Command::Run(r) = parse(&["run", "--node", "node-a", "--manifests", d])
+            .unwrap()
+            .command
+        else {
+            panic!("not run")
+        };
+        let c = RunConfig::from_args(&r).unwrap();
+        assert_eq!(c.paths.state, dir.path().join(".lace/state.json"));
+        assert_eq!(
+            c.paths.lock_file(),
+            dir.path().join(".lace/state.json.lock")
+        );
+        assert_eq!(
+            c.paths.status_file(),
+            dir.path().join(".lace/status-node-a.yaml")
+        );
+        assert_eq!(
+            c.paths.attached_file(),
+            dir.path().join(".lace/attached-node-a.json")
+        );
+        assert_eq!(c.socket, PathBuf::from("/run/lace/node-a/control.sock"));
+        assert_eq!(c.paths.tables_name, "node-a");
+        assert_eq!(c.underlay_mtu, 1500);
+        assert_eq!(c.attach_timeout, Duration::from_secs(10));
+        assert_eq!(c.ipam, IpamConfig::default());
+        assert_eq!(c.compile().pod_mtu(), 1460);
+    }
+
+    #[test]
+    fn explicit_flags_override_defaults() {
+        let c = run_config(&[
+            "--state",
+            "/tmp/x/state.json",
+            "--socket",
+            "/tmp/x/c.sock",
+            "--tables-dir",
+            "/dev/shm",
+            "--tables-name",
+            "lab-a",
+            "--underlay-mtu",
+            "9000",
+            "--locator-pool",
+            "fd99::/40",
+            "--attach-timeout-ms",
+            "500",
+        ])
+        .unwrap();
+        assert_eq!(c.paths.state, PathBuf::from("/tmp/x/state.json"));
+        assert_eq!(
+            c.paths.attached_file(),
+            PathBuf::from("/tmp/x/attached-node-a.json")
+        );
+        assert_eq!(c.socket, PathBuf::from("/tmp/x/c.sock"));
+        assert_eq!(
+            c.paths.tables().tables_path(),
+            PathBuf::from("/dev/shm/lace-lab-a.tables")
+        );
+        assert_eq!(c.underlay_mtu, 9000);
+        assert_eq!(c.ipam.locator_pool, "fd99::/40".parse::<Ipv6Net>().unwrap());
+        assert_eq!(c.attach_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_the_fix() {
+        let cases: [(&[&str], &str); 6] = [
+            (&["--locator-pool", "fc00::1/32"], "--locator-pool"),
+            (&["--locator-pool", "10.0.0.0/8"], "--locator-pool"),
+            (&["--locator-pool", "fc00::/56"], "--locator-pool"),
+            (&["--underlay-mtu", "1300"], "--underlay-mtu"),
+            (&["--attach-timeout-ms", "0"], "--attach-timeout-ms"),
+            (&["--tables-name", "a/b"], "--tables-name"),
+        ];
+        for (extra, flag) in cases {
+            let e = run_config(extra).unwrap_err().to_string();
+            assert!(e.starts_with(flag), "{extra:?}: {e}");
+        }
+        let long = format!("/tmp/{}/c.sock", "x".repeat(120));
+        let e = run_config(&["--socket", &long]).unwrap_err();
+        assert!(matches!(e, ConfigError::Socket { .. }), "{e}");
+    }
+
+    #[test]
+    fn node_and_manifests_are_checked() {
+        let Command::Run(r) = parse(&["run", "--node", "Node_A", "--manifests", "/"])
+            .unwrap()
+            .command
+        else {
+            panic!("not run")
+        };
+        assert!(matches!(
+            RunConfig::from_args(&r),
+            Err(ConfigError::Node { .. })
+        ));
+        let Command::Run(r) = parse(&["run", "--node", "a", "--manifests", "/nonexistent-lace"])
+            .unwrap()
+            .command
+        else {
+            panic!("not run")
+        };
+        assert!(matches!(
+            RunConfig::from_args(&r),
+            Err(ConfigError::Manifests { .. })
+        ));
+        assert!(
+            parse(&["run", "--manifests", "/"]).is_err(),
+            "--node is required"
+        );
+    }
+}
