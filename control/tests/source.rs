@@ -664,7 +664,7 @@ fn the_demo_manifests_parse() {
         o.namespaces.keys().collect::<Vec<_>>(),
         ["shop", "team-blue"]
     );
-    assert_eq!(o.pods.len(), 5);
+    assert_eq!(o.pods.len(), 6);
     let nodes: std::collections::BTreeSet<_> = o
         .pods
         .values()
