@@ -910,9 +910,10 @@ fn no_headroom_for_the_encapsulation() {
 
 #[test]
 fn every_drop_reason_the_pipeline_produces_is_tested() {
-    // TxRefused is counted by the worker (forwarder/tests/engine.rs); all others come from
-    // the stages and each has a test above. This list is what `grep DropReason::` finds in
-    // the stage modules: a new reason must be added here and get a test.
+    // TxRefused is counted by the worker when its TX flush gets packets back from the NIC
+    // (engine/worker.rs; the refusal itself is tested on a full net_ring in tests/dpdk.rs,
+    // `ring_tx_refused`). Every other reason comes from a stage, and this test makes sure each
+    // one that a stage module names has a test above.
     let produced: HashSet<DropReason> = DropReason::ALL
         .iter()
         .copied()
