@@ -13,11 +13,15 @@
 //! * [`anchors`]: the DPDK measurements every lace figure is reported beside.
 //! * [`pipeline`]: packets through lace-forwarder's pipeline between DPDK `net_null` ports,
 //!   beside the plain null-PMD forward loop, and its two-worker scaling.
+//! * [`control`]: lace-control's binding, IPAM and table compiler in process, and the whole
+//!   stack (forwarders, controls, lace-cni in network namespaces) from a CNI ADD to the first
+//!   packet through.
 //!
 //! The `lace-bench` binary prints the whole report; the criterion benches under `benches/`
 //! reuse the same pieces. Timing figures are never asserted on.
 
 pub mod anchors;
+pub mod control;
 pub mod dpdk;
 pub mod lace;
 pub mod pipeline;

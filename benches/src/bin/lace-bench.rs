@@ -33,7 +33,18 @@
 //! | `pipeline.{l3_local,l3_encap,l3_decap,arp_reply}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
 //! | `pipeline.l3_encap.scaling_2w` | encap throughput with two workers (two lcores, own ports each) ÷ one | `pipeline.scaling_2w.ideal` = 2 |
 //!
-//! The pipeline figures and their method are described in `lace_benches::pipeline`.
+//! | `bind.1000policies[_cel].us_per_pod` | one pod bound against 1,000 binding policies (the deciding one last; `_cel`: a CEL rule decides) | `bind.1policy.us_per_pod` (the deciding policy alone) |
+//! | `ipam.alloc_per_s`, `ipam.shared.alloc_per_s` | allocate + release pairs, /16 with /24 blocks, 8 nodes, 1,600 live leases (`Ipam`; through `SharedIpam`) | `ipam.hashmap_floor.ops_per_s`: `HashMap` insert + remove of the same keys |
+//! | `ipam.persisted.alloc_per_s` | the same with the state file saved per change | none |
+//! | `compile.one_pod.{p50,p99}_us`, `.max_us` | one pod change → incremental plan + diff + publish into real tables | `compile.one_pod.replan_all.*` (the same changes with `Change::All`) |
+//! | `cni.add_to_reachable.{p50,p99}_ms` | two-node stack in network namespaces: lace-cni ADD → first ping reply to a pod on the other node (root only) | `cni.reach_floor.*`: the same probe from an attached pod |
+//! | `cni.add.{p50,p99}_ms`, `cni.del.p50_ms` | ADD alone, DEL alone | none |
+//!
+//! The pipeline figures and their method are described in `lace_benches::pipeline`, the
+//! control-plane ones in `lace_benches::control`. The stack figure needs root and the
+//! workspace's binaries next to lace-bench (`cargo build --release --workspace --bins`); it
+//! runs first, before DPDK pins this process, and is skipped with a printed reason when it
+//! cannot run — except under `CI=true` with `--smoke`, where that fails the run.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -54,7 +65,7 @@ use lace_benches::report::{
     Scale, Target, INSERT_BATCH,
 };
 use lace_benches::workload::{self, ReferenceLpm4, ReferenceLpm6, Route4};
-use lace_benches::{pipeline, sys};
+use lace_benches::{control, pipeline, sys};
 use lace_shared::fib::LpmKey;
 use lace_shared::types::{MacAddr, NeighRec};
 
@@ -105,6 +116,15 @@ fn run(args: Args) -> anyhow::Result<()> {
     };
     // The process's CPUs, read before the EAL pins this thread to its lcore.
     let cpus = sys::allowed_cpus();
+    // The stack figure first: its daemons are child processes, which must not inherit the
+    // one-CPU mask the EAL gives this thread, and its forwarders run their own DPDK.
+    println!("lace-bench: the control-plane stack (two nodes in network namespaces) ...");
+    let stack = control::cni_figures(&scale);
+    if scale.smoke && std::env::var("CI").is_ok_and(|v| v == "true") {
+        if let Some((id, why)) = stack.not_measured.first() {
+            bail!("{id}: not measured under CI=true --smoke, where it must run: {why}");
+        }
+    }
     let reader_cpu = match &cpus {
         Ok(c) => c.iter().copied().find(|&c| c != args.lcore as usize),
         Err(_) => None,
@@ -160,10 +180,18 @@ fn run(args: Args) -> anyhow::Result<()> {
         pipeline::figures(eal, &scale, worker_lcore).context("measuring the pipeline")?;
     report.extend(forwarding);
     notes.extend(forwarding_notes);
+    let ctl = control::figures(&scale).context("measuring the control plane")?;
+    report.extend(ctl.figures);
+    notes.extend(ctl.notes);
+    report.extend(stack.figures);
+    notes.extend(stack.notes);
     set_targets(&mut report, &Ids::new(&scale, &workloads));
 
     println!();
     report.print_table(&mut std::io::stdout().lock())?;
+    for (id, why) in ctl.not_measured.iter().chain(&stack.not_measured) {
+        println!("{id}  not measured: {why}");
+    }
     if !notes.is_empty() {
         println!();
         for n in &notes {
@@ -1154,6 +1182,15 @@ fn set_targets(report: &mut Report, ids: &Ids) {
             "pipeline.l3_encap.scaling_2w".to_owned(),
             Target::RatioAtLeast(0.9),
         ),
+        (
+            "bind.1000policies.us_per_pod".to_owned(),
+            Target::ValueAtMost(10.0),
+        ),
+        (
+            "compile.one_pod.p99_us".to_owned(),
+            Target::ValueAtMost(1000.0),
+        ),
+        (control::CNI_FIGURE.to_owned(), Target::ValueAtMost(50.0)),
         (
             format!("{}.bytes", ids.multi),
             Target::ValueAtMost(256.0 * MIB),
