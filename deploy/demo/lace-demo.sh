@@ -48,7 +48,9 @@ bad() { printf '    \033[31m✗\033[0m %s\n' "$*"; }
 
 cleanup() {
   set +e
-  trap - EXIT INT TERM
+  trap - EXIT INT TERM HUP
+  # The terminal or pipe reading the demo may be gone: never die writing to it.
+  trap '' PIPE
   say "cleaning up"
   for p in "${pods[@]}"; do cni DEL "$p" >/dev/null 2>&1; ip netns del "pod-$tag-$p" 2>/dev/null; done
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
@@ -60,7 +62,7 @@ cleanup() {
   echo "    removed namespaces, links, processes and files"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP PIPE
 
 # ---- the two nodes ----------------------------------------------------------------------------
 say "two nodes: network namespaces joined by an underlay veth pair"
