@@ -68,8 +68,9 @@ use status::{EndpointEntry, NetworkEntry, ObjectEntry, ServiceEntry, StatusFile}
 
 /// How often the main loop looks at the state file and the source when nothing wakes it.
 pub const POLL: Duration = Duration::from_millis(200);
-/// How often Attach looks at the forwarder's status region.
-const ATTACH_POLL: Duration = Duration::from_millis(20);
+/// How often Attach looks at the forwarder's status region (a few loads of shared memory;
+/// only while a pod waits for its port).
+const ATTACH_POLL: Duration = Duration::from_millis(2);
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
