@@ -108,9 +108,10 @@ fn policy(name: &str, priority: usize, mut spec: Value) -> anyhow::Result<Networ
 const PER_TEAM_CEL: &str = "object.metadata.namespace.startsWith('team-') ? \
      optional.of(object.metadata.namespace.substring(5)) : optional.none()";
 
-/// 999 policies that do not decide for the bench pod, then the deciding one (the mix of
-/// `control/benches/bind.rs`).
-fn policy_mix(cel_decides: bool) -> anyhow::Result<Vec<NetworkBindingPolicy>> {
+/// 999 policies that do not decide for the bench pod, then the deciding one: a static
+/// network, or the seed's per-team CEL rule when `cel_decides`. Shared with
+/// `benches/benches/bind.rs`.
+pub fn policy_mix(cel_decides: bool) -> anyhow::Result<Vec<NetworkBindingPolicy>> {
     let mut out = Vec::with_capacity(1000);
     for i in 0..999 {
         let spec = match i % 100 {
@@ -137,7 +138,8 @@ fn policy_mix(cel_decides: bool) -> anyhow::Result<Vec<NetworkBindingPolicy>> {
     Ok(out)
 }
 
-fn bench_pod() -> Value {
+/// The pod the binding figures bind (namespace `team-blue`, three labels, realistic spec).
+pub fn bench_pod() -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -159,14 +161,19 @@ fn bench_pod() -> Value {
     })
 }
 
-fn bind(out: &mut Outcome, scale: &Scale) -> anyhow::Result<()> {
-    let ns_labels: BTreeMap<String, String> = [
+/// The labels of the bench pod's namespace.
+pub fn bench_namespace_labels() -> BTreeMap<String, String> {
+    [
         ("team", "blue"),
         ("kubernetes.io/metadata.name", "team-blue"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
+    .collect()
+}
+
+fn bind(out: &mut Outcome, scale: &Scale) -> anyhow::Result<()> {
+    let ns_labels = bench_namespace_labels();
     let pod = bench_pod();
     let mix = policy_mix(false)?;
     let many = BindingPolicies::new(&mix);
@@ -251,7 +258,7 @@ fn ipam_request(i: usize) -> AllocateRequest {
 /// A ring of requests over IPAM-like state: `ring` live, each step releases the oldest and
 /// allocates a new one.
 #[derive(Debug)]
-struct Ring {
+pub struct Ring {
     reqs: Vec<AllocateRequest>,
     live: usize,
     next: usize,
@@ -268,7 +275,7 @@ impl Ring {
     }
 
     /// (the request to allocate, the key to release) of the next step.
-    fn step(&mut self) -> (&AllocateRequest, &AttachmentKey) {
+    pub fn step(&mut self) -> (&AllocateRequest, &AttachmentKey) {
         let n = self.reqs.len();
         let (new, old) = ((self.next + self.live) % n, self.next % n);
         self.next = (self.next + 1) % n;
@@ -284,7 +291,9 @@ fn ipam_def() -> anyhow::Result<NetworkDef> {
     })
 }
 
-fn filled_ipam() -> anyhow::Result<(Ipam, Ring)> {
+/// An IPAM with one l3 network (10.0.0.0/16, /24 blocks), 8 nodes and 1,600 live leases, and
+/// the ring of requests that keeps it at that size. Shared with `benches/benches/ipam.rs`.
+pub fn filled_ipam() -> anyhow::Result<(Ipam, Ring)> {
     let mut ipam = Ipam::new(IpamConfig::default())?;
     ipam.ensure_network("backend", &ipam_def()?)?;
     for n in 0..IPAM_NODES {
@@ -428,19 +437,24 @@ fn ipam(out: &mut Outcome, scale: &Scale) -> anyhow::Result<()> {
 
 /// The compiled world's size.
 #[derive(Debug, Clone, Copy)]
-struct CompileSizes {
-    networks: u32,
-    nodes: u32,
-    pods: u32,
+pub struct CompileSizes {
+    /// l3 networks.
+    pub networks: u32,
+    /// Nodes.
+    pub nodes: u32,
+    /// Pods per (network, node).
+    pub pods: u32,
     /// Timed one-pod changes (after `samples / 10` untimed).
-    samples: usize,
+    pub samples: usize,
     /// Timed one-pod changes planned with `Change::All` (the anchor).
-    replan_samples: usize,
-    region: u64,
+    pub replan_samples: usize,
+    /// Size of the tables region.
+    pub region: u64,
 }
 
 impl CompileSizes {
-    fn of(scale: &Scale) -> CompileSizes {
+    /// The sizes for a report scale (`--smoke`: tiny; otherwise 100 × 50 × 20).
+    pub fn of(scale: &Scale) -> CompileSizes {
         if scale.smoke {
             CompileSizes {
                 networks: 4,
@@ -500,8 +514,8 @@ fn compile_pod(n: u32, k: u32, i: u32) -> anyhow::Result<EndpointModel> {
 }
 
 /// `networks` l3 networks (10.n.0.0/16 + fd00:n::/32, /24 and /64 blocks) × `nodes` nodes ×
-/// `pods` pods per (network, node), and 10 bidirectional routing policies joining network pairs
-/// (the world of `control/benches/compile.rs`).
+/// `pods` pods per (network, node), and 10 bidirectional routing policies joining network
+/// pairs.
 fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
     let mut w = World::default();
     for k in 1..=s.nodes {
@@ -563,8 +577,10 @@ fn shm_base() -> PathBuf {
     }
 }
 
+/// A compiled world published into real tables on `/dev/shm`, changed one pod at a time.
+/// Shared with `benches/benches/compile.rs`.
 #[derive(Debug)]
-struct CompileBench {
+pub struct CompileBench {
     sizes: CompileSizes,
     world: World,
     compiler: Compiler,
@@ -575,7 +591,8 @@ struct CompileBench {
 }
 
 impl CompileBench {
-    fn new(sizes: CompileSizes) -> anyhow::Result<CompileBench> {
+    /// Builds the world, compiles and publishes it once.
+    pub fn new(sizes: CompileSizes) -> anyhow::Result<CompileBench> {
         let dir = TempDir::new("lace-bench-compile", &shm_base())?;
         let cfg = TablesConfig {
             dir: dir.0.clone(),
@@ -600,7 +617,7 @@ impl CompileBench {
 
     /// Adds or removes one pod of one network on this node; plan (incremental, or
     /// `Change::All`) + apply, timed.
-    fn one_pod(&mut self, replan_all: bool) -> anyhow::Result<Duration> {
+    pub fn one_pod(&mut self, replan_all: bool) -> anyhow::Result<Duration> {
         let nets = self.sizes.networks;
         let n = self.turn % nets + 1;
         let adding = (self.turn / nets) % 2 == 0;
