@@ -11,6 +11,8 @@ pub mod bind;
 pub mod cni;
 pub mod compile;
 pub mod daemon;
+pub mod diff;
+pub mod fsio;
 pub mod ipam;
 pub mod proto;
 pub mod source;

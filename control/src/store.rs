@@ -1,8 +1,8 @@
 //! Control's allocation state on disk (standalone mode): one JSON file, replaced atomically.
 //!
 //! Guarantees:
-//! - A save writes `<file>.tmp`, fsyncs it, renames it over `<file>` and fsyncs the directory,
-//!   so after a crash the file holds either the previous or the new state, never a mix.
+//! - A save replaces the file atomically ([`crate::fsio::write_atomically`]): after a crash the
+//!   file holds either the previous or the new state, never a mix.
 //! - A missing file is a first start ([`Store::load`] returns `None`). A file that cannot be
 //!   read, parsed or checked is an error naming the file and the way out: starting empty would
 //!   hand out addresses and ids that pods and tables still use.
@@ -11,9 +11,6 @@
 //! In Kubernetes mode the same state is published as API objects instead
 //! ([`crate::ipam::Ipam::allocation_specs`], [`crate::ipam::Ipam::network_ids`]).
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::ipam::{Ipam, IpamConfig, IpamError, IpamState};
@@ -73,23 +70,18 @@ impl Store {
         &self.path
     }
 
-    fn tmp_path(&self) -> PathBuf {
-        let mut s = self.path.clone().into_os_string();
-        s.push(".tmp");
-        PathBuf::from(s)
-    }
-
-    fn io(&self, op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
-        let path = path.to_owned();
-        move |source| StoreError::Io { op, path, source }
-    }
-
     /// The saved state; None when the file does not exist (first start).
     pub fn load(&self) -> Result<Option<IpamState>, StoreError> {
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.io("read", &self.path)(e)),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    op: "read",
+                    path: self.path.clone(),
+                    source,
+                })
+            }
         };
         let state: IpamState = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
             path: self.path.clone(),
@@ -112,29 +104,14 @@ impl Store {
 
     /// Replaces the saved state with `state`, atomically (see the module docs).
     pub fn save(&self, state: &IpamState) -> Result<(), StoreError> {
-        let tmp = self.tmp_path();
         let json = serde_json::to_vec_pretty(state).map_err(|e| StoreError::Corrupt {
-            path: tmp.clone(),
+            path: self.path.clone(),
             reason: format!("cannot serialise: {e}"),
         })?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(self.io("create", &tmp))?;
-        f.write_all(&json).map_err(self.io("write", &tmp))?;
-        f.sync_all().map_err(self.io("fsync", &tmp))?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path).map_err(self.io("rename", &self.path))?;
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(self.io("fsync directory", dir))?;
-        Ok(())
+        crate::fsio::write_atomically(&self.path, &json, 0o600).map_err(|e| StoreError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        })
     }
 }

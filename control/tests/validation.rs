@@ -33,8 +33,11 @@ fn messages<T>(r: Result<T, Errors>) -> Vec<String> {
     }
 }
 
-/// Runs a table: (what the case covers, spec YAML, the exact messages expected).
+/// Runs a table: (what the case covers, spec YAML, the exact messages expected). Every case is
+/// also fed to the committed CRD of `kind` ([`crd_agrees`]), so admission and `validate` can
+/// never drift apart.
 fn table<S: serde::de::DeserializeOwned>(
+    kind: &str,
     cases: &[(&str, &str, &[&str])],
     validate: impl Fn(&S) -> Result<(), Errors>,
 ) {
@@ -42,6 +45,86 @@ fn table<S: serde::de::DeserializeOwned>(
         let spec: S = yaml(text);
         let got = messages(validate(&spec));
         assert_eq!(got, *want, "case: {what}");
+        crd_agrees(kind, text, None, &got, what);
+    }
+}
+
+// ---- the CRDs' admission rules ------------------------------------------------------------
+
+/// The committed `deploy/crds` schema of `kind` (what `kubectl apply` installs).
+fn crd_schema(kind: &str) -> serde_json::Value {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        let crd: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+        if crd["spec"]["names"]["kind"] == kind {
+            return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+        }
+    }
+    panic!("no CRD of kind {kind} in {}", dir.display())
+}
+
+/// The object a user would apply: `spec` (YAML) under the kind's apiVersion.
+fn object_of(kind: &str, spec_yaml: &str) -> serde_json::Value {
+    let spec: serde_json::Value = serde_yaml::from_str(spec_yaml).unwrap();
+    serde_json::json!({
+        "apiVersion": "lace-cni.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "n"},
+        "spec": spec,
+    })
+}
+
+/// The field a `validate` message is about: "Network n: spec.x[1].y \"v\" is …" → `spec.x[1].y`
+/// (map keys written `["k"]` become `.k`, as the API server writes them).
+fn field_of(message: &str) -> String {
+    let rest = message.split_once(": ").map_or(message, |(_, r)| r);
+    let field = rest.split(' ').next().unwrap_or(rest);
+    normalize(field)
+}
+
+fn normalize(path: &str) -> String {
+    path.replace("[\"", ".").replace("\"]", "")
+}
+
+/// The CRD's rules (through kube-cel's validator, as the API server evaluates them) give the
+/// same verdict as `validate` (its `messages`), and name every field `validate` names: by the
+/// error's field path, or by a message that starts with the field. `metadata` fields are the
+/// API server's own (every object name is a DNS subdomain), not the CRD's. `old` is the spec of
+/// an update (transition rules).
+fn crd_agrees(kind: &str, spec_yaml: &str, old: Option<&str>, messages: &[String], what: &str) {
+    let schema = crd_schema(kind);
+    let object = object_of(kind, spec_yaml);
+    let old_object = old.map(|o| object_of(kind, o));
+    let errors = match kube_cel::Validator::new().validate(&schema, &object, old_object.as_ref()) {
+        Ok(()) => Vec::new(),
+        Err(e) => e.into_vec(),
+    };
+    for e in &errors {
+        assert_eq!(
+            e.kind,
+            kube_cel::ErrorKind::ValidationFailure,
+            "case {what}: a rule did not evaluate: {e}"
+        );
+    }
+    let spec_messages: Vec<&String> = messages
+        .iter()
+        .filter(|m| !field_of(m).starts_with("metadata."))
+        .collect();
+    assert_eq!(
+        errors.is_empty(),
+        messages.is_empty(),
+        "case {what}: validate says {messages:#?}, the CRD {errors:#?}"
+    );
+    for m in spec_messages {
+        let field = field_of(m);
+        let named = errors.iter().any(|e| {
+            normalize(&e.field_path) == field || e.message.starts_with(&format!("{field} "))
+        });
+        assert!(
+            named,
+            "case {what}: no CRD error names {field} ({m}); the CRD says {errors:#?}"
+        );
     }
 }
 
@@ -165,6 +248,7 @@ fn network_type_is_l3_l2_or_external() {
 #[test]
 fn network_subnets() {
     table::<NetworkSpec>(
+        "Network",
         &[
             (
                 "l3: at least one subnet is required",
@@ -249,6 +333,7 @@ fn network_subnets() {
 #[test]
 fn network_host_local_prefix_length() {
     table::<NetworkSpec>(
+        "Network",
         &[
             (
                 "l3 only: l2 must not set it",
@@ -318,6 +403,7 @@ fn network_host_local_prefix_length() {
 #[test]
 fn network_external_prefixes() {
     table::<NetworkSpec>(
+        "Network",
         &[
             (
                 "external: several prefixes, both families",
@@ -382,6 +468,7 @@ fn network_anonymous_is_accepted_on_every_type() {
 #[test]
 fn network_uplinks() {
     table::<NetworkSpec>(
+        "Network",
         &[
             (
                 "a full uplink configuration",
@@ -522,6 +609,14 @@ fn network_reports_every_error_not_only_the_first() {
             "Network Bad: spec.uplinks is set on an l3 network; only external networks have it, so remove it or use type external",
         ]
     );
+    let text = "{type: l3, ipv4Subnet: {prefix: 10.40.0.1/16}, ipv6Subnet: {prefix: 'fd00::/64', hostLocalPrefixLength: 50}, externalPrefixes: [x], uplinks: [{vlan: 0}]}";
+    crd_agrees(
+        "Network",
+        text,
+        None,
+        &messages(validate_network("Bad", &spec)),
+        "every error",
+    );
     // The errors display one per line.
     let e = validate_network("Bad", &spec).unwrap_err();
     assert_eq!(e.to_string().lines().count(), 6);
@@ -579,13 +674,15 @@ fn network_type_and_subnets_are_immutable() {
             ],
         ),
     ];
+    let base_text = "{type: l3, ipv4Subnet: {prefix: 10.40.0.0/16, hostLocalPrefixLength: 24}}";
     for (what, text, want) in cases {
         let new: NetworkSpec = yaml(text);
-        assert_eq!(
-            messages(validate_network_update("backend", &base, &new)),
-            *want,
-            "case: {what}"
-        );
+        let got = messages(validate_network_update("backend", &base, &new));
+        assert_eq!(got, *want, "case: {what}");
+        // The update as the API server sees it: the transition rules and the new spec's own.
+        let mut all = got.clone();
+        all.extend(messages(validate_network("backend", &new)));
+        crd_agrees("Network", text, Some(base_text), &all, what);
     }
     let l2: NetworkSpec = yaml("{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}}");
     let l2_other: NetworkSpec = yaml("{type: l2, ipv4Subnet: {prefix: 10.50.1.0/24}}");
@@ -624,6 +721,7 @@ fn binding_priority_and_match_kind() {
         serde_yaml::from_str("{matchKind: [deployment], rules: [{network: a}]}");
     assert!(r.is_err(), "an unknown kind does not decode");
     table::<NetworkBindingPolicySpec>(
+        "NetworkBindingPolicy",
         &[
             (
                 "matchKind entries are unique",
@@ -646,6 +744,7 @@ fn binding_priority_and_match_kind() {
 #[test]
 fn binding_rules() {
     table::<NetworkBindingPolicySpec>(
+        "NetworkBindingPolicy",
         &[
             (
                 "at least one rule",
@@ -725,6 +824,7 @@ fn binding_rules() {
 #[test]
 fn binding_selectors() {
     table::<NetworkBindingPolicySpec>(
+        "NetworkBindingPolicy",
         &[
             (
                 "name, labels, expressions and a nested namespaceSelector",
@@ -906,6 +1006,7 @@ fn routing_policy_parses_validates_and_models() {
 #[test]
 fn routing_policy_errors() {
     table::<NetworkRoutingPolicySpec>(
+        "NetworkRoutingPolicy",
         &[
             (
                 "at least one source",
@@ -1127,6 +1228,15 @@ hostInterface: way-too-long-name
             "NetworkEndpoint Team/x: spec.mac \"02:00:0a:28:03\" is not a MAC address; use six hex octets separated by ':', e.g. 02:00:00:00:00:01",
         ]
     );
+    let bad_text = "{network: Backend, pod: web_0, node: '', interface: 'eth 0', containerId: '', addresses: [10.40.3.7, 10.40.3.8/32, 10.40.3.9/32], mac: '02:00:0a:28:03', hostInterface: way-too-long-name}";
+    crd_agrees(
+        "NetworkEndpoint",
+        bad_text,
+        None,
+        &messages(validate_endpoint("Team", "x", &yaml(bad_text))),
+        "bad endpoint",
+    );
+    crd_agrees("NetworkEndpoint", ENDPOINT, None, &[], "good endpoint");
     let mut none = good.clone();
     none.addresses.clear();
     none.mac = "01:00:5e:00:00:01".into();
@@ -1136,6 +1246,13 @@ hostInterface: way-too-long-name
             "NetworkEndpoint team-a/e: spec.addresses is empty; list the interface's addresses with prefix length, e.g. 10.40.3.7/32",
             "NetworkEndpoint team-a/e: spec.mac \"01:00:5e:00:00:01\" is a multicast or all-zero MAC; use a unicast MAC, e.g. 02:00:00:00:00:01",
         ]
+    );
+    crd_agrees(
+        "NetworkEndpoint",
+        &serde_yaml::to_string(&none).unwrap(),
+        None,
+        &messages(validate_endpoint("team-a", "e", &none)),
+        "no addresses, multicast MAC",
     );
 }
 
@@ -1162,6 +1279,13 @@ fn mac_parsing() {
         messages(validate_neighbor("storage-10.50.0.7", &n)),
         ["Neighbor storage-10.50.0.7: spec.mac \"00:00:00:00:00:00\" is a multicast or all-zero MAC; use a unicast MAC, e.g. 02:00:00:00:00:01"]
     );
+    crd_agrees(
+        "Neighbor",
+        &serde_yaml::to_string(&n).unwrap(),
+        None,
+        &messages(validate_neighbor("storage-10.50.0.7", &n)),
+        "all-zero MAC",
+    );
     n.mac = "02:00:00:00:00:07".into();
     assert_eq!(validate_neighbor("storage-10.50.0.7", &n), Ok(()));
 }
@@ -1179,6 +1303,7 @@ fn allocation() {
         ]
     );
     table::<AllocationSpec>(
+        "Allocation",
         &[
             (
                 "at least one block",
@@ -1202,6 +1327,7 @@ fn allocation() {
 #[test]
 fn neighbor_and_fdb_entry() {
     table::<NeighborSpec>(
+        "Neighbor",
         &[
             ("learned", "{network: storage, address: 'fd00:50::7', mac: '02:00:00:00:00:07', learned: true}", &[]),
             (
@@ -1213,6 +1339,7 @@ fn neighbor_and_fdb_entry() {
         |s| validate_neighbor("nb", s),
     );
     table::<FdbEntrySpec>(
+        "FDBEntry",
         &[
             ("moved, sequence 3", "{network: storage, mac: '02:00:00:00:00:07', node: node-2, sequence: 3, learned: true}", &[]),
             (
@@ -1243,6 +1370,7 @@ fn node_locator() {
     assert_eq!(m.locator, "fc00:0:3::/48".parse().unwrap());
     assert_eq!(m.underlay, "2001:db8::3".parse::<Ipv6Addr>().unwrap());
     table::<NodeLocatorSpec>(
+        "NodeLocator",
         &[
             ("a /64 is the longest locator", "{locator: 'fc00:0:3:4::/64', underlay: '2001:db8::3', id: 1}", &[]),
             (

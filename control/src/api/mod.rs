@@ -17,6 +17,9 @@
 //! bad one is a validation error with a message, not a decode failure) and parsed by
 //! validation.
 
+pub mod crd;
+pub mod limits;
+pub mod schema;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -68,6 +71,23 @@ pub enum NetworkType {
     /// Underlay prefixes outside the cluster, no IPAM.
     #[serde(rename = "external")]
     External,
+}
+
+impl NetworkType {
+    /// The name a user writes in `spec.type`: `l3`, `l2`, `external`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkType::L3 => "l3",
+            NetworkType::L2 => "l2",
+            NetworkType::External => "external",
+        }
+    }
+}
+
+impl std::fmt::Display for NetworkType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A subnet of an l3 or l2 network, per address family.

@@ -50,6 +50,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId};
 
+use crate::api::limits::*;
 use crate::api::{
     AllocationSpec, Direction, FdbEntrySpec, LabelSelector, LabelSelectorRequirement, NeighborSpec,
     NetworkBindingPolicySpec, NetworkEndpointSpec, NetworkRoutingPolicySpec, NetworkSpec,
@@ -415,6 +416,26 @@ pub enum ValidationError {
         /// Where.
         at: Field,
     },
+    /// More entries (or characters) than the API allows ([`crate::api::limits`]).
+    #[error(
+        "{at} has {count} {what}; at most {max} are allowed, so split the object or shorten it"
+    )]
+    TooMany {
+        /// Where.
+        at: Field,
+        /// How many there are.
+        count: usize,
+        /// The limit.
+        max: usize,
+        /// What is counted (`entries`, `characters`).
+        what: &'static str,
+    },
+}
+
+/// Whether `a` is an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), which Kubernetes' IP and
+/// CIDR libraries refuse.
+fn is_v4_mapped(a: &IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
 }
 
 /// All the errors found in one object (never empty when returned as `Err`). Displayed one
@@ -574,7 +595,12 @@ impl Check {
         example: &'static str,
         family: Option<(Family, &'static str)>,
     ) -> Option<IpNet> {
-        let Ok(net) = value.parse::<IpNet>() else {
+        // Kubernetes' isCIDR refuses IPv4-mapped IPv6 prefixes; so does lace.
+        let Some(net) = value
+            .parse::<IpNet>()
+            .ok()
+            .filter(|n| !is_v4_mapped(&n.addr()))
+        else {
             let at = self.at(path);
             self.push(ValidationError::NotCidr {
                 at,
@@ -608,9 +634,9 @@ impl Check {
     }
 
     fn address(&mut self, path: &str, value: &str, example: &'static str) -> Option<IpAddr> {
-        match value.parse::<IpAddr>() {
-            Ok(a) => Some(a),
-            Err(_) => {
+        match value.parse::<IpAddr>().ok().filter(|a| !is_v4_mapped(a)) {
+            Some(a) => Some(a),
+            None => {
                 let at = self.at(path);
                 self.push(ValidationError::NotAddress {
                     at,
@@ -652,6 +678,19 @@ impl Check {
         }
     }
 
+    /// At most `max` entries (or characters) in `path`.
+    fn at_most(&mut self, path: &str, count: usize, max: usize, what: &'static str) {
+        if count > max {
+            let at = self.at(path);
+            self.push(ValidationError::TooMany {
+                at,
+                count,
+                max,
+                what,
+            });
+        }
+    }
+
     fn not_empty(&mut self, path: &str, value: &str, fix: &'static str) -> bool {
         if value.is_empty() {
             let at = self.at(path);
@@ -685,6 +724,12 @@ impl Check {
     }
 
     fn match_labels(&mut self, path: &str, labels: &std::collections::BTreeMap<String, String>) {
+        self.at_most(
+            &format!("{path}.matchLabels"),
+            labels.len(),
+            MAX_LABELS,
+            "entries",
+        );
         for (k, v) in labels {
             self.label_key(&format!("{path}.matchLabels"), k);
             if let Err(reason) = label_value(v) {
@@ -699,8 +744,20 @@ impl Check {
     }
 
     fn match_expressions(&mut self, path: &str, exprs: &[LabelSelectorRequirement]) {
+        self.at_most(
+            &format!("{path}.matchExpressions"),
+            exprs.len(),
+            MAX_REQUIREMENTS,
+            "entries",
+        );
         for (j, req) in exprs.iter().enumerate() {
             let p = format!("{path}.matchExpressions[{j}]");
+            self.at_most(
+                &format!("{p}.values"),
+                req.values.len(),
+                MAX_VALUES,
+                "entries",
+            );
             self.label_key(&format!("{p}.key"), &req.key);
             let (operator, needs_values): (&'static str, bool) = match req.operator.as_str() {
                 "In" => ("In", true),
@@ -934,14 +991,6 @@ pub fn parse_mac(s: &str) -> Option<MacAddr> {
 
 // ---- Network -------------------------------------------------------------------------------
 
-fn type_name(t: NetworkType) -> &'static str {
-    match t {
-        NetworkType::L3 => "l3",
-        NetworkType::L2 => "l2",
-        NetworkType::External => "external",
-    }
-}
-
 /// A parsed network spec (what [`NetworkModel`] needs apart from name and id).
 struct ParsedNetwork {
     v4: Option<(Ipv4Net, Option<u8>)>,
@@ -951,7 +1000,7 @@ struct ParsedNetwork {
 
 fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork {
     c.subdomain("metadata.name", name);
-    let kind = type_name(spec.type_);
+    let kind = spec.type_.as_str();
     let mut parsed = ParsedNetwork {
         v4: None,
         v6: None,
@@ -977,6 +1026,12 @@ fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork
             });
         }
         let mut seen = BTreeSet::new();
+        c.at_most(
+            "spec.externalPrefixes",
+            spec.external_prefixes.len(),
+            MAX_PREFIXES,
+            "entries",
+        );
         for (i, p) in spec.external_prefixes.iter().enumerate() {
             let path = format!("spec.externalPrefixes[{i}]");
             if let Some(net) = c.prefix(&path, p, "192.0.2.0/24", None) {
@@ -991,6 +1046,7 @@ fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork
                 }
             }
         }
+        c.at_most("spec.uplinks", spec.uplinks.len(), MAX_UPLINKS, "entries");
         for (i, up) in spec.uplinks.iter().enumerate() {
             check_uplink(c, i, up);
         }
@@ -1091,7 +1147,7 @@ fn check_subnet(
             let at = c.at(&hl_path);
             c.push(ValidationError::HostLocalNotL3 {
                 at,
-                kind: type_name(t),
+                kind: t.as_str(),
             });
             ok = false;
         }
@@ -1117,6 +1173,12 @@ fn check_uplink(c: &mut Check, i: usize, up: &crate::api::UplinkAttachment) {
             c.push(ValidationError::VlanOutOfRange { at, value: vlan });
         }
     }
+    c.at_most(
+        &format!("{p}.staticRoutes"),
+        up.static_routes.len(),
+        MAX_STATIC_ROUTES,
+        "entries",
+    );
     for (j, r) in up.static_routes.iter().enumerate() {
         let rp = format!("{p}.staticRoutes[{j}]");
         let dst = c.prefix(
@@ -1176,8 +1238,8 @@ pub fn validate_network_update(
         let at = c.at("spec.type");
         c.push(ValidationError::Immutable {
             at,
-            old: type_name(old.type_).to_string(),
-            new: type_name(new.type_).to_string(),
+            old: old.type_.as_str().to_string(),
+            new: new.type_.as_str().to_string(),
         });
     }
     for (path, o, n) in [
@@ -1194,6 +1256,51 @@ pub fn validate_network_update(
         }
     }
     c.finish()
+}
+
+/// A Network's spec validated and parsed: its model but for the data-plane id, which IPAM
+/// assigns ([`ValidNetwork::model`]). Parse once per spec version, then reuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidNetwork {
+    /// `spec.type`.
+    pub kind: NetworkType,
+    /// IPv4 subnet and (l3) block length.
+    pub v4: Option<(Ipv4Net, Option<u8>)>,
+    /// IPv6 subnet and (l3) block length.
+    pub v6: Option<(Ipv6Net, Option<u8>)>,
+    /// External prefixes.
+    pub external: Vec<IpNet>,
+    /// `spec.anonymous`.
+    pub anonymous: bool,
+}
+
+impl ValidNetwork {
+    /// The compiler's model of Network `name` with id `id`.
+    pub fn model(&self, name: &str, id: NetworkId) -> NetworkModel {
+        NetworkModel {
+            name: name.to_string(),
+            id,
+            kind: self.kind,
+            v4: self.v4,
+            v6: self.v6,
+            external: self.external.clone(),
+            anonymous: self.anonymous,
+        }
+    }
+}
+
+/// Validates Network `name` and parses it (errors are those of [`validate_network`]).
+pub fn parse_network(name: &str, spec: &NetworkSpec) -> Result<ValidNetwork, Errors> {
+    let mut c = Check::new("Network", name);
+    let parsed = check_network(&mut c, name, spec);
+    c.finish()?;
+    Ok(ValidNetwork {
+        kind: spec.type_,
+        v4: parsed.v4,
+        v6: parsed.v6,
+        external: parsed.external,
+        anonymous: spec.anonymous,
+    })
 }
 
 /// Parses a valid Network into the compiler's model, with the data-plane id `id`
@@ -1254,6 +1361,7 @@ pub fn validate_binding_policy(name: &str, spec: &NetworkBindingPolicySpec) -> R
             }
         }
     }
+    c.at_most("spec.rules", spec.rules.len(), MAX_RULES, "entries");
     if spec.rules.is_empty() {
         let at = c.at("spec.rules");
         c.push(ValidationError::Empty {
@@ -1267,6 +1375,12 @@ pub fn validate_binding_policy(name: &str, spec: &NetworkBindingPolicySpec) -> R
             c.subdomain(&format!("{p}.network"), network);
         }
         if let Some(expr) = &rule.cel_expression {
+            c.at_most(
+                &format!("{p}.celExpression"),
+                expr.chars().count(),
+                MAX_CEL_LENGTH,
+                "characters",
+            );
             c.not_empty(
                 &format!("{p}.celExpression"),
                 expr,
@@ -1331,6 +1445,7 @@ pub fn validate_binding_policy(name: &str, spec: &NetworkBindingPolicySpec) -> R
 
 fn check_routing(c: &mut Check, name: &str, spec: &NetworkRoutingPolicySpec) -> Vec<IpNet> {
     c.subdomain("metadata.name", name);
+    c.at_most("spec.sources", spec.sources.len(), MAX_SOURCES, "entries");
     if spec.sources.is_empty() {
         let at = c.at("spec.sources");
         c.push(ValidationError::Empty {
@@ -1356,6 +1471,12 @@ fn check_routing(c: &mut Check, name: &str, spec: &NetworkRoutingPolicySpec) -> 
         c.subdomain("spec.destination.network", &spec.destination.network);
     }
     let mut prefixes = Vec::new();
+    c.at_most(
+        "spec.destination.prefixes",
+        spec.destination.prefixes.len(),
+        MAX_PREFIXES,
+        "entries",
+    );
     for (i, p) in spec.destination.prefixes.iter().enumerate() {
         if let Some(net) = c.prefix(
             &format!("spec.destination.prefixes[{i}]"),
@@ -1444,7 +1565,7 @@ pub fn routing_support(
     }
     // Only l3 networks are routed between so far.
     let unsupported_kind = |network: &str| match kind_of(network) {
-        Some(t @ (NetworkType::External | NetworkType::L2)) => Some(type_name(t)),
+        Some(t @ (NetworkType::External | NetworkType::L2)) => Some(t.as_str()),
         Some(NetworkType::L3) | None => None,
     };
     if let Some(kind) = unsupported_kind(&spec.destination.network) {
@@ -1499,6 +1620,12 @@ pub fn validate_endpoint(
         &spec.container_id,
         "set the CNI container id",
     );
+    c.at_most(
+        "spec.addresses",
+        spec.addresses.len(),
+        MAX_ENDPOINT_ADDRESSES,
+        "entries",
+    );
     if spec.addresses.is_empty() {
         let at = c.at("spec.addresses");
         c.push(ValidationError::Empty {
@@ -1529,6 +1656,12 @@ fn check_allocation(c: &mut Check, name: &str, spec: &AllocationSpec) -> Vec<IpN
     c.subdomain("metadata.name", name);
     c.subdomain("spec.network", &spec.network);
     c.subdomain("spec.node", &spec.node);
+    c.at_most(
+        "spec.prefixes",
+        spec.prefixes.len(),
+        MAX_ENDPOINT_ADDRESSES,
+        "entries",
+    );
     if spec.prefixes.is_empty() {
         let at = c.at("spec.prefixes");
         c.push(ValidationError::Empty {

@@ -167,9 +167,9 @@ impl PodLinkSpec {
                 "not a Linux interface name (1 to 15 characters, no '/', ':' or space)".into(),
             ));
         }
-        let mac = parse_mac(&alloc.mac).map_err(|r| bad("mac", &alloc.mac, r))?;
-        let gateway_mac =
-            parse_mac(&alloc.gateway_mac).map_err(|r| bad("gatewayMac", &alloc.gateway_mac, r))?;
+        let mac = parse_mac(&alloc.mac).ok_or_else(|| bad("mac", &alloc.mac, MAC_SYNTAX.into()))?;
+        let gateway_mac = parse_mac(&alloc.gateway_mac)
+            .ok_or_else(|| bad("gatewayMac", &alloc.gateway_mac, MAC_SYNTAX.into()))?;
         if alloc.mtu < 576 {
             return Err(bad("mtu", &alloc.mtu.to_string(), "below 576".into()));
         }
@@ -247,21 +247,12 @@ impl PodLinkSpec {
     }
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in &mut mac {
-        let p = parts.next().ok_or("fewer than 6 octets")?;
-        if p.len() != 2 {
-            return Err(format!("octet {p:?} is not two hex digits"));
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|e| format!("octet {p:?}: {e}"))?;
-    }
-    if parts.next().is_some() {
-        return Err("more than 6 octets".into());
-    }
-    Ok(mac)
+/// What a MAC in an allocation must look like.
+const MAC_SYNTAX: &str = "not six two-digit hex octets separated by ':'";
+
+/// Parses `aa:bb:cc:dd:ee:ff` (the API's one MAC parser, as octets).
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    crate::api::validate::parse_mac(s).map(|m| m.0)
 }
 
 /// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
@@ -525,12 +516,7 @@ pub fn configure_pod_end(spec: &PodLinkSpec, netns: &Path) -> Result<(), LinkErr
         }
         for (dst, gw) in &spec.routes {
             let what = format!("adding route {dst} via {gw} dev {name}");
-            let msg =
-                route_message(*dst, *gw, index).map_err(|reason| LinkError::BadAllocation {
-                    field: "routes",
-                    value: format!("{dst} via {gw}"),
-                    reason,
-                })?;
+            let msg = route_message(*dst, *gw, index)?;
             handle
                 .route()
                 .add(msg)
@@ -543,13 +529,18 @@ pub fn configure_pod_end(spec: &PodLinkSpec, netns: &Path) -> Result<(), LinkErr
     })
 }
 
-fn route_message(dst: IpNet, gw: IpAddr, index: u32) -> Result<RouteMessage, String> {
+fn route_message(dst: IpNet, gw: IpAddr, index: u32) -> Result<RouteMessage, LinkError> {
+    let bad = |reason: String| LinkError::BadAllocation {
+        field: "routes",
+        value: format!("{dst} via {gw}"),
+        reason,
+    };
     // On-link: the gateway need not lie inside the pod's prefix (a /32 or /128 pod address).
     Ok(RouteMessageBuilder::<IpAddr>::new()
         .destination_prefix(dst.addr(), dst.prefix_len())
-        .map_err(|e| e.to_string())?
+        .map_err(|e| bad(e.to_string()))?
         .gateway(gw)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| bad(e.to_string()))?
         .output_interface(index)
         .onlink()
         .build())
@@ -854,7 +845,7 @@ mod tests {
             format_mac(&parse_mac("02:AB:cd:00:00:ff").unwrap()),
             "02:ab:cd:00:00:ff"
         );
-        assert!(parse_mac("02:ab:cd:00:00:ff:01").is_err());
-        assert!(parse_mac("2:ab:cd:00:00:ff").is_err());
+        assert!(parse_mac("02:ab:cd:00:00:ff:01").is_none());
+        assert!(parse_mac("2:ab:cd:00:00:ff").is_none());
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use lace_shared::tables::TableWriter;
 
 use super::{split, NetworkTables, NodeTables};
+use crate::diff::merge_diff;
 
 /// What one [`super::Compiler::apply`] changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,46 +76,6 @@ fn fail(op: impl FnOnce() -> String) -> impl FnOnce(lace_shared::Error) -> Apply
     move |source| ApplyError::Tables { op: op(), source }
 }
 
-/// Calls `f(key, old, new)` for every key whose value differs between `old` and `new`.
-fn diff<K: Ord, V: PartialEq, E>(
-    old: &BTreeMap<K, V>,
-    new: &BTreeMap<K, V>,
-    mut f: impl FnMut(&K, Option<&V>, Option<&V>) -> Result<(), E>,
-) -> Result<(), E> {
-    let mut a = old.iter().peekable();
-    let mut b = new.iter().peekable();
-    loop {
-        match (a.peek(), b.peek()) {
-            (None, None) => return Ok(()),
-            (Some(&(k, v)), None) => {
-                f(k, Some(v), None)?;
-                a.next();
-            }
-            (None, Some(&(k, v))) => {
-                f(k, None, Some(v))?;
-                b.next();
-            }
-            (Some(&(ka, va)), Some(&(kb, vb))) => match ka.cmp(kb) {
-                std::cmp::Ordering::Less => {
-                    f(ka, Some(va), None)?;
-                    a.next();
-                }
-                std::cmp::Ordering::Greater => {
-                    f(kb, None, Some(vb))?;
-                    b.next();
-                }
-                std::cmp::Ordering::Equal => {
-                    if va != vb {
-                        f(ka, Some(va), Some(vb))?;
-                    }
-                    a.next();
-                    b.next();
-                }
-            },
-        }
-    }
-}
-
 /// Stages `last → next` into `w` and publishes; aborts the batch on error.
 pub(super) fn apply(
     w: &mut TableWriter,
@@ -143,7 +104,7 @@ fn stage(
     st: &mut ApplyStats,
 ) -> Result<(), ApplyError> {
     // Nodes first (next hops refer to them), removals of nodes last.
-    diff(&last.nodes, &next.nodes, |id, _, new| {
+    merge_diff(&last.nodes, &next.nodes, |id, _, new| {
         if let Some(n) = new {
             w.set_node(*id, n)
                 .map_err(fail(|| format!("set_node {}", id.0)))?;
@@ -179,7 +140,7 @@ fn stage(
             (None, None) => break,
         }
     }
-    diff(&last.ports, &next.ports, |id, _, new| {
+    merge_diff(&last.ports, &next.ports, |id, _, new| {
         match new {
             Some(p) => {
                 w.set_port(*id, p)
@@ -194,7 +155,7 @@ fn stage(
         }
         Ok(())
     })?;
-    diff(&last.sids, &next.sids, |sid, _, new| {
+    merge_diff(&last.sids, &next.sids, |sid, _, new| {
         match new {
             Some(b) => {
                 w.set_local_sid(*sid, *b)
@@ -209,7 +170,7 @@ fn stage(
         }
         Ok(())
     })?;
-    diff(&last.nodes, &next.nodes, |id, _, new| {
+    merge_diff(&last.nodes, &next.nodes, |id, _, new| {
         if new.is_none() {
             w.remove_node(*id)
                 .map_err(fail(|| format!("remove_node {}", id.0)))?;
@@ -233,7 +194,7 @@ fn network(
     }
     let empty = BTreeMap::new();
     let old_routes = old.map_or(&empty, |o| &o.routes);
-    diff(old_routes, &new.routes, |p, _, nh| {
+    merge_diff(old_routes, &new.routes, |p, _, nh| {
         let (addr, len) = split(p);
         match nh {
             Some(nh) => {

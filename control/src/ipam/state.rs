@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::{IpNet, Ipv6Net};
-use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId, PortId};
+use lace_shared::types::{IfName, NetworkId, NodeId, PortId};
 use serde::{Deserialize, Serialize};
 
 use super::ranges::FreeRanges;
@@ -17,6 +17,7 @@ use super::{
     AttachmentKey, EndpointLease, FamilyIpam, Ipam, IpamConfig, IpamError, LeaseAddress, NetState,
     NetworkDef, NodeState, PodRef, MAX_POD_PORT,
 };
+use crate::api::validate::parse_mac;
 
 /// The format version this build writes and reads.
 pub const STATE_VERSION: u32 = 1;
@@ -87,19 +88,6 @@ impl IpamState {
     pub fn version(&self) -> u32 {
         self.version
     }
-}
-
-fn parse_mac(s: &str) -> Option<MacAddr> {
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in &mut out {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(MacAddr(out))
 }
 
 fn corrupt(what: String) -> IpamError {
@@ -295,86 +283,93 @@ impl Ipam {
 
         let mut endpoint_ids = std::collections::HashSet::new();
         for r in &s.leases {
-            let lease = restore_lease(&mut ipam, r, &mut endpoint_ids).map_err(|what| {
-                corrupt(format!(
-                    "lease of container {} interface {}: {what}",
-                    r.container_id, r.ifname
-                ))
-            })?;
+            let lease =
+                restore_lease(&mut ipam, r, &mut endpoint_ids).map_err(|LeaseClash(what)| {
+                    corrupt(format!(
+                        "lease of container {} interface {}: {what}",
+                        r.container_id, r.ifname
+                    ))
+                })?;
             ipam.leases.insert(lease.key.clone(), lease);
         }
         Ok(ipam)
     }
 }
 
+/// What clashed when a saved lease was restored (wrapped into [`IpamError::CorruptState`]).
+struct LeaseClash(String);
+
 /// Takes everything `r` holds in `ipam` and returns the lease; the error says what clashed.
 fn restore_lease(
     ipam: &mut Ipam,
     r: &LeaseRecord,
     endpoint_ids: &mut std::collections::HashSet<u64>,
-) -> Result<EndpointLease, String> {
+) -> Result<EndpointLease, LeaseClash> {
     let key = AttachmentKey {
         container_id: r.container_id.clone(),
         ifname: r.ifname.clone(),
     };
     if ipam.leases.contains_key(&key) {
-        return Err("repeated".into());
+        return Err(LeaseClash("repeated".into()));
     }
     if r.endpoint_id == 0
         || r.endpoint_id >= ipam.next_endpoint_id
         || !endpoint_ids.insert(r.endpoint_id)
     {
-        return Err(format!(
+        return Err(LeaseClash(format!(
             "endpoint id {} is 0, repeated or not below the counter",
             r.endpoint_id
-        ));
+        )));
     }
-    let mac =
-        parse_mac(&r.mac).ok_or_else(|| format!("MAC {:?} is not aa:bb:cc:dd:ee:ff", r.mac))?;
+    let mac = parse_mac(&r.mac)
+        .ok_or_else(|| LeaseClash(format!("MAC {:?} is not aa:bb:cc:dd:ee:ff", r.mac)))?;
     if !ipam.macs.insert(mac.to_u64()) {
-        return Err(format!("MAC {mac} is repeated"));
+        return Err(LeaseClash(format!("MAC {mac} is repeated")));
     }
-    let host_iface = IfName::new(&r.host_iface).map_err(|e| e.to_string())?;
+    let host_iface = IfName::new(&r.host_iface).map_err(|e| LeaseClash(e.to_string()))?;
     let net = ipam
         .networks
         .get_mut(&r.network)
-        .ok_or_else(|| format!("unknown Network {}", r.network))?;
+        .ok_or_else(|| LeaseClash(format!("unknown Network {}", r.network)))?;
     let node = ipam
         .nodes
         .get_mut(&r.node)
-        .ok_or_else(|| format!("unknown node {}", r.node))?;
+        .ok_or_else(|| LeaseClash(format!("unknown node {}", r.node)))?;
     if !(1..=MAX_POD_PORT).contains(&r.port) || !node.ports.take(u128::from(r.port - 1)) {
-        return Err(format!(
+        return Err(LeaseClash(format!(
             "port {} is outside 1..={MAX_POD_PORT} or repeated",
             r.port
-        ));
+        )));
     }
     if !node.ifaces.insert(r.host_iface.clone()) {
-        return Err(format!(
+        return Err(LeaseClash(format!(
             "host interface {} is repeated on node {}",
             r.host_iface, r.node
-        ));
+        )));
     }
     if r.addresses.len() != net.families.len() {
-        return Err(format!(
+        return Err(LeaseClash(format!(
             "{} addresses for a network with {} families",
             r.addresses.len(),
             net.families.len()
-        ));
+        )));
     }
     let mut addresses = Vec::new();
     for (f, a) in net.families.iter_mut().zip(&r.addresses) {
-        let pool = f
-            .pool_mut(&r.node)
-            .ok_or_else(|| format!("address {} but node {} has no block", a.address, r.node))?;
+        let pool = f.pool_mut(&r.node).ok_or_else(|| {
+            LeaseClash(format!(
+                "address {} but node {} has no block",
+                a.address, r.node
+            ))
+        })?;
         if pool.layout.prefix != a.prefix
             || pool.layout.gateway != a.gateway
             || !pool.take(a.address)
         {
-            return Err(format!(
+            return Err(LeaseClash(format!(
                 "address {} (prefix {}, gateway {}) is not a free pod address of {}",
                 a.address, a.prefix, a.gateway, pool.layout.prefix
-            ));
+            )));
         }
         addresses.push(LeaseAddress {
             address: a.address,
