@@ -238,8 +238,8 @@ fn a_broken_file_keeps_its_last_good_objects_until_fixed() {
         "{problem}"
     );
 
-    // Valid YAML that does not decode as a Network; the new, good second document is not
-    // used either: the whole file stays at its last good version.
+    // Valid YAML that does not decode as a Network: that object keeps its last good version,
+    // and the file's other, valid documents are used.
     let bad = network("backend", "10.99.0.0/16").replace("type: l3", "type: l4");
     write(
         dir.path(),
@@ -251,7 +251,10 @@ fn a_broken_file_keeps_its_last_good_objects_until_fixed() {
         v4_prefix(&snapshot.objects, "backend").as_deref(),
         Some("10.40.0.0/16")
     );
-    assert!(!snapshot.objects.networks.contains_key("extra"));
+    assert_eq!(
+        v4_prefix(&snapshot.objects, "extra").as_deref(),
+        Some("10.60.0.0/16")
+    );
     assert_eq!(snapshot.problems.len(), 1, "{:?}", snapshot.problems);
     let problem = &snapshot.problems[0];
     assert_eq!(problem.origin.as_ref().unwrap().document, Some(2));
@@ -298,6 +301,90 @@ fn a_broken_file_keeps_its_last_good_objects_until_fixed() {
     assert_eq!(
         v4_prefix(&snapshot.objects, "other").as_deref(),
         Some("10.50.0.0/16")
+    );
+}
+
+/// Every decode error of a document is reported, each with its full field path, in one
+/// problem; the document's object is absent (it never had a good version) while the file's
+/// other documents are used.
+#[test]
+fn every_decode_error_of_a_document_is_reported_with_its_full_path() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!(
+            "{}---\n{}",
+            network("good", "10.1.0.0/16"),
+            "apiVersion: lace-cni.io/v1alpha1\nkind: Network\nmetadata: {name: bad}\nspec:\n  \
+             type: l4\n  ipv4Subnet: {hostLocalPrefixLength: 24}\n  externalPrefixes: 10.0.0.0/8\n"
+        ),
+    );
+    let mut source = StandaloneSource::polling(dir.path()).unwrap();
+    let snapshot = load(&mut source);
+    assert!(snapshot.objects.networks.contains_key("good"));
+    assert!(!snapshot.objects.networks.contains_key("bad"));
+    assert_eq!(snapshot.problems.len(), 1, "{:?}", snapshot.problems);
+    let p = &snapshot.problems[0];
+    assert_eq!(p.consequence, Consequence::NothingKept);
+    let ProblemKind::Decode { errors, .. } = &p.kind else {
+        panic!("{p}")
+    };
+    let mut paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    paths.sort_unstable();
+    assert_eq!(
+        paths,
+        [
+            "spec.externalPrefixes",
+            "spec.ipv4Subnet.prefix",
+            "spec.type"
+        ],
+        "{p}"
+    );
+    let text = p.to_string();
+    assert!(
+        text.contains("at spec.ipv4Subnet.prefix: Required value"),
+        "{text}"
+    );
+    // A Kubernetes kind goes through serde, which names the field with its full path too.
+    write(
+        dir.path(),
+        "b.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec:\n  ports:\n  - {name: web, port: http}\n",
+    );
+    let snapshot = load(&mut source);
+    let p = snapshot
+        .problems
+        .iter()
+        .find(|p| p.origin.as_ref().unwrap().file.ends_with("b.yaml"))
+        .unwrap();
+    assert!(
+        p.to_string()
+            .contains("at spec.ports[0].port: invalid type"),
+        "{p}"
+    );
+}
+
+#[test]
+fn network_policies_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "np.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-all, namespace: shop, labels: {tier: backend}}\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n",
+    );
+    let mut source = StandaloneSource::polling(dir.path()).unwrap();
+    let snapshot = load(&mut source);
+    assert_eq!(snapshot.problems, vec![]);
+    let np = &snapshot.objects.network_policies[&NamespacedName::new("shop", "deny-all")];
+    assert_eq!(np.metadata.namespace.as_deref(), Some("shop"));
+    assert_eq!(
+        snapshot
+            .origins
+            .keys()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["NetworkPolicy shop/deny-all"]
     );
 }
 

@@ -3,7 +3,10 @@
 //!
 //! A [`Source`] delivers complete [`Snapshot`]s — every object control reads right now, plus the
 //! per-object [`Problem`]s found while reading them — and lets the daemon block until something
-//! may have changed. Two implementations are planned:
+//! may have changed. The daemon's event loop takes [`SourceEvent`]s: a whole [`Snapshot`] (a
+//! standalone reload, a relist) or one object [`SourceEvent::Applied`] / [`SourceEvent::Deleted`]
+//! (a watch event); [`pump`] turns a `Source` into snapshot events. Two implementations are
+//! planned:
 //!
 //! - [`standalone::StandaloneSource`] (here): a directory of YAML manifests, watched with
 //!   inotify. The embedded default, for a node or a laptop without an API server.
@@ -63,6 +66,7 @@ use std::time::Duration;
 
 use ipnet::Ipv6Net;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use crate::api::{Network, NetworkBindingPolicy, NetworkRoutingPolicy};
 
@@ -96,6 +100,41 @@ pub struct Snapshot {
     /// Per-object problems, in the order they were found (for the standalone source: by file
     /// path, then document).
     pub problems: Vec<Problem>,
+    /// Where each object was read from (sources with files), so that control's own findings
+    /// about an object (validation errors) name the file and document too.
+    pub origins: BTreeMap<ObjectRef, Origin>,
+}
+
+/// One input of the daemon's event loop from its source.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceEvent {
+    /// Everything, replacing what came before (a standalone reload; a relist after a watch
+    /// restarted).
+    Snapshot(Snapshot),
+    /// One object added or changed (a watch event).
+    Applied(Object),
+    /// One object removed (a watch event).
+    Deleted(ObjectRef),
+}
+
+/// Runs `source` until `send` returns false: a [`SourceEvent::Snapshot`] now and after every
+/// change [`Source::wait`] notices. A load that fails is logged and retried on the next change
+/// (the loop keeps what it has; see [`Source::load`]).
+pub fn pump(source: &mut dyn Source, poll: Duration, mut send: impl FnMut(SourceEvent) -> bool) {
+    let mut due = true;
+    loop {
+        if due {
+            match source.load() {
+                Ok(snapshot) => {
+                    if !send(SourceEvent::Snapshot(snapshot)) {
+                        return;
+                    }
+                }
+                Err(e) => tracing::error!("source unreadable, keeping the last state: {e}"),
+            }
+        }
+        due = source.wait(poll);
+    }
 }
 
 /// A namespaced object's key.
@@ -247,6 +286,9 @@ pub struct Objects {
     pub pods: BTreeMap<NamespacedName, Pod>,
     /// Services (bound to networks continuously); `metadata.namespace` is always set.
     pub services: BTreeMap<NamespacedName, Service>,
+    /// Kubernetes NetworkPolicies (bound to the network they are enforced in, continuously);
+    /// `metadata.namespace` is always set.
+    pub network_policies: BTreeMap<NamespacedName, NetworkPolicy>,
 }
 
 impl Objects {
@@ -259,11 +301,113 @@ impl Objects {
             + self.nodes.len()
             + self.pods.len()
             + self.services.len()
+            + self.network_policies.len()
     }
 
     /// Whether there are no objects at all.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Adds or replaces `object`. A Node without usable lace annotations is not a lace node:
+    /// it is removed (if it was one) and the reason returned.
+    pub fn insert(&mut self, object: Object) -> Result<(), NodeAnnotationError> {
+        let r = object.reference();
+        let key = || NamespacedName::new(r.namespace.clone().unwrap_or_default(), &r.name);
+        match object {
+            Object::Network(o) => {
+                self.networks.insert(r.name.clone(), *o);
+            }
+            Object::BindingPolicy(o) => {
+                self.binding_policies.insert(r.name.clone(), *o);
+            }
+            Object::RoutingPolicy(o) => {
+                self.routing_policies.insert(r.name.clone(), *o);
+            }
+            Object::Namespace(o) => {
+                self.namespaces.insert(r.name.clone(), *o);
+            }
+            Object::Node(o) => match LaceNode::from_node(*o) {
+                Ok(node) => {
+                    self.nodes.insert(r.name.clone(), node);
+                }
+                Err(e) => {
+                    self.nodes.remove(&r.name);
+                    return Err(e);
+                }
+            },
+            Object::Pod(o) => {
+                self.pods.insert(key(), *o);
+            }
+            Object::Service(o) => {
+                self.services.insert(key(), *o);
+            }
+            Object::NetworkPolicy(o) => {
+                self.network_policies.insert(key(), *o);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the object `r` names; whether there was one.
+    pub fn remove(&mut self, r: &ObjectRef) -> bool {
+        let key = || NamespacedName::new(r.namespace.clone().unwrap_or_default(), &r.name);
+        match r.kind {
+            ObjectKind::Network => self.networks.remove(&r.name).is_some(),
+            ObjectKind::NetworkBindingPolicy => self.binding_policies.remove(&r.name).is_some(),
+            ObjectKind::NetworkRoutingPolicy => self.routing_policies.remove(&r.name).is_some(),
+            ObjectKind::Namespace => self.namespaces.remove(&r.name).is_some(),
+            ObjectKind::Node => self.nodes.remove(&r.name).is_some(),
+            ObjectKind::Pod => self.pods.remove(&key()).is_some(),
+            ObjectKind::Service => self.services.remove(&key()).is_some(),
+            ObjectKind::NetworkPolicy => self.network_policies.remove(&key()).is_some(),
+        }
+    }
+}
+
+/// One object of a kind sources deliver (boxed: the kinds differ much in size).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    /// A Network.
+    Network(Box<Network>),
+    /// A NetworkBindingPolicy.
+    BindingPolicy(Box<NetworkBindingPolicy>),
+    /// A NetworkRoutingPolicy.
+    RoutingPolicy(Box<NetworkRoutingPolicy>),
+    /// A Namespace.
+    Namespace(Box<Namespace>),
+    /// A Node (with or without lace annotations: [`Objects::insert`] decides).
+    Node(Box<Node>),
+    /// A Pod.
+    Pod(Box<Pod>),
+    /// A Service.
+    Service(Box<Service>),
+    /// A Kubernetes NetworkPolicy.
+    NetworkPolicy(Box<NetworkPolicy>),
+}
+
+impl Object {
+    /// Kind, namespace and name.
+    pub fn reference(&self) -> ObjectRef {
+        let (kind, meta) = match self {
+            Object::Network(o) => (ObjectKind::Network, &o.metadata),
+            Object::BindingPolicy(o) => (ObjectKind::NetworkBindingPolicy, &o.metadata),
+            Object::RoutingPolicy(o) => (ObjectKind::NetworkRoutingPolicy, &o.metadata),
+            Object::Namespace(o) => (ObjectKind::Namespace, &o.metadata),
+            Object::Node(o) => (ObjectKind::Node, &o.metadata),
+            Object::Pod(o) => (ObjectKind::Pod, &o.metadata),
+            Object::Service(o) => (ObjectKind::Service, &o.metadata),
+            Object::NetworkPolicy(o) => (ObjectKind::NetworkPolicy, &o.metadata),
+        };
+        ObjectRef {
+            kind,
+            namespace: kind.is_namespaced().then(|| {
+                meta.namespace
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_NAMESPACE.into())
+            }),
+            name: meta.name.clone().unwrap_or_default(),
+        }
     }
 }
 
@@ -284,11 +428,13 @@ pub enum ObjectKind {
     Pod,
     /// `v1` Service.
     Service,
+    /// `networking.k8s.io/v1` NetworkPolicy.
+    NetworkPolicy,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [ObjectKind; 7] = [
+    pub const ALL: [ObjectKind; 8] = [
         ObjectKind::Network,
         ObjectKind::NetworkBindingPolicy,
         ObjectKind::NetworkRoutingPolicy,
@@ -296,6 +442,7 @@ impl ObjectKind {
         ObjectKind::Node,
         ObjectKind::Pod,
         ObjectKind::Service,
+        ObjectKind::NetworkPolicy,
     ];
 
     /// The `apiVersion` of the kind.
@@ -307,6 +454,7 @@ impl ObjectKind {
             ObjectKind::Namespace | ObjectKind::Node | ObjectKind::Pod | ObjectKind::Service => {
                 "v1"
             }
+            ObjectKind::NetworkPolicy => "networking.k8s.io/v1",
         }
     }
 
@@ -320,6 +468,7 @@ impl ObjectKind {
             ObjectKind::Node => "Node",
             ObjectKind::Pod => "Pod",
             ObjectKind::Service => "Service",
+            ObjectKind::NetworkPolicy => "NetworkPolicy",
         }
     }
 
@@ -332,7 +481,10 @@ impl ObjectKind {
 
     /// Whether objects of the kind live in a namespace.
     pub fn is_namespaced(self) -> bool {
-        matches!(self, ObjectKind::Pod | ObjectKind::Service)
+        matches!(
+            self,
+            ObjectKind::Pod | ObjectKind::Service | ObjectKind::NetworkPolicy
+        )
     }
 }
 
@@ -435,23 +587,27 @@ pub enum ProblemKind {
         field: &'static str,
     },
     /// The document does not match its kind's schema.
-    #[error("does not decode as {api_version} {kind}: at {path}: {error}; fix {path}")]
+    #[error("does not decode as {api_version} {kind}: {}; fix {}", render_fields(.errors), if .errors.len() == 1 { "it" } else { "them" })]
     Decode {
         /// The document's `apiVersion`.
         api_version: String,
         /// The document's `kind`.
         kind: String,
-        /// Where in the document decoding failed, e.g. `spec.type` (`the document` for the top
-        /// level).
-        path: String,
-        /// The decoder's error.
-        error: String,
+        /// Every error found, each with its full field path (e.g. `spec.ipv4Subnet.prefix`;
+        /// `the document` for the top level). Never empty.
+        errors: Vec<crate::api::schema::FieldError>,
+    },
+    /// The object decodes but its values are invalid (control's validation, every error).
+    #[error("{}", .errors.join("; "))]
+    Invalid {
+        /// The validation messages, each naming the object, the field and the fix.
+        errors: Vec<String>,
     },
     /// A kind this source does not read.
     #[error(
         "unknown kind {api_version} {kind} (named {name:?}); lace reads lace-cni.io/v1alpha1 \
-         Network, NetworkBindingPolicy, NetworkRoutingPolicy and v1 Namespace, Node, Pod, \
-         Service"
+         Network, NetworkBindingPolicy, NetworkRoutingPolicy, v1 Namespace, Node, Pod, \
+         Service and networking.k8s.io/v1 NetworkPolicy"
     )]
     UnknownKind {
         /// The document's `apiVersion`.
@@ -472,19 +628,30 @@ pub enum ProblemKind {
     Node(#[from] NodeAnnotationError),
 }
 
+fn render_fields(errors: &[crate::api::schema::FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// What the source did about a [`Problem`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Consequence {
     /// The object is left out of the snapshot.
     Skipped,
-    /// The file is broken; its last good version (with this many objects) is used until it is
-    /// fixed.
+    /// The document (or what could not be read of the file) is broken; the last good version
+    /// of the objects it held (this many) stays in use until it is fixed.
     KeptLastGood {
-        /// Objects in the kept version.
+        /// Objects kept.
         objects: usize,
     },
-    /// The file is broken and no good version of it was ever read: it contributes nothing.
+    /// The document is broken and no good version of what it held was ever read: it
+    /// contributes nothing.
     NothingKept,
+    /// The object's values are invalid; the last valid version stays in force.
+    LastValidInForce,
 }
 
 impl fmt::Display for Consequence {
@@ -493,10 +660,12 @@ impl fmt::Display for Consequence {
             Consequence::Skipped => f.write_str("the object is skipped"),
             Consequence::KeptLastGood { objects } => write!(
                 f,
-                "keeping the last good version of the file ({objects} objects) until it is fixed"
+                "keeping the last good version of what it held ({objects} objects) until it is \
+                 fixed"
             ),
-            Consequence::NothingKept => {
-                f.write_str("the file contributes no objects until it is fixed")
+            Consequence::NothingKept => f.write_str("it contributes no objects until it is fixed"),
+            Consequence::LastValidInForce => {
+                f.write_str("its last valid version stays in force until it is fixed")
             }
         }
     }

@@ -13,9 +13,10 @@
 //!
 //! Any number of `---`-separated documents; empty documents are skipped. Each is dispatched by
 //! `apiVersion` and `kind`: `lace-cni.io/v1alpha1` `Network`, `NetworkBindingPolicy`,
-//! `NetworkRoutingPolicy`, and `v1` `Namespace`, `Node`, `Pod`, `Service`. Pods and services
-//! without `metadata.namespace` are put in [`DEFAULT_NAMESPACE`]. Nodes need the
-//! [`UNDERLAY_ANNOTATION`](super::UNDERLAY_ANNOTATION) (see [`super::LaceNode`]).
+//! `NetworkRoutingPolicy`, `v1` `Namespace`, `Node`, `Pod`, `Service` and `networking.k8s.io/v1`
+//! `NetworkPolicy`. Namespaced objects without `metadata.namespace` are put in
+//! [`DEFAULT_NAMESPACE`]. Nodes need the [`UNDERLAY_ANNOTATION`](super::UNDERLAY_ANNOTATION)
+//! (see [`super::LaceNode`]).
 //!
 //! # What is guaranteed when a file is wrong
 //!
@@ -23,12 +24,15 @@
 //!   kind, namespace and name an earlier object already has (earlier = an earlier file by
 //!   path, or earlier in the same file) is reported and skipped ([`Consequence::Skipped`]);
 //!   the rest of the file is used.
-//! - A file that cannot be read, is not YAML, has a document without `apiVersion`, `kind` or
-//!   `metadata.name`, or has a document that does not decode as its kind is *broken*: every
-//!   such document is reported, and the file's **last good version** keeps being used
-//!   ([`Consequence::KeptLastGood`]), or nothing if none was ever read
-//!   ([`Consequence::NothingKept`]). A half-saved file therefore never deletes networks. The
-//!   problem disappears with the next `load` after the file is fixed.
+//! - A document that does not decode as its kind is reported with **every** error and its full
+//!   field path (lace kinds are checked against their CRD schema first, see
+//!   [`crate::api::schema`]); the file's other, valid documents are used, and the object the
+//!   broken document names keeps its last good version ([`Consequence::KeptLastGood`]), or is
+//!   absent if it never had one ([`Consequence::NothingKept`]).
+//! - When what a file holds cannot be known — it cannot be read, its YAML breaks off, or a
+//!   document has no `apiVersion`, `kind` or `metadata.name` — every object the file held last
+//!   time and that no good document accounts for is kept. A half-saved file therefore never
+//!   deletes networks. Problems disappear with the next `load` after the file is fixed.
 //! - A file that is deleted (or renamed to an ignored name) takes its objects with it.
 //! - [`Source::load`] fails only when the directory itself cannot be listed.
 //!
@@ -54,16 +58,17 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::{
-    Consequence, LaceNode, NamespacedName, ObjectKind, ObjectRef, Objects, Origin, Problem,
-    ProblemKind, Snapshot, Source, SourceError, DEFAULT_NAMESPACE,
+    Consequence, Object, ObjectKind, ObjectRef, Objects, Origin, Problem, ProblemKind, Snapshot,
+    Source, SourceError, DEFAULT_NAMESPACE,
 };
-use crate::api::{Network, NetworkBindingPolicy, NetworkRoutingPolicy};
+use crate::api::schema::FieldError;
 
 /// After the first event, [`Source::wait`] returns once no event came for this long.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -115,18 +120,7 @@ enum Watch {
 #[derive(Debug, Clone)]
 struct Parsed {
     origin: Origin,
-    object: AnyObject,
-}
-
-#[derive(Debug, Clone)]
-enum AnyObject {
-    Network(Box<Network>),
-    BindingPolicy(Box<NetworkBindingPolicy>),
-    RoutingPolicy(Box<NetworkRoutingPolicy>),
-    Namespace(Box<Namespace>),
-    Node(Box<Node>),
-    Pod(Box<Pod>),
-    Service(Box<Service>),
+    object: Object,
 }
 
 impl StandaloneSource {
@@ -201,46 +195,89 @@ impl StandaloneSource {
         }
     }
 
-    /// Reads one file into `self.last_good` or problems.
+    /// Reads one file into `self.last_good` and problems (see the module docs for what is
+    /// kept when a document is broken).
     fn read_file(&mut self, path: &Path, problems: &mut Vec<Problem>) {
-        let broken = match fs::read_to_string(path) {
-            Ok(text) => {
-                let file = parse_file(path, &text);
-                problems.extend(file.skipped);
-                if file.broken.is_empty() {
-                    self.last_good.insert(path.to_owned(), file.objects);
-                    return;
-                }
-                file.broken
-            }
+        let file = match fs::read_to_string(path) {
+            Ok(text) => parse_file(path, &text),
             // Deleted between the listing and the read: gone, like a file not listed.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.last_good.remove(path);
                 return;
             }
-            Err(e) => vec![(
-                Origin {
-                    file: path.to_owned(),
-                    document: None,
-                },
-                None,
-                ProblemKind::Unreadable {
-                    error: e.to_string(),
-                },
-            )],
-        };
-        let consequence = match self.last_good.get(path) {
-            Some(objects) => Consequence::KeptLastGood {
-                objects: objects.len(),
+            Err(e) => ParsedFile {
+                broken: vec![(
+                    Origin {
+                        file: path.to_owned(),
+                        document: None,
+                    },
+                    None,
+                    ProblemKind::Unreadable {
+                        error: e.to_string(),
+                    },
+                )],
+                ..ParsedFile::default()
             },
-            None => Consequence::NothingKept,
         };
-        problems.extend(broken.into_iter().map(|(origin, object, kind)| Problem {
-            origin: Some(origin),
-            object,
-            kind,
-            consequence,
-        }));
+        problems.extend(file.skipped);
+        let last = self.last_good.remove(path).unwrap_or_default();
+        let mut objects = file.objects;
+        let has =
+            |objects: &[Parsed], r: &ObjectRef| objects.iter().any(|p| p.object.reference() == *r);
+        // A broken document that names its object keeps that object's last good version.
+        let mut consequences = Vec::with_capacity(file.broken.len());
+        for (_, object, _) in &file.broken {
+            let kept = object.as_ref().and_then(|r| {
+                let old = last.iter().find(|p| p.object.reference() == *r)?;
+                (!has(&objects, r)).then(|| old.clone())
+            });
+            consequences.push(match kept {
+                Some(old) => {
+                    objects.push(old);
+                    Consequence::KeptLastGood { objects: 1 }
+                }
+                None if object.is_some() => Consequence::NothingKept,
+                // Decided below.
+                None => Consequence::Skipped,
+            });
+        }
+        // What the file holds is not fully known: keep what no good document accounts for.
+        let unknown = file.broken.iter().any(|(_, object, _)| object.is_none());
+        let mut kept_unknown = 0;
+        if unknown {
+            for old in &last {
+                if !has(&objects, &old.object.reference()) {
+                    objects.push(old.clone());
+                    kept_unknown += 1;
+                }
+            }
+        }
+        for ((origin, object, kind), consequence) in file.broken.into_iter().zip(consequences) {
+            let consequence = match (&object, consequence) {
+                (None, _) if kept_unknown > 0 => Consequence::KeptLastGood {
+                    objects: kept_unknown,
+                },
+                (None, _) => Consequence::NothingKept,
+                (Some(_), c) => c,
+            };
+            problems.push(Problem {
+                origin: Some(origin),
+                object,
+                kind,
+                consequence,
+            });
+        }
+        self.last_good.insert(path.to_owned(), objects);
+    }
+
+    /// Where every object of the last load came from.
+    fn origins(&self) -> BTreeMap<ObjectRef, Origin> {
+        let mut out = BTreeMap::new();
+        for p in self.last_good.values().flatten() {
+            out.entry(p.object.reference())
+                .or_insert_with(|| p.origin.clone());
+        }
+        out
     }
 }
 
@@ -254,7 +291,11 @@ impl Source for StandaloneSource {
             self.read_file(path, &mut problems);
         }
         let objects = assemble(&self.last_good, &mut problems);
-        Ok(Snapshot { objects, problems })
+        Ok(Snapshot {
+            objects,
+            problems,
+            origins: self.origins(),
+        })
     }
 
     fn wait(&mut self, timeout: Duration) -> bool {
@@ -495,7 +536,7 @@ enum DocumentError {
     Broken(Box<(Option<ObjectRef>, ProblemKind)>),
 }
 
-fn parse_document(value: serde_yaml::Value) -> Result<AnyObject, DocumentError> {
+fn parse_document(value: serde_yaml::Value) -> Result<Object, DocumentError> {
     let field = |name: &'static str, v: Option<&serde_yaml::Value>| {
         v.and_then(serde_yaml::Value::as_str)
             .map(str::to_owned)
@@ -525,71 +566,82 @@ fn parse_document(value: serde_yaml::Value) -> Result<AnyObject, DocumentError> 
             .then(|| namespace.unwrap_or(DEFAULT_NAMESPACE).to_owned()),
         name,
     };
-    let decode_error = |e: serde_path_to_error::Error<serde_yaml::Error>| {
+    let broken = |errors: Vec<FieldError>| {
         DocumentError::Broken(Box::new((
             Some(reference.clone()),
             ProblemKind::Decode {
                 api_version: api_version.clone(),
                 kind: kind.clone(),
-                path: match e.path().to_string() {
-                    top if top == "." => "the document".to_owned(),
-                    path => path,
-                },
-                error: e.into_inner().to_string(),
+                errors,
             },
         )))
     };
+    // Lace kinds: every structural error, with full paths, from the CRD's schema.
+    if let Some(schema) = crate::api::crd::schema(&kind) {
+        let json = serde_json::to_value(&value).unwrap_or_default();
+        let errors = crate::api::schema::check(schema, &json);
+        if !errors.is_empty() {
+            return Err(broken(errors));
+        }
+    }
+    let decode_error =
+        |e: serde_path_to_error::Error<serde_yaml::Error>| broken(vec![decode_field_error(e)]);
     /// Decodes keeping track of where in the document the decoder failed.
     fn decode<T: DeserializeOwned>(
         value: serde_yaml::Value,
     ) -> Result<Box<T>, serde_path_to_error::Error<serde_yaml::Error>> {
         serde_path_to_error::deserialize(value).map(Box::new)
     }
+    let namespaced = reference.namespace.clone();
     let object = match object_kind {
-        ObjectKind::Network => AnyObject::Network(decode(value).map_err(decode_error)?),
+        ObjectKind::Network => Object::Network(decode(value).map_err(decode_error)?),
         ObjectKind::NetworkBindingPolicy => {
-            AnyObject::BindingPolicy(decode(value).map_err(decode_error)?)
+            Object::BindingPolicy(decode(value).map_err(decode_error)?)
         }
         ObjectKind::NetworkRoutingPolicy => {
-            AnyObject::RoutingPolicy(decode(value).map_err(decode_error)?)
+            Object::RoutingPolicy(decode(value).map_err(decode_error)?)
         }
-        ObjectKind::Namespace => AnyObject::Namespace(decode(value).map_err(decode_error)?),
-        ObjectKind::Node => AnyObject::Node(decode(value).map_err(decode_error)?),
+        ObjectKind::Namespace => {
+            Object::Namespace(decode::<Namespace>(value).map_err(decode_error)?)
+        }
+        ObjectKind::Node => Object::Node(decode::<Node>(value).map_err(decode_error)?),
         ObjectKind::Pod => {
             let mut pod: Box<Pod> = decode(value).map_err(decode_error)?;
-            pod.metadata.namespace = reference.namespace.clone();
-            AnyObject::Pod(pod)
+            pod.metadata.namespace = namespaced;
+            Object::Pod(pod)
         }
         ObjectKind::Service => {
             let mut service: Box<Service> = decode(value).map_err(decode_error)?;
-            service.metadata.namespace = reference.namespace.clone();
-            AnyObject::Service(service)
+            service.metadata.namespace = namespaced;
+            Object::Service(service)
+        }
+        ObjectKind::NetworkPolicy => {
+            let mut policy: Box<NetworkPolicy> = decode(value).map_err(decode_error)?;
+            policy.metadata.namespace = namespaced;
+            Object::NetworkPolicy(policy)
         }
     };
     Ok(object)
 }
 
-impl AnyObject {
-    fn reference(&self) -> ObjectRef {
-        let (kind, meta) = match self {
-            AnyObject::Network(o) => (ObjectKind::Network, &o.metadata),
-            AnyObject::BindingPolicy(o) => (ObjectKind::NetworkBindingPolicy, &o.metadata),
-            AnyObject::RoutingPolicy(o) => (ObjectKind::NetworkRoutingPolicy, &o.metadata),
-            AnyObject::Namespace(o) => (ObjectKind::Namespace, &o.metadata),
-            AnyObject::Node(o) => (ObjectKind::Node, &o.metadata),
-            AnyObject::Pod(o) => (ObjectKind::Pod, &o.metadata),
-            AnyObject::Service(o) => (ObjectKind::Service, &o.metadata),
-        };
-        ObjectRef {
-            kind,
-            namespace: if kind.is_namespaced() {
-                meta.namespace.clone()
-            } else {
-                None
-            },
-            name: meta.name.clone().unwrap_or_default(),
-        }
-    }
+/// The decoder's error with its full path: a missing field is named itself
+/// (`spec.ipv4Subnet.prefix`), not by its parent, which is all serde's path knows.
+fn decode_field_error(e: serde_path_to_error::Error<serde_yaml::Error>) -> FieldError {
+    let parent = match e.path().to_string() {
+        top if top == "." => String::new(),
+        path => path,
+    };
+    let error = e.into_inner().to_string();
+    let missing = error
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    let path = match (missing, parent.is_empty()) {
+        (Some(f), true) => f.to_owned(),
+        (Some(f), false) => format!("{parent}.{f}"),
+        (None, true) => "the document".to_owned(),
+        (None, false) => parent,
+    };
+    FieldError { path, error }
 }
 
 /// Builds the objects from every file's good version, first (by path) wins.
@@ -610,43 +662,13 @@ fn assemble(files: &BTreeMap<PathBuf, Vec<Parsed>>, problems: &mut Vec<Problem>)
             continue;
         }
         first.insert(reference.clone(), &parsed.origin);
-        let name = reference.name.clone();
-        let namespaced = || {
-            NamespacedName::new(
-                reference.namespace.clone().unwrap_or_default(),
-                name.clone(),
-            )
-        };
-        match &parsed.object {
-            AnyObject::Network(o) => {
-                objects.networks.insert(name, (**o).clone());
-            }
-            AnyObject::BindingPolicy(o) => {
-                objects.binding_policies.insert(name, (**o).clone());
-            }
-            AnyObject::RoutingPolicy(o) => {
-                objects.routing_policies.insert(name, (**o).clone());
-            }
-            AnyObject::Namespace(o) => {
-                objects.namespaces.insert(name, (**o).clone());
-            }
-            AnyObject::Node(o) => match LaceNode::from_node((**o).clone()) {
-                Ok(node) => {
-                    objects.nodes.insert(name, node);
-                }
-                Err(e) => problems.push(Problem {
-                    origin: Some(parsed.origin.clone()),
-                    object: Some(reference.clone()),
-                    kind: ProblemKind::Node(e),
-                    consequence: Consequence::Skipped,
-                }),
-            },
-            AnyObject::Pod(o) => {
-                objects.pods.insert(namespaced(), (**o).clone());
-            }
-            AnyObject::Service(o) => {
-                objects.services.insert(namespaced(), (**o).clone());
-            }
+        if let Err(e) = objects.insert(parsed.object.clone()) {
+            problems.push(Problem {
+                origin: Some(parsed.origin.clone()),
+                object: Some(reference),
+                kind: ProblemKind::Node(e),
+                consequence: Consequence::Skipped,
+            });
         }
     }
     objects
