@@ -2,7 +2,8 @@
 //!
 //! * [`dpdk`]: safe wrappers over `rte_eal`, `rte_fib` (DIR24_8), `rte_fib6` (TRIE) and
 //!   `rte_hash`, bound with bindgen at build time against the system DPDK (22.11).
-//! * [`sys`]: CPU affinity (pinning the publish-latency reader to its own core). With
+//! * [`sys`]: CPU affinity (pinning the publish-latency reader to its own core, giving the peer
+//!   processes their CPUs back). With
 //!   [`dpdk`], the only modules allowed `unsafe`; every block carries a `// SAFETY:` comment.
 //! * [`lace`]: lace's tables (`lace-shared`) built on `/dev/shm` regions the way the figures
 //!   need them: FIBs, hash tables, many networks, and a writer/reader pair timing publication.
@@ -13,6 +14,11 @@
 //! * [`anchors`]: the DPDK measurements every lace figure is reported beside.
 //! * [`pipeline`]: packets through lace-forwarder's pipeline between DPDK `net_null` ports,
 //!   beside the plain null-PMD forward loop, and its two-worker scaling.
+//! * [`peer`]: lace's l3_encap path beside OVS-DPDK 3.1 (dec_ttl + GRE/IPv6 push) and
+//!   `dpdk-testpmd` (the I/O floor) on the same pcap, ports and core; [`peer_host`] runs and
+//!   reads those peer processes.
+//! * [`latency`]: per-packet latency through lace-forwarder's real worker loop (busy and
+//!   adaptive polling) under a paced load, beside a bare ring-to-ring loop.
 //! * [`control`]: lace-control's binding, IPAM and table compiler in process, and the whole
 //!   stack (forwarders, controls, lace-cni in network namespaces) from a CNI ADD to the first
 //!   packet through.
@@ -24,6 +30,9 @@ pub mod anchors;
 pub mod control;
 pub mod dpdk;
 pub mod lace;
+pub mod latency;
+pub mod peer;
+pub mod peer_host;
 pub mod pipeline;
 pub mod report;
 pub mod sys;

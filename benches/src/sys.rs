@@ -1,5 +1,6 @@
 //! CPU affinity: the few system calls the publish-latency measurement needs to put its reader
-//! thread on another core than the writer.
+//! thread on another core than the writer, and that the peer measurements need to give their
+//! child processes (OVS-DPDK, dpdk-testpmd) back the CPUs the EAL took from this thread.
 //!
 //! With [`crate::dpdk`], this is the crate's only module holding `unsafe`; every block states
 //! why it is sound. Linux only (`sched_getaffinity`/`sched_setaffinity`); elsewhere both calls
@@ -71,6 +72,56 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     }
 }
 
+/// Makes `cmd`'s child start with `cpus` as its CPU mask instead of inheriting the spawning
+/// thread's (after `rte_eal_init` that is the main lcore alone, and a DPDK child would then see
+/// one CPU). An empty `cpus` leaves the mask as inherited.
+pub fn child_on_cpus(cmd: &mut std::process::Command, cpus: &[usize]) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt as _;
+        if cpus.is_empty() {
+            return Ok(());
+        }
+        let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: cpu_set_t is a plain bit array for which all-zero is a valid (empty) value.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &cpu in cpus {
+            if cpu >= max {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("cpu {cpu} is beyond CPU_SETSIZE ({max})"),
+                ));
+            }
+            // SAFETY: `cpu` < CPU_SETSIZE (checked above), so CPU_SET writes inside the array.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
+        let hook = move || {
+            // SAFETY: pid 0 is the calling (child) process's thread; `set` is a valid cpu_set_t
+            // of the size passed, only read. sched_setaffinity is a plain system call:
+            // async-signal-safe, no allocation, as a pre_exec hook must be.
+            let rc =
+                unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        // SAFETY: the hook runs in the forked child before exec; it only makes one
+        // async-signal-safe system call on memory it owns (see above).
+        unsafe { cmd.pre_exec(hook) };
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (cmd, cpus);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "CPU affinity is only implemented for Linux",
+        ))
+    }
+}
+
 /// The CPU the calling thread is running on right now, if the system says.
 pub fn current_cpu() -> Option<usize> {
     #[cfg(target_os = "linux")]
@@ -102,5 +153,22 @@ mod tests {
         .join()
         .unwrap();
         assert!(pin_current_thread(1 << 20).is_err());
+    }
+
+    #[test]
+    fn child_starts_on_the_cpus_given() {
+        let cpus = allowed_cpus().expect("sched_getaffinity works");
+        let first = cpus[0];
+        let mut cmd = std::process::Command::new("grep");
+        cmd.args(["Cpus_allowed_list", "/proc/self/status"]);
+        child_on_cpus(&mut cmd, &[first]).unwrap();
+        let out = cmd.output().expect("grep runs");
+        let line = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            line.split_whitespace().nth(1),
+            Some(first.to_string().as_str()),
+            "{line}"
+        );
+        assert!(child_on_cpus(&mut std::process::Command::new("true"), &[1 << 20]).is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! `lace-bench`: measures lace's tables beside DPDK's own and prints one report.
 //!
 //! ```text
-//! cargo run --release -p lace-benches --bin lace-bench -- [--quick | --smoke] [--json FILE] [--huge]
+//! cargo run --release -p lace-benches --bin lace-bench -- [--quick | --smoke] [--json FILE] [--huge] [--no-peer]
 //! ```
 //!
 //! The DPDK anchors are measured first (`rte_*` figures, each table on its own). lace's figures
@@ -32,6 +32,8 @@
 //! | `multi.<n>x<r>.lookup_cycles.grouped<b>` | random network per burst, bulk | `fib4.1k.lookup_cycles` (same run) |
 //! | `pipeline.{l3_local,l3_encap,l3_decap,arp_reply}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
 //! | `pipeline.l3_encap.scaling_2w` | encap throughput with two workers (two lcores, own ports each) ÷ one | `pipeline.scaling_2w.ideal` = 2 |
+//! | `pipeline.latency.{busy,adaptive}.{p50,p99,p999}_us` | per-packet latency through the forwarder's worker loop, 100k packets/s paced | `pipeline.latency.ring_loop.*`: a bare ring-to-ring loop, same pacing |
+//! | `peer.ovs.l3_encap.{1flow,1k,64k}` | lace's l3_encap cycles/packet on a pcap (`net_pcap` infinite_rx → `net_null`), same core | `ovs.l3_encap.<mix>.cycles`: OVS-DPDK 3.1, dec_ttl + GRE/IPv6 push, same pcap and core; floor `testpmd.io.<mix>.cycles` |
 //!
 //! | `bind.1000policies[_cel].us_per_pod` | one pod bound against 1,000 binding policies (the deciding one last; `_cel`: a CEL rule decides) | `bind.1policy.us_per_pod` (the deciding policy alone) |
 //! | `ipam.alloc_per_s`, `ipam.shared.alloc_per_s` | allocate + release pairs, /16 with /24 blocks, 8 nodes, 1,600 live leases (`Ipam`; through `SharedIpam`) | `ipam.hashmap_floor.ops_per_s`: `HashMap` insert + remove of the same keys |
@@ -65,7 +67,7 @@ use lace_benches::report::{
     Scale, Target, INSERT_BATCH,
 };
 use lace_benches::workload::{self, ReferenceLpm4, ReferenceLpm6, Route4};
-use lace_benches::{control, pipeline, sys};
+use lace_benches::{control, latency, peer, pipeline, sys};
 use lace_shared::fib::LpmKey;
 use lace_shared::types::{MacAddr, NeighRec};
 
@@ -93,6 +95,10 @@ struct Args {
     /// DPDK heap size in MiB when not using hugepages.
     #[arg(long, default_value_t = 2048)]
     memory_mb: u32,
+    /// Skip the OVS-DPDK peer (`peer.ovs.*`, `ovs.*`, `testpmd.*`): the report then says that
+    /// those figures are absent and why.
+    #[arg(long)]
+    no_peer: bool,
 }
 
 fn main() -> ExitCode {
@@ -180,6 +186,41 @@ fn run(args: Args) -> anyhow::Result<()> {
         pipeline::figures(eal, &scale, worker_lcore).context("measuring the pipeline")?;
     report.extend(forwarding);
     notes.extend(forwarding_notes);
+    let (latency, latency_notes) =
+        latency::figures(eal, &scale, worker_lcore).context("measuring the latency")?;
+    report.extend(latency);
+    notes.extend(latency_notes);
+    let peer = if args.no_peer {
+        peer::PeerOutcome {
+            not_measured: peer::FlowMix::ALL
+                .iter()
+                .map(|m| {
+                    (
+                        peer::ratio_id(*m),
+                        "skipped: --no-peer was given (OVS-DPDK and dpdk-testpmd were not run)"
+                            .to_owned(),
+                    )
+                })
+                .collect(),
+            ..peer::PeerOutcome::default()
+        }
+    } else {
+        println!(
+            "lace-bench: the OVS-DPDK peer and dpdk-testpmd, on lcore {} ...",
+            args.lcore
+        );
+        let placement = peer::Placement {
+            lcore: args.lcore,
+            other: reader_cpu
+                .and_then(|c| u32::try_from(c).ok())
+                .unwrap_or(args.lcore),
+            cpus: cpus.as_ref().map(Vec::clone).unwrap_or_default(),
+            hugepages: args.huge,
+        };
+        peer::figures(eal, &scale, &placement).context("measuring the OVS-DPDK peer")?
+    };
+    report.extend(peer.figures);
+    notes.extend(peer.notes);
     let ctl = control::figures(&scale).context("measuring the control plane")?;
     report.extend(ctl.figures);
     notes.extend(ctl.notes);
@@ -189,7 +230,12 @@ fn run(args: Args) -> anyhow::Result<()> {
 
     println!();
     report.print_table(&mut std::io::stdout().lock())?;
-    for (id, why) in ctl.not_measured.iter().chain(&stack.not_measured) {
+    for (id, why) in ctl
+        .not_measured
+        .iter()
+        .chain(&stack.not_measured)
+        .chain(&peer.not_measured)
+    {
         println!("{id}  not measured: {why}");
     }
     if !notes.is_empty() {
@@ -1202,5 +1248,8 @@ fn set_targets(report: &mut Report, ids: &Ids) {
     ];
     for (id, target) in targets {
         report.set_target(id, target);
+    }
+    for mix in peer::FlowMix::ALL {
+        report.set_target(peer::ratio_id(mix), Target::RatioAtMost(0.5));
     }
 }
