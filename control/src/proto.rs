@@ -96,6 +96,20 @@ pub struct Allocation {
     pub routes: Vec<RouteConfig>,
     /// The gateway's MAC, for a static neighbor entry in the pod (saves the first ARP/NDP).
     pub gateway_mac: String,
+    /// Allocate only: whether this request made the lease (`false`: an earlier ADD of the same
+    /// container and interface did, so a failing ADD must not release it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh: bool,
+}
+
+impl Allocation {
+    /// Whether `other` configures the same interface (everything but [`Allocation::fresh`]).
+    pub fn same_interface(&self, other: &Allocation) -> bool {
+        Allocation {
+            fresh: other.fresh,
+            ..self.clone()
+        } == *other
+    }
 }
 
 /// CNI error codes (CNI spec 1.1, "Error").

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use lace_control::api::{MatchKind, NetworkBindingPolicy};
 use lace_control::bind::{
-    Binding, BindingPolicies, CelEvalError, PolicyError, ServiceBindings, CEL_VALID, VALID,
+    Binding, BindingPolicies, CelEvalError, ContinuousBindings, PolicyError, CEL_VALID, VALID,
 };
 use serde_json::{json, Value};
 
@@ -759,9 +759,9 @@ fn services_are_re_evaluated_on_policy_and_namespace_changes() {
     let mut set = BindingPolicies::new(&policies(
         "# svc\nmatchKind: [service]\nrules: [{network: one, selector: {namespaceSelector: {matchLabels: {team: a}}}}]\n",
     ));
-    let mut services = ServiceBindings::new();
+    let mut services = ContinuousBindings::new(MatchKind::Service);
     let change = services
-        .apply_service(&set, object("ns1", "web", &[]))
+        .apply(&set, object("ns1", "web", &[]))
         .unwrap()
         .expect("a new service is a change");
     assert_eq!(
@@ -792,10 +792,10 @@ fn services_are_re_evaluated_on_policy_and_namespace_changes() {
     ));
     assert!(services.policies_changed(&set).is_empty());
 
-    let gone = services.remove_service("ns1", "web").unwrap();
+    let gone = services.remove("ns1", "web").unwrap();
     assert_eq!((gone.before, gone.after), (Some(net("two")), None));
     assert!(services
-        .apply_service(&set, json!({"metadata": {"name": "x"}}))
+        .apply(&set, json!({"metadata": {"name": "x"}}))
         .is_err());
 }
 

@@ -169,6 +169,7 @@ fn allocation() -> Allocation {
             gw: "10.40.3.1".into(),
         }],
         gateway_mac: GW_MAC.into(),
+        fresh: true,
     }
 }
 
@@ -413,6 +414,27 @@ fn a_missing_ifname_is_an_environment_error() {
     inv.env.retain(|(k, _)| *k != "CNI_IFNAME");
     let msg = inv.run().error(4);
     assert!(msg.contains("CNI_IFNAME"), "{msg}");
+    assert!(control.requests().is_empty());
+}
+
+/// The error's message itself names the variable (not only its details), for every command
+/// that needs one.
+#[test]
+fn a_missing_variable_is_named_in_the_message() {
+    let control = healthy_control();
+    for (command, var) in [
+        ("ADD", "CNI_NETNS"),
+        ("ADD", "CNI_CONTAINERID"),
+        ("CHECK", "CNI_NETNS"),
+        ("DEL", "CNI_IFNAME"),
+    ] {
+        let mut inv = Invocation::new(command, &control.socket()).pod("c1", Some(Path::new("/x")));
+        inv.env.retain(|(k, _)| *k != var);
+        let out = inv.run();
+        out.error(4);
+        let msg = out.json()["msg"].as_str().unwrap().to_owned();
+        assert!(msg.contains(var), "{command} without {var}: {msg}");
+    }
     assert!(control.requests().is_empty());
 }
 
@@ -718,22 +740,48 @@ fn add_creates_the_configured_pod_interface() {
     }
 }
 
+/// A control that remembers which attachments it allocated: a second Allocate of the same one
+/// is not fresh, as lace-control answers it.
+fn remembering_control() -> FakeControl {
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    FakeControl::start(move |req| {
+        Some(match req {
+            Request::Allocate(a) => {
+                let fresh = seen.lock().unwrap().insert(a.container_id.clone());
+                Response::Allocated(Allocation {
+                    fresh,
+                    ..allocation()
+                })
+            }
+            Request::Attach(_) | Request::Check(_) => Response::Allocated(Allocation {
+                fresh: false,
+                ..allocation()
+            }),
+            Request::Release(_) | Request::Status | Request::Gc { .. } => Response::Ok,
+        })
+    })
+}
+
+/// The CNI spec: "If an interface of the requested name already exists in the container, the
+/// CNI plugin MUST return with an error." A second ADD without a DEL fails and leaves the first
+/// ADD's interface, addresses and allocation as they were.
 #[test]
-fn a_retried_add_gives_the_same_result_and_no_second_interface() {
+fn a_second_add_for_an_existing_interface_is_an_error_and_changes_nothing() {
     if !have_root() {
         return;
     }
     let sb = Sandbox::new();
-    let control = healthy_control();
-    let first = sb.invoke("ADD", &control, "c-retry").run();
-    first.ok();
-    let second = sb.invoke("ADD", &control, "c-retry").run();
-    second.ok();
-    assert_eq!(first.json(), second.json());
+    let control = remembering_control();
+    sb.invoke("ADD", &control, "c-retry").run().ok();
+    let msg = sb.invoke("ADD", &control, "c-retry").run().error(102);
+    assert!(
+        msg.contains("eth0") && msg.contains("earlier ADD") && msg.contains("DEL"),
+        "{msg}"
+    );
     assert_eq!(sb.veths_in_pod(), 1);
     assert!(sb.node.has_link(HOST_IF));
-    assert_eq!(control.ops(), ["Allocate", "Attach", "Allocate", "Attach"]);
-    // Still exactly one address of each kind.
+    // No Release: the allocation is the first ADD's.
+    assert_eq!(control.ops(), ["Allocate", "Attach", "Allocate"]);
     let addrs = &sb.pod.ip_json(&["addr", "show", "dev", "eth0"])[0]["addr_info"];
     let globals = addrs
         .as_array()
@@ -742,6 +790,37 @@ fn a_retried_add_gives_the_same_result_and_no_second_interface() {
         .filter(|a| a["scope"] == "global")
         .count();
     assert_eq!(globals, 2, "{addrs}");
+}
+
+/// A retried ADD after the pod's interface vanished makes it again (same allocation) and
+/// attaches it; control's side (a new endpoint id, the forwarder's new port) is shown by the
+/// end-to-end test with the real forwarder.
+#[test]
+fn a_retried_add_after_the_interface_vanished_makes_it_again() {
+    if !have_root() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let control = remembering_control();
+    let first = sb.invoke("ADD", &control, "c-gone").run();
+    first.ok();
+    sb.pod.exec(&["ip", "link", "del", "eth0"]);
+    assert!(!sb.pod.has_link("eth0"));
+    assert!(
+        !sb.node.has_link(HOST_IF),
+        "the host end goes with its peer"
+    );
+    let second = sb.invoke("ADD", &control, "c-gone").run();
+    second.ok();
+    // The same pod interface and addresses (the new host end has a new random MAC).
+    let (a, b) = (first.json(), second.json());
+    for field in ["ips", "routes"] {
+        assert_eq!(a[field], b[field], "{field}");
+    }
+    assert_eq!(a["interfaces"][1], b["interfaces"][1]);
+    assert_eq!(sb.veths_in_pod(), 1);
+    assert!(sb.node.has_link(HOST_IF));
+    assert_eq!(control.ops(), ["Allocate", "Attach", "Allocate", "Attach"]);
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! deploy/examples and one state file), pods made as network namespaces through `lace-cni`
 //! exactly as kubelet calls it. Shows: CEL binding puts pods on the right network; pods reach
 //! each other across nodes; frontend cannot reach backend until later/routing.yaml is copied
-//! in; forwarding survives a killed lace-control, and after its restart nothing is
+//! in; a second ADD of an existing interface is refused (CNI spec) and changes nothing, and an
+//! ADD retried after the pod's interface vanished rebuilds the forwarder's port so traffic
+//! flows again; forwarding survives a killed lace-control, and after its restart nothing is
 //! reallocated; a restarted forwarder forwards again from the shared tables.
 //!
 //! Without root: prints "skipped: needs root" (fails under CI=true).
@@ -390,6 +392,42 @@ fn two_nodes_end_to_end() {
         "blue reached backend after the frontend-backend policy"
     );
 
+    // ---- a second ADD of an interface that exists: refused, nothing changes ----
+    let second = lab.cni(0, "ADD", &backend2).unwrap_err();
+    assert!(
+        second.contains("\"code\":102") && second.contains("eth0"),
+        "{second}"
+    );
+    assert_eq!(
+        check_ips(&lab, &backend2),
+        [
+            format!("{}/32", backend2.v4),
+            format!("{}/128", backend2.v6)
+        ]
+    );
+    reachable(&backend2, backend1.v4);
+
+    // ---- the pod's interface vanishes; the runtime's retried ADD makes it again and the
+    //      forwarder replaces the port bound to the old one: traffic flows again ----
+    ipn(&backend2.ns, "link del eth0");
+    assert!(!ping(&backend2, backend1.v4, 1), "no interface, no traffic");
+    let again = lab
+        .cni(0, "ADD", &backend2)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let v4_again: Vec<&str> = again["ips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["address"].as_str())
+        .collect();
+    assert!(
+        v4_again.contains(&format!("{}/32", backend2.v4).as_str()),
+        "the same addresses: {again}"
+    );
+    reachable(&backend2, backend1.v4);
+    reachable(&backend1, backend2.v4);
+    reachable(&backend2, backend1.v6);
+
     // ---- status: the file and the command ----
     let status = Command::new(env!("CARGO_BIN_EXE_lace-control"))
         .args(["status", "--node", "node-a", "--manifests"])
@@ -408,6 +446,16 @@ fn two_nodes_end_to_end() {
         "{text}"
     );
     assert!(text.contains("frontend-1") && text.contains("Up"), "{text}");
+    // Every pod's binding is shown, ADDed or not (frontend-2 has not been ADDed yet).
+    assert!(text.contains("BINDINGS"), "{text}");
+    let binding_of = |pod: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with("pod ") && l.contains(&format!("/{pod} ")))
+            .unwrap_or_else(|| panic!("no binding line for {pod}:\n{text}"))
+            .to_owned()
+    };
+    assert!(binding_of("frontend-2").contains("frontend"), "{text}");
+    assert!(binding_of("tools-1").contains("blue"), "{text}");
 
     // ---- killing lace-control does not interrupt forwarding ----
     let before = check_ips(&lab, &frontend1);

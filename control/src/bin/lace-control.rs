@@ -30,23 +30,21 @@ fn main() {
                 }
             }
         }
-        Command::Status(args) => match args
-            .paths()
-            .map_err(|e| e.to_string())
-            .and_then(|p| status_report(&p))
-        {
-            Ok(text) => {
-                print!("{text}");
-                0
-            }
+        Command::Status(args) => match args.paths() {
             Err(e) => {
                 eprintln!("lace-control: {e}");
-                if e.starts_with("--") {
-                    2
-                } else {
+                2
+            }
+            Ok(paths) => match status_report(&paths) {
+                Ok(text) => {
+                    print!("{text}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("lace-control: {e}");
                     1
                 }
-            }
+            },
         },
     };
     std::process::exit(code);

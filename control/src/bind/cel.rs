@@ -6,11 +6,12 @@
 //! `replace`, `lowerAscii`, …), which the seed's example needs.
 //!
 //! What compile time rejects: syntax errors; identifiers other than `object` (and the
-//! `optional` namespace, type names, and variables a macro such as `exists(c, …)` binds); an
-//! expression that does not read `object` and does not evaluate, once, to an optional string.
-//! What only evaluation can find (reported per evaluation, see [`CelEvalError`]): a field the
-//! resource lacks, an unknown function or a wrong overload, a result that is not an optional
-//! string.
+//! `optional` namespace, type names, and variables a macro such as `exists(c, …)` binds);
+//! functions the environment lacks, methods on values of a type they do not take, and results
+//! of a known type other than an optional string ([`super::celtype`]); an expression that does
+//! not read `object` and does not evaluate, once, to an optional string. What only evaluation
+//! can find (reported per evaluation, see [`CelEvalError`]): a field the resource lacks, a wrong
+//! overload on a field's value, a field-derived result that is not an optional string.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -53,6 +54,9 @@ pub enum CelCompileError {
     UndeclaredVariables(Vec<String>),
     /// The expression does not depend on `object` and does not evaluate to an optional string.
     ConstantResult(String),
+    /// An unknown function, a method on the wrong type, or a result that cannot be an optional
+    /// string.
+    Type(super::celtype::TypeError),
 }
 
 impl fmt::Display for CelCompileError {
@@ -68,6 +72,7 @@ impl fmt::Display for CelCompileError {
                 f,
                 "the expression does not read `object` and {m}; return optional.of(<string>) or optional.none()"
             ),
+            CelCompileError::Type(e) => write!(f, "{e}"),
         }
     }
 }
@@ -149,6 +154,7 @@ impl CelEnv {
         if !undeclared.is_empty() {
             return Err(CelCompileError::UndeclaredVariables(undeclared));
         }
+        super::celtype::check(program.expression()).map_err(CelCompileError::Type)?;
         if !reads_object {
             // A constant expression: its one answer is known now, so check it now.
             let context = Context::with_env(Arc::clone(&self.env));

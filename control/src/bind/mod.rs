@@ -52,8 +52,9 @@
 //! **Pods vs services.** Pods are matched once, when they are created: call
 //! [`BindingPolicies::bind_pod`] at creation, store the decision with the pod (its
 //! `NetworkEndpoint`), and never re-evaluate it when policies or labels change. Services are
-//! matched continuously: [`ServiceBindings`] keeps each service's binding and re-evaluates on
-//! service, namespace-label and policy changes, reporting what changed.
+//! matched continuously: [`ContinuousBindings`] keeps each service's (and each Kubernetes
+//! NetworkPolicy's) binding and re-evaluates on object, namespace-label and policy changes,
+//! reporting what changed.
 //!
 //! # Cost
 //!
@@ -63,6 +64,7 @@
 //! resource is converted to a CEL value once per bind, and only if an expression runs.
 
 mod cel;
+mod celtype;
 mod selector;
 mod services;
 
@@ -75,8 +77,9 @@ use crate::api::{
 };
 
 pub use self::cel::{CelCompileError, CelEvalError};
+pub use self::celtype::{CelType, TypeError};
 pub use self::selector::{Labels, Requirement, Selector, SelectorProblem};
-pub use self::services::{BindingChange, ServiceBindings, ServiceError};
+pub use self::services::{BindingChange, ContinuousBindings, ObjectError};
 
 /// The condition type reporting whether a policy's expressions compile.
 pub const CEL_VALID: &str = "CELValid";

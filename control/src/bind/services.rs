@@ -1,40 +1,44 @@
-//! Services are matched continuously (seed: "Binding"): [`ServiceBindings`] keeps every
-//! service's current binding and re-evaluates exactly the services a change can affect.
+//! Services are matched continuously (seed: "Binding"), and so are Kubernetes NetworkPolicies
+//! (their network is the one they are enforced in): [`ContinuousBindings`] keeps every such
+//! object's current binding, for one kind, and re-evaluates exactly the objects a change can
+//! affect.
 //!
 //! | change | re-evaluated |
 //! |---|---|
-//! | a service added or updated ([`ServiceBindings::apply_service`]) | that service |
-//! | a namespace's labels ([`ServiceBindings::set_namespace_labels`]) | the services in it, if the labels differ |
-//! | the policies ([`ServiceBindings::policies_changed`]) | every service, unless the policies that apply to services are the same versions in the same order |
+//! | an object added or updated ([`ContinuousBindings::apply`]) | that object |
+//! | a namespace's labels ([`ContinuousBindings::set_namespace_labels`]) | the objects in it, if the labels differ |
+//! | the policies ([`ContinuousBindings::policies_changed`]) | every object, unless the policies that apply to the kind are the same versions in the same order |
 //!
-//! Each call returns the services whose binding changed.
+//! Each call returns the objects whose binding changed.
 
 use std::collections::BTreeMap;
 
 use super::{Binding, BindingPolicies};
 use crate::api::MatchKind;
 
-/// Why a service object cannot be tracked.
+/// Why an object cannot be tracked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ServiceError {
+pub enum ObjectError {
     /// `metadata.name` or `metadata.namespace` is missing or not a string.
-    #[error("Service object: metadata.{field} is missing; pass the Service as the API server returns it")]
+    #[error("{kind:?} object: metadata.{field} is missing; pass the object as the API server returns it")]
     MissingMetadata {
+        /// The kind being tracked.
+        kind: MatchKind,
         /// `name` or `namespace`.
         field: &'static str,
     },
 }
 
-/// A service whose binding changed.
+/// An object whose binding changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingChange {
-    /// The service's namespace.
+    /// The object's namespace.
     pub namespace: String,
-    /// The service's name.
+    /// The object's name.
     pub name: String,
-    /// The binding before (`None`: the service was not tracked).
+    /// The binding before (`None`: the object was not tracked).
     pub before: Option<Binding>,
-    /// The binding now (`None`: the service was removed).
+    /// The binding now (`None`: the object was removed).
     pub after: Option<Binding>,
 }
 
@@ -44,53 +48,65 @@ struct Tracked {
     binding: Binding,
 }
 
-/// The current binding of every service.
-#[derive(Debug, Default)]
-pub struct ServiceBindings {
-    /// (namespace, name) → service.
+/// The current binding of every object of one kind.
+#[derive(Debug)]
+pub struct ContinuousBindings {
+    kind: MatchKind,
+    /// (namespace, name) → object.
     services: BTreeMap<(String, String), Tracked>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    /// [`BindingPolicies::fingerprint`] for services at the last full evaluation.
+    /// [`BindingPolicies::fingerprint`] for the kind at the last full evaluation.
     evaluated_with: Option<Vec<u64>>,
 }
 
-impl ServiceBindings {
-    /// No services.
-    pub fn new() -> Self {
-        Self::default()
+impl ContinuousBindings {
+    /// No objects yet; they will be bound as `kind` (`service` or `networkpolicy`).
+    pub fn new(kind: MatchKind) -> Self {
+        ContinuousBindings {
+            kind,
+            services: BTreeMap::new(),
+            namespaces: BTreeMap::new(),
+            evaluated_with: None,
+        }
     }
 
-    /// The binding of service `namespace/name`, if tracked.
+    /// The kind tracked.
+    pub fn kind(&self) -> MatchKind {
+        self.kind
+    }
+
+    /// The binding of object `namespace/name`, if tracked.
     pub fn binding(&self, namespace: &str, name: &str) -> Option<&Binding> {
         self.services
             .get(&(namespace.to_owned(), name.to_owned()))
             .map(|t| &t.binding)
     }
 
-    /// Every tracked service and its binding, by namespace and name.
+    /// Every tracked object and its binding, by namespace and name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Binding)> {
         self.services
             .iter()
             .map(|((ns, n), t)| (ns.as_str(), n.as_str(), &t.binding))
     }
 
-    /// Adds or replaces a service and evaluates it.
-    pub fn apply_service(
+    /// Adds or replaces an object and evaluates it.
+    pub fn apply(
         &mut self,
         policies: &BindingPolicies,
         service: serde_json::Value,
-    ) -> Result<Option<BindingChange>, ServiceError> {
+    ) -> Result<Option<BindingChange>, ObjectError> {
+        let kind = self.kind;
         let field = |f: &'static str| {
             service
                 .get("metadata")
                 .and_then(|m| m.get(f))
                 .and_then(serde_json::Value::as_str)
                 .map(str::to_owned)
-                .ok_or(ServiceError::MissingMetadata { field: f })
+                .ok_or(ObjectError::MissingMetadata { kind, field: f })
         };
         let key = (field("namespace")?, field("name")?);
         let labels = self.namespaces.get(&key.0).cloned().unwrap_or_default();
-        let binding = policies.bind(MatchKind::Service, &service, &labels);
+        let binding = policies.bind(kind, &service, &labels);
         let before = self
             .services
             .insert(
@@ -112,8 +128,8 @@ impl ServiceBindings {
         }))
     }
 
-    /// Stops tracking a service.
-    pub fn remove_service(&mut self, namespace: &str, name: &str) -> Option<BindingChange> {
+    /// Stops tracking an object.
+    pub fn remove(&mut self, namespace: &str, name: &str) -> Option<BindingChange> {
         let t = self
             .services
             .remove(&(namespace.to_owned(), name.to_owned()))?;
@@ -126,7 +142,7 @@ impl ServiceBindings {
     }
 
     /// Sets a namespace's labels (empty when the namespace is gone) and re-evaluates its
-    /// services if they changed.
+    /// objects if they changed.
     pub fn set_namespace_labels(
         &mut self,
         policies: &BindingPolicies,
@@ -155,10 +171,10 @@ impl ServiceBindings {
         self.reevaluate(policies, keys)
     }
 
-    /// Re-evaluates every service after a policy change, unless the policies that apply to
-    /// services are unchanged since the last full evaluation.
+    /// Re-evaluates every object after a policy change, unless the policies that apply to the
+    /// kind are unchanged since the last full evaluation.
     pub fn policies_changed(&mut self, policies: &BindingPolicies) -> Vec<BindingChange> {
-        let fingerprint = policies.fingerprint(MatchKind::Service);
+        let fingerprint = policies.fingerprint(self.kind);
         if self.evaluated_with.as_deref() == Some(fingerprint) {
             return Vec::new();
         }
@@ -179,7 +195,7 @@ impl ServiceBindings {
             let Some(t) = self.services.get_mut(&key) else {
                 continue;
             };
-            let binding = policies.bind(MatchKind::Service, &t.object, labels);
+            let binding = policies.bind(self.kind, &t.object, labels);
             if binding != t.binding {
                 let before = std::mem::replace(&mut t.binding, binding.clone());
                 changes.push(BindingChange {

@@ -779,6 +779,7 @@ mod tests {
                 },
             ],
             gateway_mac: "02:00:00:00:00:01".into(),
+            fresh: true,
         }
     }
 

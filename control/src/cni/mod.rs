@@ -14,23 +14,26 @@
 //! | GC | `Gc` with `cni.dev/valid-attachments` |
 //! | VERSION | 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0 |
 //!
-//! ADD and retries: a retried ADD gets the same allocation; if the pod already has `CNI_IFNAME`
-//! with the allocation's MAC (an earlier ADD got that far), it is configured again in place
-//! (every step is idempotent) and attached, so a retry never makes a second interface. An
-//! interface of that name with another MAC, or not a veth, is someone else's: error 102
-//! (`AlreadyExists`, as [`crate::proto::ErrorCode`] defines it), and it is left untouched.
-//! When anything fails after `Allocate`, ADD undoes what belongs to the attachment — deletes the
-//! veth (host end, and the pod end if it carries the allocation's MAC) and sends `Release` —
-//! before it reports the error, so a failed ADD leaks neither an interface nor addresses whether
-//! or not the runtime follows up with DEL; kubelet's retry then starts clean. (`Release` is best
-//! effort there: if control is unreachable, the runtime's DEL releases.)
+//! ADD and retries: the CNI spec requires an error when the container already has an interface
+//! named `CNI_IFNAME`, so an ADD that finds one — made by an earlier ADD of the same container
+//! or by someone else — fails with 102 (`AlreadyExists`, as [`crate::proto::ErrorCode`]
+//! defines it) and leaves it, and the earlier ADD's allocation, untouched. A retried ADD whose
+//! interface is gone (the pod's namespace lost it) gets the same allocation, makes the
+//! interface again and attaches it; control gives the attachment a new endpoint id, so the
+//! forwarder replaces the port bound to the vanished interface and traffic flows again.
+//! When anything else fails after `Allocate`, ADD undoes what belongs to the attachment —
+//! deletes the veth it made and sends `Release` — before it reports the error, so a failed ADD
+//! leaks neither an interface nor addresses whether or not the runtime follows up with DEL;
+//! kubelet's retry then starts clean. (`Release` is best effort there: if control is
+//! unreachable, the runtime's DEL releases.)
 //!
 //! Error codes: control unreachable or too slow → 11 (try again later) for ADD, DEL, CHECK and
 //! GC — kubelet retries DEL until it succeeds, so an attachment is never forgotten while control
 //! is down; → 50 (plugin not available) for STATUS. Codes from control are passed on by meaning
-//! ([`ErrorCode`]); a missing `CNI_NETNS` on ADD/CHECK → 3; a CHECK mismatch → 999 with every
-//! difference named. Parameter and configuration errors are the library's: 4 (environment), 6
-//! (stdin is not JSON), 7 (network configuration), 1 (version).
+//! ([`ErrorCode`]); a CHECK mismatch → 999 with every difference named. A variable the command
+//! needs and the runtime did not set → 4, its name in the message ([`missing_variables`]).
+//! Other parameter and configuration errors are the library's: 6 (stdin is not JSON), 7
+//! (network configuration), 1 (version).
 
 pub mod client;
 pub mod config;
@@ -40,7 +43,7 @@ use std::path::{Path, PathBuf};
 
 use rscni_plugin::cni::{Cni, Plugin};
 use rscni_plugin::error::Error;
-use rscni_plugin::types::{Args, CNIResult, Interface, IpConfig, Route};
+use rscni_plugin::types::{Args, CNIResult, ErrorResult, Interface, IpConfig, Route};
 use rscni_plugin::version::SpecVersion;
 
 use crate::proto::{Allocation, Attachment, ErrorCode, Request, Response};
@@ -59,7 +62,7 @@ pub enum CniFailure {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// A parameter the command needs is missing.
-    #[error("{0} is required for this command; the runtime must set it")]
+    #[error("{0} is not set; the runtime must set it for this command")]
     MissingParameter(&'static str),
     /// GC without the list of valid attachments.
     #[error(
@@ -107,8 +110,9 @@ impl CniFailure {
     pub fn into_cni(self, status: bool) -> Error {
         let text = self.to_string();
         match self {
-            CniFailure::Config(ConfigError::BadArgsEntry(_)) | CniFailure::MissingParameter(_) => {
-                Error::InvalidEnvValue(text)
+            // Code 4 with the variable in the message itself, not only in the details.
+            CniFailure::MissingParameter(_) | CniFailure::Config(ConfigError::BadArgsEntry(_)) => {
+                Error::Custom(4, text, String::new())
             }
             CniFailure::Config(_) | CniFailure::NoValidAttachments => {
                 Error::InvalidNetworkConfig(text)
@@ -170,8 +174,46 @@ impl CniFailure {
 #[derive(Debug, Default)]
 pub struct LacePlugin;
 
+/// The variables the CNI spec requires for `command` (1.1, "Parameters") that `get` finds
+/// unset or empty, as the error to answer with: code 4, the names in the message itself.
+pub fn missing_variables(command: &str, get: impl Fn(&str) -> Option<String>) -> Option<Error> {
+    let need: &[&str] = match command {
+        "ADD" | "CHECK" => &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"],
+        "DEL" => &["CNI_CONTAINERID", "CNI_IFNAME"],
+        "GC" => &["CNI_PATH"],
+        _ => &[],
+    };
+    let missing: Vec<&str> = need
+        .iter()
+        .copied()
+        .filter(|v| get(v).is_none_or(|x| x.is_empty()))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let (names, verb) = match missing.as_slice() {
+        [one] => ((*one).to_owned(), "is"),
+        many => (many.join(", "), "are"),
+    };
+    Some(Error::Custom(
+        4,
+        format!("{names} {verb} not set; the runtime must set {names} for CNI_COMMAND={command}"),
+        format!("the CNI spec requires {} for {command}", need.join(", ")),
+    ))
+}
+
 /// Runs the plugin on this process's environment, stdin and stdout; returns the exit code.
 pub fn run() -> i32 {
+    let command = std::env::var("CNI_COMMAND").unwrap_or_default();
+    if let Some(e) = missing_variables(&command, |v| std::env::var(v).ok()) {
+        let result = ErrorResult::new(SpecVersion::new(1, 1, 0), &e);
+        match serde_json::to_string(&result) {
+            Ok(json) => println!("{json}"),
+            Err(_) => println!("{{\"code\":4,\"msg\":{:?}}}", e.msg()),
+        }
+        eprintln!("lace-cni: {e}");
+        return 1;
+    }
     let versions = SUPPORTED_VERSIONS
         .iter()
         .map(|&(a, b, c)| SpecVersion::new(a, b, c))
@@ -339,8 +381,12 @@ impl LacePlugin {
                 let r = plumb_and_attach(&call, &client, &alloc, &spec, &netns, &mut created);
                 r.map(|host_mac| add_result(&spec, &host_mac, &netns))
             });
-        if outcome.is_err() {
-            undo_add(&call, &client, &netns, created.as_ref());
+        if let Err(e) = &outcome {
+            // An interface that exists belongs to an earlier ADD (or someone else): its
+            // allocation stays unless this ADD made it.
+            let release =
+                alloc.fresh || !matches!(e, CniFailure::Link(LinkError::AlreadyExists { .. }));
+            undo_add(&call, &client, &netns, created.as_ref(), release);
         }
         outcome
     }
@@ -434,19 +480,28 @@ fn plumb_and_attach(
         PodLinkState::Absent => {
             link::create_veth(spec, netns)?;
         }
-        PodLinkState::Present { mac, veth } if veth && mac == spec.mac => {}
         PodLinkState::Present { mac, veth } => {
-            return Err(LinkError::AlreadyExists {
-                ifname: spec.ifname.clone(),
-                netns: netns.display().to_string(),
-                found: format!(
+            let found = if veth && mac == spec.mac {
+                format!(
+                    "the veth an earlier ADD of container {} made (MAC {}); the runtime must DEL \
+                     before it ADDs again",
+                    call.attachment.container_id,
+                    link::format_mac(&mac)
+                )
+            } else {
+                format!(
                     "{} with MAC {}, the allocation's is {}",
                     if veth { "a veth" } else { "not a veth" },
                     link::format_mac(&mac),
                     link::format_mac(&spec.mac)
-                ),
+                )
+            };
+            return Err(LinkError::AlreadyExists {
+                ifname: spec.ifname.clone(),
+                netns: netns.display().to_string(),
+                found,
             }
-            .into())
+            .into());
         }
     }
     *created = Some(spec.clone());
@@ -459,7 +514,7 @@ fn plumb_and_attach(
             call.config.attach_timeout,
         )?,
     )?;
-    if attached != *alloc {
+    if !alloc.same_interface(&attached) {
         return Err(CniFailure::AllocationChanged(format!(
             "Allocate gave {} {}, Attach {} {}",
             alloc.host_interface, alloc.mac, attached.host_interface, attached.mac
@@ -468,10 +523,16 @@ fn plumb_and_attach(
     Ok(host_mac)
 }
 
-/// Undoes an ADD that failed after Allocate: deletes this attachment's veth (never a foreign
-/// interface) and releases the allocation. Best effort: its own failures are reported on stderr only, the ADD's error
-/// is the one that counts.
-fn undo_add(call: &Call, client: &ControlClient, netns: &Path, created: Option<&PodLinkSpec>) {
+/// Undoes an ADD that failed after Allocate: deletes the veth this ADD made (never an interface
+/// it found) and, with `release`, releases the allocation. Best effort: its own failures are
+/// reported on stderr only, the ADD's error is the one that counts.
+fn undo_add(
+    call: &Call,
+    client: &ControlClient,
+    netns: &Path,
+    created: Option<&PodLinkSpec>,
+    release: bool,
+) {
     if let Some(spec) = created {
         if let Err(e) = link::delete_host_end(&spec.host_interface) {
             eprintln!("lace-cni: undoing ADD: {e}");
@@ -479,6 +540,9 @@ fn undo_add(call: &Call, client: &ControlClient, netns: &Path, created: Option<&
         if let Err(e) = link::delete_pod_end(netns, &spec.ifname, Some(spec.mac)) {
             eprintln!("lace-cni: undoing ADD: {e}");
         }
+    }
+    if !release {
+        return;
     }
     match client.call(
         &Request::Release(call.attachment.clone()),

@@ -85,6 +85,11 @@ pub struct RunArgs {
     /// answering "try again later".
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub attach_timeout_ms: u64,
+    /// How long an ADD for a pod control has not observed yet (not in the manifests yet, not
+    /// yet seen from the API) waits for it before answering "try again later" (below
+    /// lace-cni's request timeout).
+    #[arg(long, value_name = "MS", default_value_t = 3_000)]
+    pub pod_wait_ms: u64,
 }
 
 /// `lace-control status`.
@@ -139,6 +144,14 @@ pub enum ConfigError {
     /// `--attach-timeout-ms` out of range.
     #[error("--attach-timeout-ms {value}: must be between 100 and 110000 (lace-cni's own limit is 110 s)")]
     AttachTimeout {
+        /// The value.
+        value: u64,
+    },
+    /// `--pod-wait-ms` out of range.
+    #[error(
+        "--pod-wait-ms {value}: must be at most 4000 (lace-cni gives a request 5 s by default)"
+    )]
+    PodWait {
         /// The value.
         value: u64,
     },
@@ -279,6 +292,8 @@ pub struct RunConfig {
     pub ipam: IpamConfig,
     /// The Attach wait.
     pub attach_timeout: Duration,
+    /// How long an ADD waits for its pod to be observed.
+    pub pod_wait: Duration,
 }
 
 impl RunConfig {
@@ -317,6 +332,11 @@ impl RunConfig {
                 value: a.attach_timeout_ms,
             });
         }
+        if a.pod_wait_ms > 4_000 {
+            return Err(ConfigError::PodWait {
+                value: a.pod_wait_ms,
+            });
+        }
         let socket = a.socket.clone().unwrap_or_else(|| {
             Path::new("/run/lace")
                 .join(&paths.node)
@@ -344,6 +364,7 @@ impl RunConfig {
                 locator_len,
             },
             attach_timeout: Duration::from_millis(a.attach_timeout_ms),
+            pod_wait: Duration::from_millis(a.pod_wait_ms),
         })
     }
 
@@ -409,6 +430,7 @@ mod tests {
         assert_eq!(c.paths.tables_name, "node-a");
         assert_eq!(c.underlay_mtu, 1500);
         assert_eq!(c.attach_timeout, Duration::from_secs(10));
+        assert_eq!(c.pod_wait, Duration::from_secs(3));
         assert_eq!(c.ipam, IpamConfig::default());
         assert_eq!(c.compile().pod_mtu(), 1460);
     }
@@ -449,7 +471,8 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_flag_and_the_fix() {
-        let cases: [(&[&str], &str); 6] = [
+        let cases: [(&[&str], &str); 7] = [
+            (&["--pod-wait-ms", "60000"], "--pod-wait-ms"),
             (&["--locator-pool", "fc00::1/32"], "--locator-pool"),
             (&["--locator-pool", "10.0.0.0/8"], "--locator-pool"),
             (&["--locator-pool", "fc00::/56"], "--locator-pool"),

@@ -28,13 +28,13 @@
 //!
 //! A lease exists from Allocate; its port is published only once the plugin has made the
 //! interface (Attach). Which of this node's leases are attached is this node's own fact, kept
-//! in `attached-<node>.json` beside the state file (atomic write-then-rename, one writer: this
-//! process). Other nodes' leases do not need the mark (the compiler publishes ports only for
-//! this node's endpoints).
+//! in `attached-<node>.json` beside the state file (replaced atomically by
+//! [`crate::fsio::write_atomically`]; one writer: this process's event loop, which changes the
+//! marks of a whole batch and saves them once). Other nodes' leases do not need the mark (the
+//! compiler publishes ports only for this node's endpoints).
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -178,7 +178,7 @@ impl SharedState {
     /// freshly loaded state is kept (it is the truth on disk).
     pub fn mutate<R>(
         &mut self,
-        f: impl FnOnce(&mut Ipam) -> Result<R, IpamError>,
+        mut f: impl FnMut(&mut Ipam) -> Result<R, IpamError>,
     ) -> Result<R, StateError> {
         let _guard = self.lock(true)?;
         let mut ipam = self.store.load_ipam(self.config)?;
@@ -205,10 +205,10 @@ struct AttachedEntry {
     ifname: String,
 }
 
-/// This node's attached leases, persisted (see the module docs).
+/// This node's attached leases, persisted (see the module docs) or in memory.
 #[derive(Debug)]
 pub struct AttachedMarks {
-    path: PathBuf,
+    path: Option<PathBuf>,
     set: BTreeSet<AttachmentKey>,
 }
 
@@ -233,9 +233,17 @@ impl AttachedMarks {
             Err(e) => return Err(err("read", e.to_string())),
         };
         Ok(AttachedMarks {
-            path: path.to_path_buf(),
+            path: Some(path.to_path_buf()),
             set,
         })
+    }
+
+    /// Marks kept in memory only (a process whose pods do not outlive it: tests, benches).
+    pub fn in_memory() -> AttachedMarks {
+        AttachedMarks {
+            path: None,
+            set: BTreeSet::new(),
+        }
     }
 
     /// The attached keys.
@@ -248,39 +256,24 @@ impl AttachedMarks {
         self.set.contains(key)
     }
 
-    /// Marks `key` attached (saved before returning); returns whether it was new.
-    pub fn insert(&mut self, key: &AttachmentKey) -> Result<bool, StateError> {
-        if self.set.contains(key) {
-            return Ok(false);
-        }
-        self.set.insert(key.clone());
-        if let Err(e) = self.save() {
-            self.set.remove(key);
-            return Err(e);
-        }
-        Ok(true)
+    /// Marks `key` attached (saved by [`AttachedMarks::save`]); whether it was new.
+    pub fn insert(&mut self, key: &AttachmentKey) -> bool {
+        self.set.insert(key.clone())
     }
 
-    /// Keeps only the keys `keep` says yes to (saved when something went); returns the removed.
-    pub fn retain(
-        &mut self,
-        mut keep: impl FnMut(&AttachmentKey) -> bool,
-    ) -> Result<Vec<AttachmentKey>, StateError> {
-        let gone: Vec<AttachmentKey> = self.set.iter().filter(|k| !keep(k)).cloned().collect();
-        if gone.is_empty() {
-            return Ok(gone);
-        }
-        for k in &gone {
-            self.set.remove(k);
-        }
-        self.save()?;
-        Ok(gone)
+    /// Unmarks `key` (saved by [`AttachedMarks::save`]); whether it was marked.
+    pub fn remove(&mut self, key: &AttachmentKey) -> bool {
+        self.set.remove(key)
     }
 
-    fn save(&self) -> Result<(), StateError> {
+    /// Writes the marks (nothing for in-memory marks).
+    pub fn save(&self) -> Result<(), StateError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         let err = |op, reason: String| StateError::Attached {
             op,
-            path: self.path.clone(),
+            path: path.clone(),
             reason,
         };
         let entries: Vec<AttachedEntry> = self
@@ -292,29 +285,8 @@ impl AttachedMarks {
             })
             .collect();
         let json = serde_json::to_vec_pretty(&entries).map_err(|e| err("write", e.to_string()))?;
-        write_atomically(&self.path, &json).map_err(|e| err("write", e.to_string()))
+        crate::fsio::write_atomically(path, &json, 0o600).map_err(|e| err(e.op, e.to_string()))
     }
-}
-
-/// Writes `bytes` to `<path>.tmp`, fsyncs it and renames it over `path` (readers see the old
-/// or the new content, never a mix).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -433,12 +405,15 @@ mod tests {
             container_id: "c1".into(),
             ifname: "eth0".into(),
         };
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let mut m = AttachedMarks::open(&path).unwrap();
-        assert!(m.insert(&k).unwrap());
-        assert!(!m.insert(&k).unwrap());
+        assert!(m.insert(&k));
+        assert!(!m.insert(&k));
+        m.save().unwrap();
         let mut m2 = AttachedMarks::open(&path).unwrap();
         assert!(m2.contains(&k));
-        assert_eq!(m2.retain(|_| false).unwrap(), vec![k.clone()]);
+        assert!(m2.remove(&k));
+        m2.save().unwrap();
         assert!(AttachedMarks::open(&path).unwrap().keys().is_empty());
         std::fs::write(&path, b"{").unwrap();
         assert!(AttachedMarks::open(&path).is_err());

@@ -1,6 +1,6 @@
 //! The status file of standalone mode (no API server to write `status` to):
-//! `<manifests>/.lace/status-<node>.yaml`, replaced atomically (write-then-rename) after every
-//! reconcile that changed it, and what `lace-control status` prints from it.
+//! `<manifests>/.lace/status-<node>.yaml`, replaced atomically ([`crate::fsio`]) after every
+//! batch that changed it ([`StatusFileSink`]), and what `lace-control status` prints from it.
 //!
 //! Format (YAML, camelCase, one document):
 //!
@@ -10,17 +10,19 @@
 //! tablesGeneration: 12                 # the tables' publication count after the last apply
 //! networks:                            # every Network in the manifests
 //! - name: backend
-//!   type: l3
-//!   subnets: [10.40.0.0/16, fd40::/48]
+//!   type: l3                           # the spec in force (the last valid one while a
+//!   subnets: [10.40.0.0/16, fd40::/48] #  change is refused)
 //!   status: {id: 1, conditions: [{type: Valid, status: "True", reason: Valid, message: …, lastTransitionTime: …}, Ready, AddressesAvailable]}
 //! bindingPolicies:  [{name, conditions: [CELValid, Valid]}]
 //! routingPolicies:  [{name, conditions: [Accepted, Supported]}]
 //! nodes:            [{name, conditions: [Ready]}]
 //! networkEndpoints: [NetworkEndpoint objects of this node's pods (apiVersion, kind, metadata, spec) + attached: bool]
 //! allocations:      [Allocation objects: every node's blocks]
-//! services:         [{namespace, name, binding}]   # continuous service binding
+//! pods:             [{namespace, name, node, binding, decidedBy}]  # bound once, when observed
+//! services:         [{namespace, name, binding, decidedBy}]        # bound continuously
+//! networkPolicies:  [{namespace, name, binding, decidedBy}]        # bound continuously
 //! notes:            ["Conflict: NetworkRoutingPolicy x: …"]  # the compiler's notes
-//! problems:         ["…"]                           # the source's per-object problems
+//! problems:         ["…"]   # every decode and validation error, with file, document and field
 //! error: "…"                                        # why the tables could not be compiled, if so
 //! ```
 //!
@@ -28,6 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -114,16 +117,22 @@ pub struct EndpointEntry {
     pub endpoint_id: u64,
 }
 
-/// A service's binding.
+/// A resource's binding: a pod, a service or a Kubernetes NetworkPolicy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ServiceEntry {
+pub struct BindingEntry {
     /// Namespace.
     pub namespace: String,
     /// Name.
     pub name: String,
+    /// The node (pods with `spec.nodeName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The network, or `(unbound)` / `(explicitly unbound)`.
     pub binding: String,
+    /// The policy and rule that decided, e.g. `tiers spec.rules[1]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
 }
 
 /// The whole file.
@@ -156,13 +165,20 @@ pub struct StatusFile {
     /// Every node's blocks.
     #[serde(default)]
     pub allocations: Vec<Object<crate::api::AllocationSpec>>,
+    /// Pod bindings (every pod of the source, on any node).
+    #[serde(default)]
+    pub pods: Vec<BindingEntry>,
     /// Service bindings.
     #[serde(default)]
-    pub services: Vec<ServiceEntry>,
+    pub services: Vec<BindingEntry>,
+    /// Kubernetes NetworkPolicy bindings.
+    #[serde(default)]
+    pub network_policies: Vec<BindingEntry>,
     /// The compiler's notes.
     #[serde(default)]
     pub notes: Vec<String>,
-    /// The source's problems.
+    /// Every problem: the source's (decode errors, duplicates, …) and every invalid object's
+    /// validation errors, each with its file, document and field.
     #[serde(default)]
     pub problems: Vec<String>,
     /// Why the node's tables could not be compiled or applied.
@@ -312,10 +328,25 @@ pub fn render(s: &StatusFile, ports: Option<&PortStates>) -> String {
             a.spec.prefixes.join(",")
         );
     }
-    if !s.services.is_empty() {
-        let _ = writeln!(o, "\nSERVICES");
-        for sv in &s.services {
-            let _ = writeln!(o, "  {}/{:<24} {}", sv.namespace, sv.name, sv.binding);
+    if !(s.pods.is_empty() && s.services.is_empty() && s.network_policies.is_empty()) {
+        let _ = writeln!(o, "\nBINDINGS");
+        for (kind, list) in [
+            ("pod", &s.pods),
+            ("service", &s.services),
+            ("networkpolicy", &s.network_policies),
+        ] {
+            for b in list {
+                let _ = writeln!(
+                    o,
+                    "  {kind:<14} {:<36} {:<10} {:<12} {}",
+                    format!("{}/{}", b.namespace, b.name),
+                    b.node.as_deref().unwrap_or(""),
+                    b.binding,
+                    b.decided_by
+                        .as_deref()
+                        .map_or(String::new(), |d| format!("(NetworkBindingPolicy {d})"))
+                );
+            }
         }
     }
     for (title, list) in [("NOTES", &s.notes), ("PROBLEMS", &s.problems)] {
@@ -327,6 +358,71 @@ pub fn render(s: &StatusFile, ports: Option<&PortStates>) -> String {
         }
     }
     o
+}
+
+/// Why `lace-control status` could not show the status.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The status file could not be read.
+    #[error(
+        "{path}: {source}; has `lace-control run --node {node} --manifests {manifests}` run yet?"
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// This node.
+        node: String,
+        /// The manifests directory.
+        manifests: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a status file.
+    #[error("{path}: not a lace-control status file: {reason}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        reason: String,
+    },
+}
+
+/// Where the report step's status goes: a file in standalone mode, the objects' `status` in
+/// Kubernetes mode. Called after every batch; an unchanged status may be written again.
+pub trait StatusSink {
+    /// Makes `status` visible.
+    fn publish(&mut self, status: &StatusFile) -> Result<(), crate::fsio::WriteError>;
+}
+
+/// The standalone sink: the status file, as YAML, written atomically when its content changed.
+#[derive(Debug)]
+pub struct StatusFileSink {
+    path: PathBuf,
+    last: Option<StatusFile>,
+}
+
+impl StatusFileSink {
+    /// A sink writing `path` (its directory is created).
+    pub fn new(path: PathBuf) -> StatusFileSink {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        StatusFileSink { path, last: None }
+    }
+}
+
+impl StatusSink for StatusFileSink {
+    fn publish(&mut self, status: &StatusFile) -> Result<(), crate::fsio::WriteError> {
+        let key = status.content_key();
+        if self.last.as_ref() == Some(&key) {
+            return Ok(());
+        }
+        let yaml = serde_yaml::to_string(status).unwrap_or_default();
+        crate::fsio::write_atomically(&self.path, yaml.as_bytes(), 0o644)?;
+        self.last = Some(key);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -383,6 +383,15 @@ impl IpamError {
     }
 }
 
+/// A subnet as a user writes it: `10.40.0.0/16 with hostLocalPrefixLength 24`, or `absent`.
+pub fn subnet_text(s: Option<(IpNet, Option<u8>)>) -> String {
+    match s {
+        None => "absent".to_owned(),
+        Some((p, None)) => p.to_string(),
+        Some((p, Some(l))) => format!("{p} with hostLocalPrefixLength {l}"),
+    }
+}
+
 /// The MAC the forwarder answers ARP/NDP with for a network's gateway: `06:00:` + the id. Its
 /// first octet differs from every endpoint MAC's (`02`), so the two never collide.
 pub fn gateway_mac(id: NetworkId) -> MacAddr {
@@ -779,21 +788,27 @@ impl Ipam {
                 old,
                 new,
             };
-            let fmt4 = |s: &Option<(Ipv4Net, Option<u8>)>| format!("{s:?}");
-            let fmt6 = |s: &Option<(Ipv6Net, Option<u8>)>| format!("{s:?}");
             if n.def.kind != def.kind {
                 return Err(immutable(
                     "spec.type",
-                    format!("{:?}", n.def.kind),
-                    format!("{:?}", def.kind),
+                    n.def.kind.as_str().to_owned(),
+                    def.kind.as_str().to_owned(),
                 ));
             }
             if n.def.kind != NetworkType::External {
                 if n.def.v4 != def.v4 {
-                    return Err(immutable("spec.ipv4Subnet", fmt4(&n.def.v4), fmt4(&def.v4)));
+                    return Err(immutable(
+                        "spec.ipv4Subnet",
+                        subnet_text(n.def.v4.map(|(p, l)| (IpNet::V4(p), l))),
+                        subnet_text(def.v4.map(|(p, l)| (IpNet::V4(p), l))),
+                    ));
                 }
                 if n.def.v6 != def.v6 {
-                    return Err(immutable("spec.ipv6Subnet", fmt6(&n.def.v6), fmt6(&def.v6)));
+                    return Err(immutable(
+                        "spec.ipv6Subnet",
+                        subnet_text(n.def.v6.map(|(p, l)| (IpNet::V6(p), l))),
+                        subnet_text(def.v6.map(|(p, l)| (IpNet::V6(p), l))),
+                    ));
                 }
             }
             return Ok(n.id);
@@ -1026,6 +1041,26 @@ impl Ipam {
         self.leases.insert(req.key.clone(), lease.clone());
         self.generation += 1;
         Ok(lease)
+    }
+
+    /// A retried ADD rebuilt the pod's interface: the lease keeps its addresses, MAC, port and
+    /// host interface but gets a new endpoint id, so the forwarder, which acknowledges ports by
+    /// endpoint id, replaces its port (the old one was bound to an interface that is gone).
+    /// None when there is no lease.
+    pub fn renew_endpoint(
+        &mut self,
+        key: &AttachmentKey,
+    ) -> Result<Option<EndpointLease>, IpamError> {
+        let Some(lease) = self.leases.get_mut(key) else {
+            return Ok(None);
+        };
+        let id = self.next_endpoint_id;
+        self.next_endpoint_id = id
+            .checked_add(1)
+            .ok_or(IpamError::IdsExhausted { what: "endpoint" })?;
+        lease.endpoint_id = id;
+        self.generation += 1;
+        Ok(Some(lease.clone()))
     }
 
     /// DEL: releases the lease of `key` and returns it; None (and no change) when there is

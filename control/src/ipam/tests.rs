@@ -142,6 +142,64 @@ fn subnets_and_type_are_immutable() {
     assert_eq!(e.cni_code(), ErrorCode::InvalidConfig);
 }
 
+/// A refused change is described as the user writes the spec, not as Rust debug output.
+#[test]
+fn immutable_changes_are_described_in_the_users_words() {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    i.ensure_network("b", &l3(Some(("10.83.0.0/16", 24)), None))
+        .unwrap();
+    let e = i
+        .ensure_network("b", &l3(Some(("10.84.0.0/16", 24)), None))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Network b: spec.ipv4Subnet is immutable (was 10.83.0.0/16 with hostLocalPrefixLength \
+         24, now 10.84.0.0/16 with hostLocalPrefixLength 24); restore it, or delete and \
+         recreate the network"
+    );
+    let e = i
+        .ensure_network("b", &l2(Some("10.83.0.0/16"), None))
+        .unwrap_err();
+    assert!(e.to_string().contains("(was l3, now l2)"), "{e}");
+    let e = i
+        .ensure_network(
+            "b",
+            &l3(Some(("10.83.0.0/16", 24)), Some(("fd00::/48", 64))),
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(was absent, now fd00::/48 with hostLocalPrefixLength 64)"),
+        "{e}"
+    );
+}
+
+/// A renewed endpoint keeps everything but its id, which is new and never reused.
+#[test]
+fn renewing_an_endpoint_gives_a_new_id_only() {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    i.ensure_network("net", &l3(Some(("10.40.0.0/16", 24)), None))
+        .unwrap();
+    i.ensure_node("n1").unwrap();
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    let b = i.allocate(&req("b", "net", "n1")).unwrap();
+    let renewed = i.renew_endpoint(&key("a")).unwrap().unwrap();
+    assert_eq!(
+        EndpointLease {
+            endpoint_id: a.endpoint_id,
+            ..renewed.clone()
+        },
+        a
+    );
+    assert!(renewed.endpoint_id > b.endpoint_id);
+    assert_eq!(i.lease(&key("a")), Some(&renewed));
+    assert_eq!(i.renew_endpoint(&key("zz")).unwrap(), None);
+    let restored = Ipam::from_state(&i.to_state(), IpamConfig::default()).unwrap();
+    assert_eq!(restored.lease(&key("a")), Some(&renewed));
+    let c = i.allocate(&req("c", "net", "n1")).unwrap();
+    assert!(c.endpoint_id > renewed.endpoint_id);
+}
+
 #[test]
 fn node_ids_and_locators() {
     let mut i = Ipam::new(IpamConfig::default()).unwrap();

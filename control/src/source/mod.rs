@@ -40,21 +40,18 @@
 //! A Node without a usable underlay annotation is not a lace node: it is reported
 //! ([`ProblemKind::Node`]) and left out of [`Objects::nodes`].
 //!
-//! # Implementing `Source` with kube reflectors
+//! # A Kubernetes source
 //!
-//! The Kubernetes watcher is meant to fit this trait as follows. One
-//! `kube::runtime::reflector` per kind (the three lace kinds, `Pod`, `Namespace`, `Node`,
-//! `Service`) runs on a tokio runtime the source owns, each writing a `Store`. Every event of
-//! every stream (`watcher::Event::Apply`, `Delete`, `InitDone`) does a `try_send(())` on a
-//! `std::sync::mpsc::sync_channel(1)`: the channel coalesces bursts and never blocks the
-//! streams. [`Source::wait`] is `recv_timeout` on that channel (then a short drain, as the
-//! standalone source debounces). [`Source::load`] drains the channel *first*, then clones every
-//! store's state into [`Objects`] (so a change racing with `load` leaves a token for the next
-//! `wait`). Until every store has seen its first full list (`Store::wait_until_ready`) `load`
-//! returns an error (a `SourceError` variant that watcher adds) rather than a partial world. Objects that fail to decode
-//! are watched as `DynamicObject`s and reported as [`ProblemKind::Decode`]; nodes go through
-//! [`LaceNode::from_node`] exactly as here. Duplicates cannot happen (the API server keeps
-//! names unique), and `Problem::origin` is `None`.
+//! The Kubernetes watcher does not need [`Source`]'s polling shape: it runs one
+//! `kube::runtime::watcher` per kind (the lace kinds, `Pod` of this node by `spec.nodeName`,
+//! `Namespace`, `Node`, `Service`, `NetworkPolicy`) on a tokio runtime it owns and sends the
+//! event loop what it sees: after the initial list of every kind (`InitDone`), one
+//! [`SourceEvent::Snapshot`] — the loop allocates and forgets nothing before it — then one
+//! [`SourceEvent::Applied`] / [`SourceEvent::Deleted`] per watch event, and a new snapshot
+//! after a relist (410 Gone). Objects that fail to decode are reported as
+//! [`ProblemKind::Decode`] with `Problem::origin` `None`; Nodes go through
+//! [`Objects::insert`] (and so [`LaceNode::from_node`]) exactly as here. Duplicates cannot
+//! happen (the API server keeps names unique).
 
 pub mod standalone;
 

@@ -344,6 +344,28 @@ impl Source for StandaloneSource {
     }
 }
 
+/// The objects of one multi-document YAML text as the source would read them from a file
+/// (duplicates and Nodes without lace annotations reported, broken documents skipped), with
+/// every problem. For tests and tools that hold manifests in memory.
+pub fn objects_from_yaml(text: &str) -> (Objects, Vec<Problem>) {
+    let path = Path::new("<memory>");
+    let file = parse_file(path, text);
+    let mut problems = file.skipped;
+    problems.extend(
+        file.broken
+            .into_iter()
+            .map(|(origin, object, kind)| Problem {
+                origin: Some(origin),
+                object,
+                kind,
+                consequence: Consequence::NothingKept,
+            }),
+    );
+    let files = BTreeMap::from([(path.to_path_buf(), file.objects)]);
+    let objects = assemble(&files, &mut problems);
+    (objects, problems)
+}
+
 /// Waits until events pause for [`DEBOUNCE`], at most [`DEBOUNCE_MAX`].
 fn debounce(events: &Receiver<()>) {
     let start = Instant::now();

@@ -1,0 +1,214 @@
+//! The report step: what every object shows, from the core, the IPAM state and the outcome of
+//! the last publication — pure (the time is passed in), so the status is a function of state.
+//!
+//! - Networks show the spec **in force**: the model in the world (the last valid one while a
+//!   change is refused), with `status.id` and conditions; a refused change is named in the
+//!   `Valid` condition in the user's words.
+//! - Every pod, service and Kubernetes NetworkPolicy shows its binding and the rule that
+//!   decided it, before any CNI ADD.
+//! - Every problem — decode errors of the source and validation errors of the objects — is in
+//!   one list, each with its file, document and field.
+//! - A condition's `lastTransitionTime` moves only when its status changes (from `previous`).
+
+use std::collections::BTreeSet;
+
+use crate::api::{AllocationSpec, Condition, NetworkEndpointSpec, NetworkStatus};
+use crate::bind::{Binding, ContinuousBindings};
+use crate::ipam::Ipam;
+use crate::world::AttachmentKey;
+
+use super::core::{Core, ObjectReport};
+use super::status::{self, BindingEntry, EndpointEntry, NetworkEntry, ObjectEntry, StatusFile};
+
+/// What the loop knows of the last publication.
+#[derive(Debug, Clone, Copy)]
+pub struct TablesReport<'a> {
+    /// The tables' generation after the last apply.
+    pub generation: u64,
+    /// Why the tables could not be compiled or published, if so.
+    pub error: Option<&'a str>,
+    /// The compiler's notes.
+    pub notes: &'a [String],
+}
+
+/// The prefix length a pod's address is configured with: a host route.
+pub fn host_len(a: &std::net::IpAddr) -> u8 {
+    if a.is_ipv4() {
+        32
+    } else {
+        128
+    }
+}
+
+fn binding_text(b: &Binding) -> String {
+    match b {
+        Binding::Network(n) => n.clone(),
+        Binding::NoMatch => "(unbound)".into(),
+        Binding::ExplicitlyUnbound => "(explicitly unbound)".into(),
+    }
+}
+
+fn continuous(b: &ContinuousBindings) -> Vec<BindingEntry> {
+    b.iter()
+        .map(|(ns, name, binding)| BindingEntry {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            node: None,
+            binding: binding_text(binding),
+            decided_by: None,
+        })
+        .collect()
+}
+
+/// The status of everything (see the module docs). `now` is RFC 3339.
+pub fn report(
+    core: &Core,
+    ipam: &Ipam,
+    attached: &BTreeSet<AttachmentKey>,
+    tables: TablesReport<'_>,
+    now: &str,
+    previous: &StatusFile,
+) -> StatusFile {
+    let prev_conds = |list: &[ObjectEntry], name: &str| -> Vec<Condition> {
+        list.iter()
+            .find(|e| e.name == name)
+            .map(|e| e.conditions.clone())
+            .unwrap_or_default()
+    };
+    let mut s = StatusFile {
+        node: core.node().to_owned(),
+        updated: now.to_owned(),
+        tables_generation: tables.generation,
+        ..StatusFile::default()
+    };
+    let ids = ipam.network_ids();
+    let reports: Vec<ObjectReport> = core.reports().cloned().collect();
+    for mut r in reports {
+        let previous_conditions = match r.kind {
+            "Network" => previous
+                .networks
+                .iter()
+                .find(|n| n.name == r.name)
+                .map(|n| n.status.conditions.clone())
+                .unwrap_or_default(),
+            "NetworkBindingPolicy" => prev_conds(&previous.binding_policies, &r.name),
+            "NetworkRoutingPolicy" => prev_conds(&previous.routing_policies, &r.name),
+            _ => prev_conds(&previous.nodes, &r.name),
+        };
+        status::stamp_transitions(&mut r.conditions, &previous_conditions, now);
+        let entry = ObjectEntry {
+            name: r.name.clone(),
+            conditions: r.conditions,
+        };
+        match r.kind {
+            "Network" => {
+                let in_force = core.world().networks.get(&r.name);
+                let spec = core.objects().networks.get(&r.name).map(|n| &n.spec);
+                let (type_, subnets) = match (in_force, spec) {
+                    (Some(m), _) => (
+                        m.kind.as_str().to_owned(),
+                        m.v4.map(|(p, _)| p.to_string())
+                            .into_iter()
+                            .chain(m.v6.map(|(p, _)| p.to_string()))
+                            .collect(),
+                    ),
+                    (None, Some(spec)) => (
+                        spec.type_.as_str().to_owned(),
+                        [&spec.ipv4_subnet, &spec.ipv6_subnet]
+                            .into_iter()
+                            .flatten()
+                            .map(|x| x.prefix.clone())
+                            .collect(),
+                    ),
+                    (None, None) => (String::new(), Vec::new()),
+                };
+                s.networks.push(NetworkEntry {
+                    name: r.name.clone(),
+                    type_,
+                    subnets,
+                    status: NetworkStatus {
+                        id: in_force
+                            .map(|m| m.id.0)
+                            .or_else(|| ids.get(&r.name).map(|i| i.0)),
+                        conditions: entry.conditions,
+                    },
+                });
+            }
+            "NetworkBindingPolicy" => s.binding_policies.push(entry),
+            "NetworkRoutingPolicy" => s.routing_policies.push(entry),
+            _ => s.nodes.push(entry),
+        }
+    }
+    for l in ipam.leases().filter(|l| l.node == core.node()) {
+        let ep = status::Object::new(
+            "NetworkEndpoint",
+            format!("{}-{}", l.pod.name, l.key.ifname),
+            Some(l.pod.namespace.clone()),
+            NetworkEndpointSpec {
+                network: l.network.clone(),
+                pod: l.pod.name.clone(),
+                node: l.node.clone(),
+                interface: l.key.ifname.clone(),
+                container_id: l.key.container_id.clone(),
+                addresses: l
+                    .addresses
+                    .iter()
+                    .map(|a| format!("{}/{}", a.address, host_len(&a.address)))
+                    .collect(),
+                mac: l.mac.to_string(),
+                host_interface: Some(l.host_iface.as_str().to_owned()),
+            },
+        );
+        s.network_endpoints.push(EndpointEntry {
+            object: ep,
+            attached: attached.contains(&l.key),
+            port: l.port.0,
+            endpoint_id: l.endpoint_id,
+        });
+    }
+    for spec in ipam.allocation_specs() {
+        let name = format!("{}-{}", spec.network, spec.node);
+        s.allocations.push(status::Object::new(
+            "Allocation",
+            name,
+            None,
+            AllocationSpec {
+                network: spec.network,
+                node: spec.node,
+                prefixes: spec.prefixes,
+            },
+        ));
+    }
+    // A pod with a lease is bound to its lease's network, whatever the policies say now.
+    let leased: std::collections::BTreeMap<(&str, &str), &str> = ipam
+        .leases()
+        .map(|l| {
+            (
+                (l.pod.namespace.as_str(), l.pod.name.as_str()),
+                l.network.as_str(),
+            )
+        })
+        .collect();
+    for (k, b) in core.pod_bindings() {
+        let lease = leased.get(&(k.namespace.as_str(), k.name.as_str()));
+        s.pods.push(BindingEntry {
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+            node: b.node.clone(),
+            binding: lease.map_or_else(|| binding_text(&b.binding), |n| (*n).to_owned()),
+            decided_by: b
+                .decided_by
+                .as_ref()
+                .map(|(p, r)| format!("{p} spec.rules[{r}]")),
+        });
+    }
+    s.services = continuous(core.service_bindings());
+    s.network_policies = continuous(core.network_policy_bindings());
+    s.notes = tables.notes.to_vec();
+    s.problems = core.problems().iter().map(ToString::to_string).collect();
+    s.error = tables.error.map(str::to_owned);
+    if s.content_key() == previous.content_key() {
+        s.updated = previous.updated.clone();
+    }
+    s
+}

@@ -1,0 +1,375 @@
+//! The daemon's event loop with a scripted source and a scripted CNI client: the real
+//! [`Control`] loop on its own thread, the IPAM state in memory, the tables a real region in
+//! /dev/shm (read back by the test as the forwarder would), the status recorded. No sockets,
+//! no forwarder, no root: the test sends the loop what the source thread and the CNI
+//! connections send, and plays the forwarder where an Attach needs one.
+
+use std::collections::BTreeSet;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use lace_control::compile::{CompileConfig, Compiler};
+use lace_control::daemon::control::{
+    Answer, AttachTicket, CniCall, Control, Event, LoopConfig, Published, Reply,
+};
+use lace_control::daemon::core::Core;
+use lace_control::daemon::state::AttachedMarks;
+use lace_control::daemon::status::{StatusFile, StatusSink};
+use lace_control::fsio::WriteError;
+use lace_control::ipam::{Ipam, IpamConfig, SharedIpam};
+use lace_control::proto::{Allocation, Attachment, ErrorCode, Request, Response};
+use lace_control::source::standalone::objects_from_yaml;
+use lace_control::source::{Snapshot, SourceEvent};
+use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
+
+const BASE: &str = r#"
+apiVersion: lace-cni.io/v1alpha1
+kind: Network
+metadata: {name: backend}
+spec:
+  type: l3
+  ipv4Subnet: {prefix: 10.40.0.0/16, hostLocalPrefixLength: 24}
+---
+apiVersion: lace-cni.io/v1alpha1
+kind: NetworkBindingPolicy
+metadata: {name: by-label}
+spec:
+  rules:
+  - network: backend
+    selector: {matchLabels: {tier: backend}}
+  - network: later
+    selector: {matchLabels: {tier: later}}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-a
+  annotations: {lace-cni.io/underlay: "fd00:100::a"}
+"#;
+
+fn pod(name: &str, tier: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop, labels: \
+         {{tier: {tier}}}}}\nspec: {{nodeName: node-a, containers: [{{name: app, image: x}}]}}\n"
+    )
+}
+
+fn snapshot(yaml: &str) -> Event {
+    let (objects, problems) = objects_from_yaml(yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    Event::Source(SourceEvent::Snapshot(Snapshot {
+        objects,
+        problems,
+        origins: Default::default(),
+    }))
+}
+
+/// Every status the loop reported.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<StatusFile>>>);
+
+impl StatusSink for Recorder {
+    fn publish(&mut self, status: &StatusFile) -> Result<(), WriteError> {
+        self.0.lock().unwrap().push(status.clone());
+        Ok(())
+    }
+}
+
+type Loop = Control<SharedIpam, Recorder>;
+
+/// The loop on its thread, its tables in /dev/shm (removed on drop).
+struct Lab {
+    events: Sender<Event>,
+    thread: Option<JoinHandle<()>>,
+    paused: Option<(Loop, Receiver<Event>)>,
+    tables: TablesConfig,
+    status: Recorder,
+}
+
+impl Lab {
+    fn start(pod_wait: Duration) -> Lab {
+        let mut lab = Lab::paused(pod_wait);
+        lab.resume();
+        lab
+    }
+
+    /// Starts the loop's thread: everything sent so far is its first batch.
+    fn resume(&mut self) {
+        if let Some((mut control, rx)) = self.paused.take() {
+            self.thread = Some(std::thread::spawn(move || control.run(&rx)));
+        }
+    }
+
+    /// A loop that does not run until [`Lab::resume`].
+    fn paused(pod_wait: Duration) -> Lab {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut tables = TablesConfig::new(&format!("ltd-{}-{n}", std::process::id()));
+        tables.size = 64 << 20;
+        let writer = TableWriter::open_or_create(&tables).unwrap();
+        let status = Recorder::default();
+        let cfg = CompileConfig { underlay_mtu: 1500 };
+        let control = Control::new(
+            Core::new("node-a"),
+            LoopConfig {
+                pod_wait,
+                tick: Duration::from_millis(20),
+                pod_mtu: cfg.pod_mtu(),
+            },
+            SharedIpam::in_memory(Ipam::new(IpamConfig::default()).unwrap()),
+            AttachedMarks::in_memory(),
+            Compiler::new("node-a", cfg),
+            writer,
+            status.clone(),
+            Arc::new(Published::default()),
+        );
+        let (events, rx): (Sender<Event>, Receiver<Event>) = mpsc::channel();
+        Lab {
+            events,
+            thread: None,
+            paused: Some((control, rx)),
+            tables,
+            status,
+        }
+    }
+
+    fn send(&self, e: Event) {
+        self.events.send(e).unwrap();
+    }
+
+    /// Sends a CNI request; the reply comes on the returned receiver.
+    fn call(&self, request: Request) -> Receiver<Reply> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Event::Cni(CniCall { request, reply: tx }));
+        rx
+    }
+
+    fn ask(&self, request: Request) -> Reply {
+        self.call(request)
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the loop answers")
+    }
+
+    /// The endpoint id the published tables hold for `port` (the forwarder's view).
+    fn published_endpoint(&self, t: &AttachTicket) -> Option<u64> {
+        let r = TableReader::attach(&self.tables).unwrap();
+        let mut h = r.register().unwrap();
+        let snap = h.snapshot();
+        snap.port(t.port).map(|p| p.endpoint)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = self.events.send(Event::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(self.tables.tables_path());
+        let _ = std::fs::remove_file(self.tables.qsbr_path());
+    }
+}
+
+fn attachment(container: &str, pod: &str) -> Attachment {
+    Attachment {
+        container_id: container.into(),
+        ifname: "eth0".into(),
+        pod_namespace: "shop".into(),
+        pod_name: pod.into(),
+        netns: "/var/run/netns/x".into(),
+    }
+}
+
+fn allocated(r: Reply) -> Allocation {
+    match r {
+        Reply::Done(Answer {
+            response: Response::Allocated(a),
+            ..
+        }) => a,
+        other => panic!("not an allocation: {other:?}"),
+    }
+}
+
+fn refused(r: Reply) -> (ErrorCode, String, bool) {
+    match r {
+        Reply::Done(Answer {
+            response: Response::Error { code, msg, .. },
+            ordinary,
+        }) => (code, msg, ordinary),
+        other => panic!("not an error: {other:?}"),
+    }
+}
+
+fn ticket(r: Reply) -> AttachTicket {
+    match r {
+        Reply::Attached(t) => t,
+        other => panic!("not attached: {other:?}"),
+    }
+}
+
+#[test]
+fn status_waits_for_the_first_snapshot() {
+    let lab = Lab::start(Duration::from_millis(500));
+    let (code, msg, _) = refused(lab.ask(Request::Status));
+    assert_eq!(code, ErrorCode::TryAgainLater, "{msg}");
+    // A request from before the snapshot is held, not judged against an empty world.
+    let early = lab.call(Request::Allocate(attachment("c0", "web")));
+    lab.send(snapshot(&format!("{BASE}{}", pod("web", "backend"))));
+    let a = allocated(early.recv_timeout(Duration::from_secs(30)).unwrap());
+    assert_eq!(a.network, "backend");
+    assert_eq!(
+        lab.ask(Request::Status),
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ordinary: true
+        })
+    );
+}
+
+/// An ADD for a pod control has not observed waits for it (bounded), and succeeds once the
+/// pod appears; one that never appears is refused with 11, never bound with a stand-in.
+#[test]
+fn an_add_for_an_unobserved_pod_waits_for_it_then_gives_up_with_try_again() {
+    let lab = Lab::start(Duration::from_millis(1500));
+    lab.send(snapshot(BASE));
+    let waiting = lab.call(Request::Allocate(attachment("c1", "late")));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        waiting.try_recv().is_err(),
+        "answered before the pod was seen"
+    );
+    lab.send(snapshot(&format!("{BASE}{}", pod("late", "backend"))));
+    let a = allocated(waiting.recv_timeout(Duration::from_secs(30)).unwrap());
+    assert_eq!(a.network, "backend");
+    assert!(a.fresh);
+
+    let (code, msg, _) = refused(lab.ask(Request::Allocate(attachment("c2", "never"))));
+    assert_eq!(code, ErrorCode::TryAgainLater);
+    assert!(msg.contains("pod shop/never is not known"), "{msg}");
+}
+
+/// A pod bound to a network that does not exist yet is "try again later"; once the network
+/// exists, the retry succeeds. A pod no policy binds is 100 (permanent).
+#[test]
+fn a_pod_bound_to_a_missing_network_is_try_again_later() {
+    let lab = Lab::start(Duration::from_millis(500));
+    let pods = format!("{}{}", pod("early", "later"), pod("lost", "none"));
+    lab.send(snapshot(&format!("{BASE}{pods}")));
+    let (code, msg, _) = refused(lab.ask(Request::Allocate(attachment("c1", "early"))));
+    assert_eq!(code, ErrorCode::TryAgainLater);
+    assert!(
+        msg.contains("binds to Network later") && msg.contains("does not exist yet"),
+        "{msg}"
+    );
+    let (code, _, _) = refused(lab.ask(Request::Allocate(attachment("c2", "lost"))));
+    assert_eq!(code, ErrorCode::Unbound);
+    let later = "---\napiVersion: lace-cni.io/v1alpha1\nkind: Network\nmetadata: {name: later}\nspec: {type: l3, ipv4Subnet: {prefix: 10.41.0.0/16, hostLocalPrefixLength: 24}}\n";
+    lab.send(snapshot(&format!("{BASE}{pods}{later}")));
+    assert_eq!(
+        allocated(lab.ask(Request::Allocate(attachment("c1", "early")))).network,
+        "later"
+    );
+}
+
+/// Attach publishes the port; an Attach of an attached lease (the plugin rebuilt a vanished
+/// interface) publishes it again with a new endpoint id, so the forwarder replaces its port.
+#[test]
+fn a_repeated_attach_renews_the_endpoint_the_forwarder_sees() {
+    let lab = Lab::start(Duration::from_millis(500));
+    lab.send(snapshot(&format!("{BASE}{}", pod("web", "backend"))));
+    let a = allocated(lab.ask(Request::Allocate(attachment("c1", "web"))));
+    let first = ticket(lab.ask(Request::Attach(attachment("c1", "web"))));
+    assert!(a.same_interface(&first.allocation));
+    assert_eq!(lab.published_endpoint(&first), Some(first.endpoint));
+    let again = ticket(lab.ask(Request::Attach(attachment("c1", "web"))));
+    assert_eq!(again.port, first.port);
+    assert!(again.endpoint > first.endpoint);
+    assert!(again.generation > first.generation);
+    assert_eq!(lab.published_endpoint(&again), Some(again.endpoint));
+    // The same addresses, MAC and interface: only the endpoint changed.
+    assert_eq!(again.allocation, first.allocation);
+    // A retried Allocate returns the lease as it is, not fresh.
+    let retried = allocated(lab.ask(Request::Allocate(attachment("c1", "web"))));
+    assert!(!retried.fresh);
+    assert!(retried.same_interface(&a));
+    // The status shows the endpoint attached with its new id.
+    let s = lab.status.0.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        (
+            s.network_endpoints[0].attached,
+            s.network_endpoints[0].endpoint_id
+        ),
+        (true, again.endpoint)
+    );
+}
+
+/// DEL of something already gone, and its lookup, are ordinary (not warnings); GC releases
+/// what the runtime no longer knows.
+#[test]
+fn ordinary_dels_are_quiet_and_gc_releases() {
+    let lab = Lab::start(Duration::from_millis(500));
+    lab.send(snapshot(&format!(
+        "{BASE}{}{}",
+        pod("web", "backend"),
+        pod("api", "backend")
+    )));
+    let (code, _, ordinary) = refused(lab.ask(Request::Check(attachment("gone", "web"))));
+    assert_eq!((code, ordinary), (ErrorCode::InvalidArgs, true));
+    assert_eq!(
+        lab.ask(Request::Release(attachment("gone", "web"))),
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ordinary: true
+        })
+    );
+    allocated(lab.ask(Request::Allocate(attachment("c1", "web"))));
+    allocated(lab.ask(Request::Allocate(attachment("c2", "api"))));
+    let gc = lab.ask(Request::Gc {
+        valid: vec![attachment("c2", "api")],
+    });
+    assert!(matches!(
+        gc,
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ..
+        })
+    ));
+    assert!(matches!(
+        refused(lab.ask(Request::Check(attachment("c1", "web")))),
+        (ErrorCode::InvalidArgs, _, true)
+    ));
+    allocated(lab.ask(Request::Check(attachment("c2", "api"))));
+}
+
+/// Twenty ADDs at once are answered from one batch — one IPAM transaction, one world, one
+/// publication, one status — with distinct addresses, and the status shows every pod's binding
+/// and endpoint.
+#[test]
+fn concurrent_adds_are_one_batch_and_never_share_an_address() {
+    let mut lab = Lab::paused(Duration::from_millis(500));
+    let pods: String = (0..20).map(|i| pod(&format!("p{i}"), "backend")).collect();
+    lab.send(snapshot(&format!("{BASE}{pods}")));
+    let pending: Vec<Receiver<Reply>> = (0..20)
+        .map(|i| {
+            lab.call(Request::Allocate(attachment(
+                &format!("c{i}"),
+                &format!("p{i}"),
+            )))
+        })
+        .collect();
+    lab.resume();
+    let mut addresses = BTreeSet::new();
+    for r in pending {
+        let a = allocated(r.recv_timeout(Duration::from_secs(30)).unwrap());
+        assert!(addresses.insert(a.ips[0].address.clone()), "{a:?}");
+    }
+    assert_eq!(addresses.len(), 20);
+    let reports = lab.status.0.lock().unwrap().clone();
+    assert_eq!(reports.len(), 1, "one batch, one report");
+    let s = &reports[0];
+    assert_eq!(s.network_endpoints.len(), 20);
+    assert_eq!(s.pods.len(), 20);
+    assert!(s.pods.iter().all(|p| p.binding == "backend"));
+}
