@@ -654,6 +654,58 @@ fn invalid_policies_are_ignored_and_reported() {
     }
 }
 
+/// Expressions are compiled and validated once (seed): an unknown function or a result that
+/// is not an optional string is `CELValid=False` with the reason, and the policy is not used —
+/// not accepted and then failing per object at run time.
+#[test]
+fn cel_expressions_are_type_checked_when_compiled() {
+    for (expr, reason) in [
+        (
+            "object.metadata.name.frobnicate()",
+            "unknown method frobnicate()",
+        ),
+        (
+            "optional.of(lookup(object.metadata.name))",
+            "unknown function lookup()",
+        ),
+        (
+            "object.metadata.name + '-net'",
+            "evaluates to a string, not an optional string",
+        ),
+        (
+            "object.metadata.namespace.startsWith('team-')",
+            "evaluates to a bool, not an optional string",
+        ),
+        (
+            "optional.of(object.metadata.name == 'web')",
+            "evaluates to an optional(bool), not an optional string",
+        ),
+    ] {
+        let yaml = format!(
+            "# typed\nrules: [{{celExpression: {expr:?}}}]\n---\n# fallback\npriority: 1\nrules: [{{network: fallback}}]\n"
+        );
+        let set = BindingPolicies::new(&policies(&yaml));
+        assert_eq!(set.active(), vec!["fallback"], "{expr}");
+        let status = set.status("typed").unwrap();
+        let cel = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CEL_VALID)
+            .unwrap();
+        assert_eq!(
+            (cel.status.as_str(), cel.reason.as_str()),
+            ("False", "CompileError"),
+            "{expr}"
+        );
+        assert!(cel.message.contains(reason), "{expr}: {}", cel.message);
+        assert!(
+            cel.message.contains("spec.rules[0].celExpression"),
+            "{}",
+            cel.message
+        );
+    }
+}
+
 #[test]
 fn valid_policies_report_cel_valid_true() {
     let yaml = format!("{PER_TEAM}---\n# static\nrules: [{{network: a}}]\n");

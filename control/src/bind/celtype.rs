@@ -410,3 +410,154 @@ fn method(name: &str, receiver: CelType, args: &[CelType]) -> Result<CelType, Ty
     }
     Ok(result)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Every function and method the check knows exists in the binding environment, in that
+    /// form, and returns a value of the type the check says.
+    #[test]
+    fn the_function_table_matches_the_environment() {
+        let mut env = cel::Env::stdlib();
+        env.add_extension(cel::extensions::strings).unwrap();
+        let env = Arc::new(env);
+        let ts = "timestamp('2020-01-01T10:20:30Z')";
+        let cases: Vec<(String, CelType)> = [
+            ("size('ab')", CelType::Int),
+            ("'ab'.size()", CelType::Int),
+            ("[1, 2].size()", CelType::Int),
+            ("int('1')", CelType::Int),
+            ("uint(1)", CelType::Uint),
+            ("double(1)", CelType::Double),
+            ("string(1)", CelType::String),
+            ("bytes('a')", CelType::Bytes),
+            ("bool('true')", CelType::Bool),
+            ("type(1) == int", CelType::Bool),
+            ("matches('a', 'a')", CelType::Bool),
+            ("'ab'.matches('a')", CelType::Bool),
+            ("'ab'.contains('a')", CelType::Bool),
+            ("'ab'.startsWith('a')", CelType::Bool),
+            ("'ab'.endsWith('b')", CelType::Bool),
+            ("'ab'.charAt(1)", CelType::String),
+            ("'Ab'.lowerAscii()", CelType::String),
+            ("'ab'.upperAscii()", CelType::String),
+            ("' a '.trim()", CelType::String),
+            ("'ab'.replace('a', 'c')", CelType::String),
+            ("'abc'.substring(1)", CelType::String),
+            ("'abc'.substring(1, 2)", CelType::String),
+            ("'ab'.reverse()", CelType::String),
+            ("'%s'.format(['a'])", CelType::String),
+            ("strings.quote('a')", CelType::String),
+            ("'abc'.indexOf('b')", CelType::Int),
+            ("'abcb'.lastIndexOf('b')", CelType::Int),
+            ("'a,b'.split(',')", CelType::List(Box::new(CelType::String))),
+            ("['a', 'b'].join('-')", CelType::String),
+            ("'a' + 'b'", CelType::String),
+            ("1 + 2", CelType::Int),
+            (
+                "optional.of('a')",
+                CelType::Optional(Box::new(CelType::String)),
+            ),
+            (
+                "optional.ofNonZeroValue('a')",
+                CelType::Optional(Box::new(CelType::String)),
+            ),
+            ("optional.of(1).hasValue()", CelType::Bool),
+            ("optional.of('a').value()", CelType::String),
+            ("optional.of('a').orValue('b')", CelType::String),
+            ("[1, 2].exists(x, x == 2)", CelType::Bool),
+            (
+                "[1, 2].map(x, x * 2)",
+                CelType::List(Box::new(CelType::Dyn)),
+            ),
+        ]
+        .into_iter()
+        .map(|(e, t)| (e.to_owned(), t))
+        .chain(
+            [
+                "getDate",
+                "getDayOfMonth",
+                "getDayOfWeek",
+                "getDayOfYear",
+                "getFullYear",
+                "getHours",
+                "getMilliseconds",
+                "getMinutes",
+                "getMonth",
+                "getSeconds",
+            ]
+            .into_iter()
+            .map(|m| (format!("{ts}.{m}()"), CelType::Int)),
+        )
+        .collect();
+        for (source, want) in cases {
+            let program = env.compile(&source).unwrap();
+            let mut vars = Vars::new();
+            let got = infer(program.expression(), &mut vars).unwrap();
+            assert_eq!(got, want, "{source}");
+            let context = cel::Context::with_env(Arc::clone(&env));
+            assert!(
+                program.execute(&context).is_ok(),
+                "{source} does not evaluate"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_functions_wrong_receivers_and_results_are_refused() {
+        let env = cel::Env::stdlib();
+        let check_of = |s: &str| check(env.compile(s).unwrap().expression());
+        assert_eq!(
+            check_of("object.metadata.name.frobnicate()"),
+            Err(TypeError::UnknownFunction {
+                name: "frobnicate".into(),
+                method: true
+            })
+        );
+        assert_eq!(
+            check_of("optional.of(frob(object))"),
+            Err(TypeError::UnknownFunction {
+                name: "frob".into(),
+                method: false
+            })
+        );
+        assert_eq!(
+            check_of("optional.of((1).startsWith('x'))"),
+            Err(TypeError::NoOverload {
+                name: "startsWith".into(),
+                receiver: CelType::Int
+            })
+        );
+        assert_eq!(
+            check_of("object.metadata.name + '-net'"),
+            Err(TypeError::WrongResult {
+                found: CelType::String
+            })
+        );
+        assert_eq!(
+            check_of("object.metadata.namespace.startsWith('team-')"),
+            Err(TypeError::WrongResult {
+                found: CelType::Bool
+            })
+        );
+        assert_eq!(
+            check_of("has(object.x) ? optional.of('a') : 'b'"),
+            Err(TypeError::WrongResult {
+                found: CelType::String
+            })
+        );
+        // What only the resource decides passes: it is checked per evaluation.
+        for ok in [
+            "object.metadata.name",
+            "optional.of(object.spec.port)",
+            "object.?metadata.?labels.?alt",
+            "object.metadata.namespace.startsWith('team-') ? optional.of(object.metadata.namespace.substring(5)) : optional.none()",
+            "[79, 80].exists(c, c == object.spec.port) ? optional.of('macro') : optional.none()",
+        ] {
+            assert_eq!(check_of(ok), Ok(()), "{ok}");
+        }
+    }
+}
