@@ -37,7 +37,8 @@ use lace_shared::types::PortId;
 
 use crate::dpdk::Eal;
 use crate::peer::{
-    node_config, udp4_frame, EncapNode, ScratchDir, ENCAP_GROWTH, PAYLOAD_OFFSET, POD_A,
+    load_average, node_config, udp4_frame, EncapNode, ScratchDir, ENCAP_GROWTH, PAYLOAD_OFFSET,
+    POD_A,
 };
 use crate::report::{rdtsc, tsc_hz, Figure, Histogram, Scale};
 
@@ -430,13 +431,15 @@ pub fn figures(
          lcore; TSC at send → TSC at receive on the same core; worker::run on lcore {lcore} \
          (busy / adaptive: sleeps {:?}…{:?} after {} idle rounds) vs a bare rx→tx ring loop on \
          the same lcore; {rounds} alternating rounds of {packets} packets per contender, the \
-         first {warmup} of each not recorded ({} recorded each)",
+         first {warmup} of each not recorded ({} recorded each); machine load average {} \
+         (other processes on the worker's CPU show as millisecond tails in every contender)",
         PACE_NS / 1000,
         1_000_000_000 / PACE_NS,
         worker::MIN_SLEEP,
         worker::MAX_SLEEP,
         worker::IDLE_ROUNDS_BEFORE_SLEEP,
-        hists[0].len()
+        hists[0].len(),
+        load_average()
     );
     Ok((figures, vec![note]))
 }

@@ -47,7 +47,7 @@ use lace_shared::types::{
 };
 
 use crate::dpdk::Eal;
-use crate::peer_host::{OvsDpdk, OvsPoint, PeerHost, Testpmd};
+use crate::peer_host::{runtime_ns, share, OvsDpdk, OvsPoint, PeerHost, Testpmd};
 use crate::report::{median, rdtsc, tsc_hz, Figure, Scale};
 
 // ---- the node ----------------------------------------------------------------------------------
@@ -496,7 +496,8 @@ fn drop_summary(c: &Counters) -> String {
         .join(", ")
 }
 
-/// lace's median cycles per packet on `mix`'s pcap.
+/// lace's median cycles per packet on `mix`'s pcap while its thread was on the CPU (each
+/// round's TSC cycles scaled by the share of the round it ran), and the plain TSC median.
 fn lace_cycles(
     eal: &fwd::Eal,
     node: &EncapNode,
@@ -504,22 +505,28 @@ fn lace_cycles(
     pcap: &Path,
     frames: usize,
     sizes: &Sizes,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, f64)> {
     let mut side = LaceSide::new(eal, node, mix, pcap, frames)
         .with_context(|| format!("lace on net_pcap ({})", pcap.display()))?;
     // Warm-up: at least one pass over the file, so every frame has been seen once.
     let warm = sizes.lace_warmup.max(frames / fwd::BURST_SIZE + 1);
     let n = side.round(warm);
     side.check(mix, n)?;
-    let mut samples = Vec::with_capacity(sizes.lace_rounds);
+    let me = Path::new("/proc/thread-self/schedstat");
+    let (mut on_cpu, mut raw) = (Vec::new(), Vec::new());
     for _ in 0..sizes.lace_rounds {
+        let ran0 = runtime_ns(me);
         let start = rdtsc();
         let n = side.round(sizes.lace_bursts);
         let cycles = rdtsc().saturating_sub(start);
+        let ran1 = runtime_ns(me);
         side.check(mix, n)?;
-        samples.push(cycles as f64 / n as f64);
+        let per_packet = cycles as f64 / n as f64;
+        let wall = Duration::from_secs_f64(cycles as f64 / tsc_hz());
+        raw.push(per_packet);
+        on_cpu.push(per_packet * share(ran0, ran1, wall));
     }
-    Ok(median(samples))
+    Ok((median(on_cpu), median(raw)))
 }
 
 // ---- the figures -------------------------------------------------------------------------------
@@ -527,8 +534,11 @@ fn lace_cycles(
 /// Sizes of the peer measurements at a [`Scale`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sizes {
-    /// OVS and testpmd: forwarding before the counters are cleared, and the measured window.
+    /// OVS and testpmd: forwarding before the first window, the windows (each side's counters
+    /// are read per window; the median window is reported, like lace's median round) and
+    /// their length.
     pub(crate) warmup: Duration,
+    pub(crate) windows: usize,
     pub(crate) window: Duration,
     /// lace: bursts of the checked warm-up, timed rounds, bursts per round.
     lace_warmup: usize,
@@ -541,7 +551,8 @@ impl Sizes {
         if scale.smoke {
             Sizes {
                 warmup: Duration::from_millis(200),
-                window: Duration::from_millis(300),
+                windows: 2,
+                window: Duration::from_millis(150),
                 lace_warmup: 64,
                 lace_rounds: 3,
                 lace_bursts: 256,
@@ -549,7 +560,8 @@ impl Sizes {
         } else if scale.quick {
             Sizes {
                 warmup: Duration::from_secs(1),
-                window: Duration::from_secs(3),
+                windows: 7,
+                window: Duration::from_millis(400),
                 lace_warmup: 1024,
                 lace_rounds: 21,
                 lace_bursts: 4096,
@@ -557,7 +569,8 @@ impl Sizes {
         } else {
             Sizes {
                 warmup: Duration::from_secs(2),
-                window: Duration::from_secs(5),
+                windows: 15,
+                window: Duration::from_millis(400),
                 lace_warmup: 4096,
                 lace_rounds: 51,
                 lace_bursts: 8192,
@@ -593,9 +606,20 @@ pub struct Placement {
     pub hugepages: bool,
 }
 
+/// The issue's target for `peer.ovs.l3_encap.<mix>`: lace ÷ OVS at most this.
+pub const RATIO_TARGET: f64 = 0.5;
+
 /// The ids this module reports for `mix` (for targets and the `--no-peer` note).
 pub fn ratio_id(mix: FlowMix) -> String {
     format!("peer.ovs.l3_encap.{}", mix.name())
+}
+
+/// The 1-minute load average (`/proc/loadavg`), as printed there.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 /// Whether `CI=true` is set (a missing OVS then fails the run instead of being skipped).
@@ -620,6 +644,7 @@ pub fn figures(eal: Eal, scale: &Scale, placement: &Placement) -> anyhow::Result
         }
     };
     let sizes = Sizes::of(scale);
+    let load_before = load_average();
     let scratch = ScratchDir::new("lace-bench-peer", false)?;
     let mut pcaps = Vec::new();
     for mix in FlowMix::ALL {
@@ -656,9 +681,11 @@ pub fn figures(eal: Eal, scale: &Scale, placement: &Placement) -> anyhow::Result
     }
     let fwd_eal = eal.forwarder()?;
     let node = EncapNode::create("peer").context("building the peer tables")?;
-    let mut lace = Vec::new();
+    let (mut lace, mut lace_raw) = (Vec::new(), Vec::new());
     for (mix, pcap, frames) in &pcaps {
-        lace.push(lace_cycles(&fwd_eal, &node, *mix, pcap, *frames, &sizes)?);
+        let (c, raw) = lace_cycles(&fwd_eal, &node, *mix, pcap, *frames, &sizes)?;
+        lace.push(c);
+        lace_raw.push(raw);
     }
 
     let mpps = |cycles: f64| tsc_hz() / cycles / 1e6;
@@ -696,12 +723,40 @@ pub fn figures(eal: Eal, scale: &Scale, placement: &Placement) -> anyhow::Result
             lace[i] - floor[i],
             &of,
         ));
+        let need = RATIO_TARGET * p.cycles;
+        if lace[i] > need {
+            let bound = if need > floor[i] {
+                format!(
+                    "its own work per packet ({:.0} now) must fall to {:.0}",
+                    lace[i] - floor[i],
+                    need - floor[i]
+                )
+            } else {
+                "the I/O floor alone is above it, so no forwarder can meet it on these ports"
+                    .to_owned()
+            };
+            out.notes.push(format!(
+                "{}: ratio <= {RATIO_TARGET} MISSED — lace needs <= {need:.0} cycles/packet here \
+                 and spends {:.0}, of which {:.0} are the pcap/null I/O floor \
+                 (testpmd.io.{m}): {bound}",
+                ratio_id(*mix),
+                lace[i],
+                floor[i],
+            ));
+        }
         out.notes.push(format!(
             "ovs.l3_encap.{m}: {frames} frame(s) in the pcap; served by {}; {:.0} packets in \
-             {:.2} s",
+             {} windows of {:.2} s; its PMD thread ran {:.0} % of that time (pmd-perf-show's \
+             own cycles/packet: {:.0}); lace's thread ran on its CPU for {:.0} of its {:.0} TSC \
+             cycles/packet",
             p.caches,
             p.packets,
-            sizes.window.as_secs_f64()
+            sizes.windows,
+            sizes.window.as_secs_f64(),
+            p.on_cpu * 100.0,
+            p.counter_cycles,
+            lace[i],
+            lace_raw[i]
         ));
     }
     out.notes.push(format!(
@@ -709,19 +764,26 @@ pub fn figures(eal: Eal, scale: &Scale, placement: &Placement) -> anyhow::Result
          to one remote node, srv6-encap H.Encaps.Red +40 B, underlay-out, tx) vs OVS-DPDK's \
          dec_ttl + GRE/IPv6 push, same pcap through net_pcap infinite_rx=1 into net_null,no-rx=1, \
          same CPU ({}), one after the other (testpmd, OVS, lace), {} memory; OVS: \
-         pmd-perf-show used TSC cycles ÷ Rx packets over {:.1} s after {:.1} s warm-up \
-         (revalidator/purge first); testpmd io: --record-core-cycles over the same window; lace: \
-         median of {} rounds of {} bursts. Ratio = lace ÷ OVS",
+         pmd-perf-show used TSC cycles ÷ Rx packets per window, scaled by the share of the \
+         window its PMD thread ran (schedstat), median of {} windows of {:.2} s after {:.1} s \
+         warm-up (revalidator/purge first); testpmd io: --record-core-cycles total cycles ÷ \
+         packets (in-burst cycles), median of as many windows; lace: TSC per round scaled the \
+         same way, median of {} rounds of {} bursts. Ratio = lace ÷ OVS; machine load average \
+         {} before, {} after (on a loaded machine the scaling removes the time others held the \
+         CPU, not their cache and TLB pollution)",
         placement.lcore,
         if placement.hugepages {
             "hugepage"
         } else {
             "4 KiB-page (--no-huge)"
         },
+        sizes.windows,
         sizes.window.as_secs_f64(),
         sizes.warmup.as_secs_f64(),
         sizes.lace_rounds,
-        sizes.lace_bursts
+        sizes.lace_bursts,
+        load_before,
+        load_average()
     ));
     Ok(out)
 }

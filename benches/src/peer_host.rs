@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 
 use crate::peer::{Placement, Sizes};
+use crate::report::median;
 use crate::sys;
 
 /// Debian's OVS-DPDK daemon (package `openvswitch-switch-dpdk`).
@@ -178,6 +179,23 @@ fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Nanoseconds a thread has spent on a CPU: the first field of its `schedstat` file.
+pub(crate) fn runtime_ns(schedstat: &Path) -> Option<u64> {
+    std::fs::read_to_string(schedstat)
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+}
+
+/// The share (at most 1) of `wall` a thread ran, from its runtime at both ends; 1 when unknown.
+pub(crate) fn share(before: Option<u64>, after: Option<u64>, wall: Duration) -> f64 {
+    match (before, after) {
+        (Some(a), Some(b)) if b > a => {
+            (b.saturating_sub(a) as f64 / wall.as_nanos().max(1) as f64).min(1.0)
+        }
+        _ => 1.0,
+    }
+}
+
 /// A child process that is stopped (SIGTERM, then SIGKILL after 5 s) and waited for on drop.
 #[derive(Debug)]
 struct Daemon {
@@ -262,8 +280,9 @@ impl Drop for DpdkPrefix {
 pub(crate) struct Testpmd;
 
 impl Testpmd {
-    /// testpmd's cycles per packet (its `--record-core-cycles` counters between two `show fwd
-    /// stats all`, `sizes.window` apart after `sizes.warmup`) forwarding `pcap` into net_null.
+    /// testpmd's cycles per packet forwarding `pcap` into net_null: its `--record-core-cycles`
+    /// counters read with `show fwd stats all` after `sizes.warmup` and then after each window,
+    /// the median window.
     pub(crate) fn io_cycles(
         host: &PeerHost,
         pcap: &Path,
@@ -319,8 +338,10 @@ impl Testpmd {
         say(&mut stdin, "start")?;
         std::thread::sleep(sizes.warmup);
         say(&mut stdin, "show fwd stats all")?;
-        std::thread::sleep(sizes.window);
-        say(&mut stdin, "show fwd stats all")?;
+        for _ in 0..sizes.windows {
+            std::thread::sleep(sizes.window);
+            say(&mut stdin, "show fwd stats all")?;
+        }
         say(&mut stdin, "quit")?;
         drop(stdin);
         if !d.exited_within(Duration::from_secs(30)) {
@@ -328,21 +349,41 @@ impl Testpmd {
         }
         let text = log_text();
         let counts = testpmd_cycle_counts(&text);
-        let (Some(a), Some(b)) = (counts.first(), counts.get(1)) else {
+        if counts.len() < sizes.windows + 1 {
             bail!(
-                "no `CPU cycles/packet=… (total cycles=… / total io packets=…)` pair in \
-                 testpmd's output: {}",
-                tail(&text, 12)
-            );
-        };
-        let (cycles, packets) = (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1));
-        if packets == 0 {
-            bail!(
-                "dpdk-testpmd forwarded no packets in the window: {}",
+                "{} `CPU cycles/packet=… (total cycles=… / total io packets=…)` lines in \
+                 testpmd's output, expected {}: {}",
+                counts.len(),
+                sizes.windows + 1,
                 tail(&text, 12)
             );
         }
-        Ok(cycles as f64 / packets as f64)
+        // testpmd reads its stdin on its main lcore: when that thread was not scheduled for a
+        // while, two `show` commands run back to back and the window between them holds a
+        // burst or nothing. A window is therefore closed only once it holds at least a tenth
+        // of the packets of the fullest one (short ones are merged into the next).
+        let counts = &counts[..=sizes.windows];
+        let fullest = counts
+            .windows(2)
+            .map(|w| w[1].1.saturating_sub(w[0].1))
+            .max()
+            .unwrap_or(0);
+        let mut per_window = Vec::with_capacity(sizes.windows);
+        let mut open = counts[0];
+        for &c in &counts[1..] {
+            let packets = c.1.saturating_sub(open.1);
+            if packets > 0 && packets * 10 >= fullest {
+                per_window.push(c.0.saturating_sub(open.0) as f64 / packets as f64);
+                open = c;
+            }
+        }
+        if per_window.is_empty() {
+            bail!(
+                "dpdk-testpmd forwarded no packets in any window: {}",
+                tail(&text, 12)
+            );
+        }
+        Ok(median(per_window))
     }
 }
 
@@ -376,9 +417,15 @@ fn tail(text: &str, n: usize) -> String {
 /// One OVS measurement.
 #[derive(Debug, Clone)]
 pub(crate) struct OvsPoint {
-    /// PMD cycles per received packet over the window.
+    /// PMD cycles per received packet while the PMD thread was on its CPU, the median window.
     pub(crate) cycles: f64,
-    /// Packets received in the window.
+    /// pmd-perf-show's own cycles per packet (TSC cycles of its iterations ÷ packets), the
+    /// median window: includes the time other processes held its CPU.
+    pub(crate) counter_cycles: f64,
+    /// The share of the windows' wall time the PMD thread was running (its schedstat); `cycles`
+    /// is `counter_cycles` scaled by it, window by window.
+    pub(crate) on_cpu: f64,
+    /// Packets received in all windows.
     pub(crate) packets: f64,
     /// Which caches served the packets (EMC / SMC / megaflow / upcalls).
     pub(crate) caches: String,
@@ -688,25 +735,52 @@ impl OvsDpdk {
         // it leaves the ukeys behind and every packet then takes a failing upcall).
         self.appctl(&["revalidator/purge"])?;
         std::thread::sleep(sizes.warmup);
-        self.appctl(&["dpif-netdev/pmd-stats-clear"])?;
-        std::thread::sleep(sizes.window);
-        let perf = self.appctl(&["dpif-netdev/pmd-perf-show"])?;
-        let flows = self.appctl(&["dpctl/dump-flows", "-m"])?;
         let core = self.host.placement.lcore;
-        let pmd = PmdPerf::parse(&perf, core).with_context(|| {
-            format!(
-                "no PMD on core {core} in pmd-perf-show: {}",
-                tail(&perf, 30)
-            )
-        })?;
         let id = format!("pcap {} ({frames} frames)", pcap.display());
-        if pmd.rx == 0 {
-            bail!(
-                "{id}: OVS's PMD received no packets; vswitchd log: {}",
-                self.log_tail("vsd.log")
-            );
+        // Cumulative counters read at each window's edges and subtracted: a clear is applied
+        // by the PMD thread itself at its next iteration, so reading right after one races.
+        self.appctl(&["dpif-netdev/pmd-stats-clear"])?;
+        std::thread::sleep(Duration::from_millis(100));
+        let read = |ovs: &OvsDpdk| -> anyhow::Result<PmdPerf> {
+            let perf = ovs.appctl(&["dpif-netdev/pmd-perf-show"])?;
+            PmdPerf::parse(&perf, core).with_context(|| {
+                format!(
+                    "no PMD on core {core} in pmd-perf-show: {}",
+                    tail(&perf, 30)
+                )
+            })
+        };
+        let first = read(self)?;
+        let mut edge = (self.pmd_runtime_ns(), Instant::now());
+        let start = edge.1;
+        let runtime_start = edge.0;
+        let mut last = first.clone();
+        let mut raw = Vec::with_capacity(sizes.windows);
+        let mut on_cpu = Vec::with_capacity(sizes.windows);
+        for _ in 0..sizes.windows {
+            std::thread::sleep(sizes.window);
+            let now = read(self)?;
+            let now_edge = (self.pmd_runtime_ns(), Instant::now());
+            let w = now.since(&last);
+            if w.rx == 0 || w.used_cycles == 0 {
+                bail!(
+                    "{id}: OVS's PMD counted {} packets in {} cycles in a window; vswitchd log: \
+                     {}",
+                    w.rx,
+                    w.used_cycles,
+                    self.log_tail("vsd.log")
+                );
+            }
+            let cycles = w.used_cycles as f64 / w.rx as f64;
+            raw.push(cycles);
+            on_cpu.push(cycles * share(edge.0, now_edge.0, now_edge.1 - edge.1));
+            last = now;
+            edge = now_edge;
         }
-        if pmd.lost_upcalls > 0 || pmd.tx + 64 < pmd.rx {
+        let pmd = last.since(&first);
+        let ran = share(runtime_start, edge.0, edge.1 - start);
+        let flows = self.appctl(&["dpctl/dump-flows", "-m"])?;
+        if pmd.lost_upcalls > 0 || pmd.tx + 64 * (sizes.windows as u64) < pmd.rx {
             bail!(
                 "{id}: OVS lost {} upcalls and sent {} of {} packets — not forwarding every \
                  packet; no figure taken",
@@ -724,7 +798,9 @@ impl OvsDpdk {
         })?;
         let pct = |n: u64| 100.0 * n as f64 / pmd.passes.max(1) as f64;
         Ok(OvsPoint {
-            cycles: pmd.used_cycles as f64 / pmd.rx as f64,
+            cycles: median(on_cpu),
+            counter_cycles: median(raw),
+            on_cpu: ran,
             packets: pmd.rx as f64,
             caches: format!(
                 "EMC {:.1} %, SMC {:.1} %, megaflow {:.1} % ({} subtable lookups/hit), simple \
@@ -732,12 +808,26 @@ impl OvsDpdk {
                 pct(pmd.emc),
                 pct(pmd.smc),
                 pct(pmd.megaflow),
-                pmd.subtable_lookups,
+                pmd.subtable_lookups.as_deref().unwrap_or("?"),
                 pct(pmd.simple_match),
                 pmd.upcalls
             ),
             actions,
         })
+    }
+
+    /// Nanoseconds the PMD thread on the forwarding CPU has run (`/proc/<pid>/task/<tid>/
+    /// schedstat`; OVS names that thread `pmd-c<core>/id:<n>`).
+    fn pmd_runtime_ns(&mut self) -> Option<u64> {
+        let pid = self.vswitchd.as_mut()?.child.id();
+        let name = format!("pmd-c{:02}", self.host.placement.lcore);
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+            .find(|t| {
+                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(&name))
+            })
+            .and_then(|t| runtime_ns(&t.path().join("schedstat")))
     }
 
     /// Stops everything; an error when vswitchd or the database server did not exit on its own
@@ -807,7 +897,7 @@ fn tunnel_actions(flows: &str) -> Option<String> {
 }
 
 /// The counters of one PMD thread in `dpif-netdev/pmd-perf-show`.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 struct PmdPerf {
     used_cycles: u64,
     rx: u64,
@@ -816,7 +906,8 @@ struct PmdPerf {
     emc: u64,
     smc: u64,
     megaflow: u64,
-    subtable_lookups: String,
+    /// As printed ("1.00"): over everything since the last clear.
+    subtable_lookups: Option<String>,
     upcalls: u64,
     lost_upcalls: u64,
     tx: u64,
@@ -856,8 +947,7 @@ impl PmdPerf {
                         .split(',')
                         .nth(1)
                         .and_then(|s| s.split_whitespace().next())
-                        .unwrap_or("?")
-                        .to_owned();
+                        .map(str::to_owned);
                 }
                 "Upcalls" => p.upcalls = value,
                 "Lost upcalls" => p.lost_upcalls = value,
@@ -866,6 +956,23 @@ impl PmdPerf {
             }
         }
         seen_rx.then_some(p)
+    }
+
+    /// The counts since `earlier` (a previous read of the same cumulative counters).
+    fn since(&self, earlier: &PmdPerf) -> PmdPerf {
+        PmdPerf {
+            used_cycles: self.used_cycles.saturating_sub(earlier.used_cycles),
+            rx: self.rx.saturating_sub(earlier.rx),
+            passes: self.passes.saturating_sub(earlier.passes),
+            simple_match: self.simple_match.saturating_sub(earlier.simple_match),
+            emc: self.emc.saturating_sub(earlier.emc),
+            smc: self.smc.saturating_sub(earlier.smc),
+            megaflow: self.megaflow.saturating_sub(earlier.megaflow),
+            subtable_lookups: self.subtable_lookups.clone(),
+            upcalls: self.upcalls.saturating_sub(earlier.upcalls),
+            lost_upcalls: self.lost_upcalls.saturating_sub(earlier.lost_upcalls),
+            tx: self.tx.saturating_sub(earlier.tx),
+        }
     }
 }
 
@@ -907,7 +1014,11 @@ pmd thread numa_id 0 core_id 0:
         assert_eq!(p.emc, 15_923_008);
         assert_eq!(p.passes, 15_923_008);
         assert_eq!((p.smc, p.megaflow, p.upcalls, p.lost_upcalls), (0, 0, 0, 0));
-        assert_eq!(p.subtable_lookups, "0.00");
+        assert_eq!(p.subtable_lookups.as_deref(), Some("0.00"));
+        let none = p.since(&p);
+        assert_eq!((none.rx, none.used_cycles, none.tx), (0, 0, 0));
+        let d = p.since(&PmdPerf::default());
+        assert_eq!((d.rx, d.tx), (p.rx, p.tx));
         assert_eq!(p.tx, 15_922_976);
         assert_eq!(PmdPerf::parse(PERF, 1), None);
     }

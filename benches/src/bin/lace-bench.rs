@@ -1250,6 +1250,6 @@ fn set_targets(report: &mut Report, ids: &Ids) {
         report.set_target(id, target);
     }
     for mix in peer::FlowMix::ALL {
-        report.set_target(peer::ratio_id(mix), Target::RatioAtMost(0.5));
+        report.set_target(peer::ratio_id(mix), Target::RatioAtMost(peer::RATIO_TARGET));
     }
 }
