@@ -99,6 +99,35 @@ struct Args {
     /// those figures are absent and why.
     #[arg(long)]
     no_peer: bool,
+    /// Measure only these sections (comma-separated): `stack` (the two-node CNI figures),
+    /// `tables` (FIB, FDB, neighbor, publish, multi — with their DPDK anchors), `pipeline`,
+    /// `latency`, `peer` (OVS-DPDK and dpdk-testpmd beside lace), `control`. Default: all.
+    /// Targets of figures not measured are not printed.
+    #[arg(long, value_delimiter = ',', value_name = "SECTION")]
+    only: Vec<Section>,
+}
+
+/// A part of the report that `--only` can select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Section {
+    /// The control-plane stack in network namespaces (`cni.*`).
+    Stack,
+    /// lace's tables beside DPDK's (`fib4.*`, `fib6.*`, `fdb.*`, `neigh.*`, `publish.*`, `multi.*`).
+    Tables,
+    /// The forwarding pipeline over DPDK null ports (`dpdk.null_fwd*`, `pipeline.*`).
+    Pipeline,
+    /// Per-packet latency through a worker (`pipeline.latency.*`).
+    Latency,
+    /// OVS-DPDK and dpdk-testpmd on the same pcap and core as lace (`peer.*`, `ovs.*`, `testpmd.*`).
+    Peer,
+    /// lace-control's library in process (`bind.*`, `ipam.*`, `compile.*`).
+    Control,
+}
+
+impl Args {
+    fn wants(&self, s: Section) -> bool {
+        self.only.is_empty() || self.only.contains(&s)
+    }
 }
 
 fn main() -> ExitCode {
@@ -124,8 +153,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     let cpus = sys::allowed_cpus();
     // The stack figure first: its daemons are child processes, which must not inherit the
     // one-CPU mask the EAL gives this thread, and its forwarders run their own DPDK.
-    println!("lace-bench: the control-plane stack (two nodes in network namespaces) ...");
-    let stack = control::cni_figures(&scale);
+    let stack = if args.wants(Section::Stack) {
+        println!("lace-bench: the control-plane stack (two nodes in network namespaces) ...");
+        control::cni_figures(&scale)
+    } else {
+        control::Outcome::default()
+    };
     if scale.smoke && std::env::var("CI").is_ok_and(|v| v == "true") {
         if let Some((id, why)) = stack.not_measured.first() {
             bail!("{id}: not measured under CI=true --smoke, where it must run: {why}");
@@ -178,19 +211,29 @@ fn run(args: Args) -> anyhow::Result<()> {
 
     let workloads = Workloads::generate(&scale);
     let mut report = Report::new();
-    report.extend(anchors::all(eal, &scale, &workloads).context("measuring the DPDK anchors")?);
-    let (lace, mut notes) =
-        lace_figures(eal, &scale, &workloads, &report, reader_cpu).context("measuring lace")?;
-    report.extend(lace);
-    let (forwarding, forwarding_notes) =
-        pipeline::figures(eal, &scale, worker_lcore).context("measuring the pipeline")?;
-    report.extend(forwarding);
-    notes.extend(forwarding_notes);
-    let (latency, latency_notes) =
-        latency::figures(eal, &scale, worker_lcore).context("measuring the latency")?;
-    report.extend(latency);
-    notes.extend(latency_notes);
-    let peer = if args.no_peer {
+    let mut notes = Vec::new();
+    if args.wants(Section::Tables) {
+        report.extend(anchors::all(eal, &scale, &workloads).context("measuring the DPDK anchors")?);
+        let (lace, lace_notes) =
+            lace_figures(eal, &scale, &workloads, &report, reader_cpu).context("measuring lace")?;
+        report.extend(lace);
+        notes.extend(lace_notes);
+    }
+    if args.wants(Section::Pipeline) {
+        let (forwarding, forwarding_notes) =
+            pipeline::figures(eal, &scale, worker_lcore).context("measuring the pipeline")?;
+        report.extend(forwarding);
+        notes.extend(forwarding_notes);
+    }
+    if args.wants(Section::Latency) {
+        let (latency, latency_notes) =
+            latency::figures(eal, &scale, worker_lcore).context("measuring the latency")?;
+        report.extend(latency);
+        notes.extend(latency_notes);
+    }
+    let peer = if !args.wants(Section::Peer) {
+        peer::PeerOutcome::default()
+    } else if args.no_peer {
         peer::PeerOutcome {
             not_measured: peer::FlowMix::ALL
                 .iter()
@@ -221,7 +264,11 @@ fn run(args: Args) -> anyhow::Result<()> {
     };
     report.extend(peer.figures);
     notes.extend(peer.notes);
-    let ctl = control::figures(&scale).context("measuring the control plane")?;
+    let ctl = if args.wants(Section::Control) {
+        control::figures(&scale).context("measuring the control plane")?
+    } else {
+        control::Outcome::default()
+    };
     report.extend(ctl.figures);
     notes.extend(ctl.notes);
     report.extend(stack.figures);
