@@ -105,7 +105,6 @@ address = "{ul}"
 mtu = 1500
 
 [srv6]
-source = "{ul}"
 hop_limit = 64
 
 [workers]

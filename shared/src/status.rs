@@ -89,11 +89,14 @@ pub enum DropReason {
     /// IPv6 extension headers the pipeline does not traverse (hop-by-hop options to the
     /// gateway, routing headers of other types).
     UnsupportedExtension = 26,
+    /// A remote next hop cannot be encapsulated: the node's SRv6 source address is not in the
+    /// tables yet (control publishes it with the node's underlay address).
+    NoSrv6Source = 27,
 }
 
 impl DropReason {
     /// Number of reasons (counter slots in use).
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 28;
     /// Counter slots reserved per worker (room to add reasons without a layout change).
     pub const SLOTS: usize = 64;
 
@@ -128,6 +131,7 @@ impl DropReason {
             UnsupportedNextHop,
             Multicast,
             UnsupportedExtension,
+            NoSrv6Source,
         ]
     };
 
@@ -162,6 +166,7 @@ impl DropReason {
             UnsupportedNextHop => "unsupported-next-hop",
             Multicast => "multicast",
             UnsupportedExtension => "unsupported-extension",
+            NoSrv6Source => "no-srv6-source",
         }
     }
 

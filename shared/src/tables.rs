@@ -64,6 +64,12 @@ pub struct RootRec {
     pub sids: HashHdr,
     /// Static underlay neighbors (IPv6 as u128 → [`NeighRec`]).
     pub underlay: HashHdr,
+    /// Precomputed SRv6 encapsulations by next-hop index ([`EncapRec`]): one per `Remote`
+    /// next hop, i.e. per (network, remote node) SID.
+    pub encaps: ArrayHdr,
+    /// The node's SRv6 source address (outer source of encapsulated packets), network order;
+    /// all zero: not configured.
+    pub srv6_source: [u8; 16],
 }
 // SAFETY: repr(C) of Pod fields; every bit pattern valid.
 unsafe impl Pod for RootRec {}
@@ -490,9 +496,68 @@ impl TableWriter {
             }
         };
         PagedArray::<NextHopRec>::set(&mut self.arena, &mut self.root.nexthops, i, h.to_rec())?;
+        if let Some(e) = self.encap_of(h) {
+            PagedArray::<EncapRec>::set(&mut self.arena, &mut self.root.encaps, i, e)?;
+        }
         self.nh_index.insert(h, i);
         self.nh_refs.insert(i, 1);
         Ok(i)
+    }
+
+    /// The configured SRv6 source address.
+    fn srv6_source(&self) -> Option<Ipv6Addr> {
+        let a = Ipv6Addr::from(self.root.srv6_source);
+        (!a.is_unspecified()).then_some(a)
+    }
+
+    /// The encapsulation a next hop needs (`Remote` only), from the staged node table and
+    /// source address.
+    fn encap_of(&self, h: NextHop) -> Option<EncapRec> {
+        let NextHop::Remote { node, sid } = h else {
+            return None;
+        };
+        let underlay = PagedArray::<NodeRec>::get(self.arena.mem(), &self.root.nodes, node.0)
+            .and_then(NodeInfo::from_rec)
+            .map(|n| n.underlay);
+        Some(EncapRec::new(self.srv6_source(), sid, node, underlay))
+    }
+
+    /// Rewrites the encapsulation of every `Remote` next hop `which` selects (after its node or
+    /// the source address changed).
+    fn refresh_encaps(&mut self, which: impl Fn(NodeId) -> bool) -> Result<()> {
+        let hops: Vec<(NextHop, u32)> = self
+            .nh_index
+            .iter()
+            .filter(|(h, _)| matches!(h, NextHop::Remote { node, .. } if which(*node)))
+            .map(|(h, i)| (*h, *i))
+            .collect();
+        for (h, i) in hops {
+            if let Some(e) = self.encap_of(h) {
+                PagedArray::<EncapRec>::set(&mut self.arena, &mut self.root.encaps, i, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the node's SRv6 source address: the outer source of every packet it encapsulates
+    /// (usually its underlay address). Until it is set, remote next hops are unusable and the
+    /// forwarder drops what they carry (`encap-unconfigured`).
+    pub fn set_srv6_source(&mut self, source: Ipv6Addr) -> Result<()> {
+        if source.is_unspecified() || source.is_multicast() || source.is_loopback() {
+            return Err(Error::Invalid {
+                what: format!(
+                    "SRv6 source address {source}: must be a unicast address of this node on \
+                     the underlay"
+                ),
+            });
+        }
+        if self.srv6_source() == Some(source) {
+            return Ok(());
+        }
+        self.staged(|w| {
+            w.root.srv6_source = source.octets();
+            w.refresh_encaps(|_| true)
+        })
     }
 
     fn unref_nh(&mut self, i: u32) -> Result<()> {
@@ -508,6 +573,9 @@ impl TableWriter {
                 }
             }
             PagedArray::<NextHopRec>::remove(&mut self.arena, &mut self.root.nexthops, i)?;
+            if PagedArray::<EncapRec>::get(self.arena.mem(), &self.root.encaps, i).is_some() {
+                PagedArray::<EncapRec>::remove(&mut self.arena, &mut self.root.encaps, i)?;
+            }
             self.nh_free.push(i);
         }
         Ok(())
@@ -656,18 +724,20 @@ impl TableWriter {
         })
     }
 
-    /// Adds or changes a remote node.
+    /// Adds or changes a remote node (and the encapsulations of the next hops toward it).
     pub fn set_node(&mut self, id: NodeId, info: &NodeInfo) -> Result<()> {
         self.staged(|w| {
-            PagedArray::<NodeRec>::set(&mut w.arena, &mut w.root.nodes, id.0, info.to_rec())
-                .map(|_| ())
+            PagedArray::<NodeRec>::set(&mut w.arena, &mut w.root.nodes, id.0, info.to_rec())?;
+            w.refresh_encaps(|n| n == id)
         })
     }
 
-    /// Removes a remote node.
+    /// Removes a remote node; next hops still pointing at it become unusable (dropped as
+    /// `unknown-node`) until routes move away from them.
     pub fn remove_node(&mut self, id: NodeId) -> Result<()> {
         self.staged(|w| {
-            PagedArray::<NodeRec>::remove(&mut w.arena, &mut w.root.nodes, id.0).map(|_| ())
+            PagedArray::<NodeRec>::remove(&mut w.arena, &mut w.root.nodes, id.0)?;
+            w.refresh_encaps(|n| n == id)
         })
     }
 
@@ -720,6 +790,7 @@ pub(crate) fn trace_root(mem: Mem<'_>, root: &RootRec, out: &mut Vec<(u64, u64)>
     PagedArray::<NextHopRec>::trace(mem, &root.nexthops, out);
     HashTable::<u128, SidRec>::trace(mem, &root.sids, out);
     HashTable::<u128, NeighRec>::trace(mem, &root.underlay, out);
+    PagedArray::<EncapRec>::trace(mem, &root.encaps, out);
     for (_, rec) in PagedArray::<NetworkRec>::iter(mem, &root.networks) {
         if rec.kind == 0 {
             continue;
@@ -871,6 +942,19 @@ impl<'a> Snapshot<'a> {
     #[inline]
     pub fn nexthop_rec(&self, index: u32) -> Option<&'a NextHopRec> {
         PagedArray::<NextHopRec>::get(self.mem, &self.root.nexthops, index).filter(|r| r.kind != 0)
+    }
+
+    /// The precomputed encapsulation of next hop `index` (a `Remote` next hop).
+    #[inline]
+    pub fn encap(&self, index: u32) -> Option<&'a EncapRec> {
+        PagedArray::<EncapRec>::get(self.mem, &self.root.encaps, index)
+            .filter(|r| r.flags & EncapRec::PRESENT != 0)
+    }
+
+    /// The node's SRv6 source address, if configured.
+    pub fn srv6_source(&self) -> Option<Ipv6Addr> {
+        let a = Ipv6Addr::from(self.root.srv6_source);
+        (!a.is_unspecified()).then_some(a)
     }
 
     /// A port's binding.

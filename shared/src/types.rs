@@ -140,8 +140,6 @@ pub enum NextHop {
         /// The pod's MAC.
         mac: MacAddr,
     },
-    /// A block on this node: resolve the destination in the network's neighbor table.
-    LocalBlock,
     /// Encapsulate to another node (`H.Encaps.Red` to `sid`).
     Remote {
         /// The node owning the destination.
@@ -168,8 +166,8 @@ pub enum NextHop {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct NextHopRec {
-    /// [`NextHop`] variant: 0 absent, 1 Local, 2 LocalBlock, 3 Remote, 4 Uplink, 5 Receive,
-    /// 6 Drop, 7 Unreachable.
+    /// [`NextHop`] variant: 0 absent, 1 Local, 3 Remote, 4 Uplink, 5 Receive, 6 Drop,
+    /// 7 Unreachable (2 is unused: it decodes as absent).
     pub kind: u8,
     /// The MAC of `Local`.
     pub mac: [u8; 6],
@@ -194,7 +192,6 @@ impl NextHop {
                 r.id = port.0;
                 r.mac = mac.0;
             }
-            NextHop::LocalBlock => r.kind = 2,
             NextHop::Remote { node, sid } => {
                 r.kind = 3;
                 r.id = node.0;
@@ -219,7 +216,6 @@ impl NextHop {
                 port: PortId(r.id),
                 mac: MacAddr(r.mac),
             },
-            2 => NextHop::LocalBlock,
             3 => NextHop::Remote {
                 node: NodeId(r.id),
                 sid: Sid(Ipv6Addr::from(r.addr)),
@@ -426,6 +422,29 @@ pub struct PortRec {
 unsafe impl Pod for PortRec {}
 crate::assert_layout!(PortRec, 56, 8);
 
+impl PortRec {
+    /// Whether the record is a pod port (the only kind packets are accepted from as a pod).
+    #[inline]
+    pub fn is_pod(&self) -> bool {
+        self.kind == 1
+    }
+    /// The endpoint's IPv4 address, if it has one.
+    #[inline]
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        (self.flags & 1 != 0).then(|| Ipv4Addr::from(self.ipv4))
+    }
+    /// The endpoint's IPv6 address, if it has one.
+    #[inline]
+    pub fn ipv6(&self) -> Option<Ipv6Addr> {
+        (self.flags & 2 != 0).then(|| Ipv6Addr::from(self.ipv6))
+    }
+    /// The network packets from this port belong to.
+    #[inline]
+    pub fn network(&self) -> NetworkId {
+        NetworkId(self.network)
+    }
+}
+
 impl PortInfo {
     /// Encodes.
     pub fn to_rec(&self) -> PortRec {
@@ -458,6 +477,93 @@ impl PortInfo {
             endpoint: r.endpoint,
             iface: IfName::from_bytes(r.iface).unwrap_or_default(),
         })
+    }
+}
+
+/// The precomputed SRv6 encapsulation of one remote next hop (`H.Encaps.Red` to a remote
+/// node's SID for one network), kept by the writer beside the next hop it belongs to: the
+/// forwarder copies [`EncapRec::ip6`] in front of the inner packet and patches only the payload
+/// length, the flow label, the traffic class, the next header and the hop limit.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncapRec {
+    /// The outer IPv6 header: version 6, source = the node's SRv6 source address, destination =
+    /// the remote SID; traffic class, flow label, payload length, next header and hop limit 0.
+    pub ip6: [u8; 40],
+    /// The remote node's underlay address: the outer next hop resolved on the uplink.
+    pub underlay: [u8; 16],
+    /// The remote node.
+    pub node: u32,
+    /// Bit 0: present; bit 1: the remote node is known (its underlay address is set); bit 2:
+    /// an SRv6 source address is configured.
+    pub flags: u32,
+}
+// SAFETY: repr(C), byte arrays and u32s without implicit padding (40+16+4+4 = 64).
+unsafe impl Pod for EncapRec {}
+crate::assert_layout!(EncapRec, 64, 4);
+
+impl Default for EncapRec {
+    fn default() -> Self {
+        EncapRec {
+            ip6: [0; 40],
+            underlay: [0; 16],
+            node: 0,
+            flags: 0,
+        }
+    }
+}
+
+impl EncapRec {
+    /// Flag: the record is present.
+    pub const PRESENT: u32 = 1;
+    /// Flag: the remote node's underlay address is known.
+    pub const NODE_KNOWN: u32 = 2;
+    /// Flag: the outer source address is configured.
+    pub const SOURCE_SET: u32 = 4;
+
+    /// The rewrite of `H.Encaps.Red` from `source` to `sid`, for a remote node reached at
+    /// `underlay` (`None`: node unknown) — `source` `None`: not configured yet.
+    pub fn new(
+        source: Option<Ipv6Addr>,
+        sid: Sid,
+        node: NodeId,
+        underlay: Option<Ipv6Addr>,
+    ) -> Self {
+        let mut ip6 = [0u8; 40];
+        ip6[0] = 0x60;
+        if let Some(s) = source {
+            ip6[8..24].copy_from_slice(&s.octets());
+        }
+        ip6[24..40].copy_from_slice(&sid.0.octets());
+        let mut flags = Self::PRESENT;
+        if underlay.is_some() {
+            flags |= Self::NODE_KNOWN;
+        }
+        if source.is_some() {
+            flags |= Self::SOURCE_SET;
+        }
+        EncapRec {
+            ip6,
+            underlay: underlay.map_or([0; 16], |a| a.octets()),
+            node: node.0,
+            flags,
+        }
+    }
+    /// Whether it can be used: present, with the node's underlay address and a source.
+    #[inline]
+    pub fn usable(&self) -> bool {
+        self.flags & (Self::PRESENT | Self::NODE_KNOWN | Self::SOURCE_SET)
+            == Self::PRESENT | Self::NODE_KNOWN | Self::SOURCE_SET
+    }
+    /// The remote node.
+    #[inline]
+    pub fn node_id(&self) -> NodeId {
+        NodeId(self.node)
+    }
+    /// The outer next hop on the underlay.
+    #[inline]
+    pub fn underlay_addr(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.underlay)
     }
 }
 
@@ -619,7 +725,6 @@ mod tests {
                 port: PortId(3),
                 mac: MacAddr([2, 0, 0, 0, 0, 9]),
             },
-            NextHop::LocalBlock,
             NextHop::Remote {
                 node: NodeId(7),
                 sid: Sid("fc00:0:7:e000::1".parse().unwrap()),

@@ -469,3 +469,88 @@ fn too_few_huge_pages_is_a_clear_error() {
     );
     drop(mount);
 }
+
+#[test]
+fn remote_next_hops_carry_their_precomputed_encapsulation() {
+    let dir = TempDir::new("encap");
+    let cfg = dir.cfg(8 << 20);
+    let mut w = TableWriter::create(&cfg).unwrap();
+    w.set_network(NET, &info()).unwrap();
+    let src: Ipv6Addr = "fd00::a".parse().unwrap();
+    let under: Ipv6Addr = "fd00::b".parse().unwrap();
+    // A route to a node that is not known yet, before any source is configured.
+    w.add_route(NET, "10.0.2.0".parse().unwrap(), 24, remote(2))
+        .unwrap();
+    w.publish().unwrap();
+    let r = TableReader::attach(&cfg).unwrap();
+    let mut h = r.register().unwrap();
+    let index = |h: &mut lace_shared::tables::ReaderHandle| {
+        let s = h.snapshot();
+        let v = s.network(NET).unwrap();
+        v.route4_index("10.0.2.9".parse().unwrap())
+    };
+    let i = index(&mut h);
+    {
+        let s = h.snapshot();
+        let e = s.encap(i).expect("a remote next hop has an encapsulation");
+        assert!(!e.usable(), "neither the node nor the source is known");
+        assert_eq!(e.node_id(), NodeId(2));
+        assert_eq!(e.flags, EncapRec::PRESENT);
+    }
+    h.quiescent();
+
+    w.set_node(
+        NodeId(2),
+        &NodeInfo {
+            locator: "fc00:0:2::".parse().unwrap(),
+            locator_len: 48,
+            underlay: under,
+        },
+    )
+    .unwrap();
+    assert!(w.set_srv6_source(Ipv6Addr::UNSPECIFIED).is_err());
+    assert!(w.set_srv6_source("ff02::1".parse().unwrap()).is_err());
+    w.set_srv6_source(src).unwrap();
+    w.publish().unwrap();
+    {
+        let s = h.snapshot();
+        assert_eq!(s.srv6_source(), Some(src));
+        let e = s.encap(i).unwrap();
+        assert!(e.usable());
+        assert_eq!(e.underlay_addr(), under);
+        let mut want = [0u8; 40];
+        want[0] = 0x60;
+        want[8..24].copy_from_slice(&src.octets());
+        want[24..40].copy_from_slice(&Ipv6Addr::new(0xfc00, 0, 2, 0, 0, 0, 0, 1).octets());
+        assert_eq!(
+            e.ip6, want,
+            "version 6, source, SID; the rest patched per packet"
+        );
+    }
+    h.quiescent();
+
+    // A restarted writer keeps them; a new source rewrites every one.
+    drop(w);
+    let mut w = TableWriter::open(&cfg).unwrap();
+    let src2: Ipv6Addr = "fd00::aa".parse().unwrap();
+    w.set_srv6_source(src2).unwrap();
+    w.publish().unwrap();
+    {
+        let s = h.snapshot();
+        assert_eq!(&s.encap(i).unwrap().ip6[8..24], &src2.octets());
+    }
+    h.quiescent();
+
+    // The node goes: still present, no longer usable; the route goes: the record goes.
+    w.remove_node(NodeId(2)).unwrap();
+    w.publish().unwrap();
+    {
+        let s = h.snapshot();
+        assert!(!s.encap(i).unwrap().usable());
+    }
+    h.quiescent();
+    w.remove_route(NET, "10.0.2.0".parse().unwrap(), 24)
+        .unwrap();
+    w.publish().unwrap();
+    assert!(h.snapshot().encap(i).is_none());
+}

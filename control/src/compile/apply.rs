@@ -35,6 +35,8 @@ pub struct ApplyStats {
     pub sids_set: usize,
     /// Local SIDs removed.
     pub sids_removed: usize,
+    /// The SRv6 source address set (1) or not (0).
+    pub source_set: usize,
     /// The generation published; None when nothing changed (no publication).
     pub generation: Option<u64>,
 }
@@ -52,6 +54,7 @@ impl ApplyStats {
             + self.nodes_removed
             + self.sids_set
             + self.sids_removed
+            + self.source_set
     }
 }
 
@@ -103,7 +106,13 @@ fn stage(
     next: &NodeTables,
     st: &mut ApplyStats,
 ) -> Result<(), ApplyError> {
-    // Nodes first (next hops refer to them), removals of nodes last.
+    // The source and the nodes first (next hops' encapsulations are built from them), removals
+    // of nodes last.
+    if let (Some(s), true) = (next.srv6_source, next.srv6_source != last.srv6_source) {
+        w.set_srv6_source(s)
+            .map_err(fail(|| format!("set_srv6_source {s}")))?;
+        st.source_set += 1;
+    }
     merge_diff(&last.nodes, &next.nodes, |id, _, new| {
         if let Some(n) = new {
             w.set_node(*id, n)

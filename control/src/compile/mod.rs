@@ -110,6 +110,9 @@ pub struct NodeTables {
     pub nodes: BTreeMap<NodeId, NodeInfo>,
     /// Local SIDs.
     pub sids: BTreeMap<Sid, SidBehavior>,
+    /// The node's SRv6 source address (its underlay address): the outer source of everything
+    /// it encapsulates, which the tables' precomputed encapsulations carry.
+    pub srv6_source: Option<std::net::Ipv6Addr>,
 }
 
 impl NodeTables {

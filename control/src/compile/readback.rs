@@ -92,6 +92,8 @@ pub fn read_back(cfg: &TablesConfig) -> Result<NodeTables, ReadBackError> {
             t.nodes.insert(NodeId(id), n);
         }
     }
+    let source = Ipv6Addr::from(root.srv6_source);
+    t.srv6_source = (!source.is_unspecified()).then_some(source);
     for (k, rec) in HashTable::<u128, SidRec>::iter(mem, &root.sids) {
         if let Some(b) = SidBehavior::from_rec(rec) {
             t.sids.insert(Sid(Ipv6Addr::from(*k)), b);

@@ -472,7 +472,10 @@ impl Cache {
     /// The node's tables from the cached per-network outputs, plus every note.
     pub fn assemble(&mut self, ctx: &Ctx<'_>) -> Compiled {
         let world = ctx.world;
-        let mut t = NodeTables::default();
+        let mut t = NodeTables {
+            srv6_source: Some(ctx.me.underlay),
+            ..NodeTables::default()
+        };
         let mut notes = global_notes(world, &self.index);
         let cached = self.ports.is_some();
         let mut duplicates = false;
