@@ -84,7 +84,6 @@ fn config() -> Config {
     Config {
         uplink_mac: MacAddr(UPLINK_MAC),
         underlay_addr: ME,
-        encap_source: ME,
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x1ace,
@@ -128,6 +127,7 @@ impl Node {
             reader_slots: 8,
         };
         let mut w = TableWriter::create(&tc)?;
+        w.set_srv6_source(ME)?;
         w.set_network(
             NET,
             &NetworkInfo {

@@ -74,16 +74,6 @@ uint16_t lace_rte_pktmbuf_tailroom(const struct rte_mbuf *m)
 	return rte_pktmbuf_tailroom(m);
 }
 
-char *lace_rte_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len)
-{
-	return rte_pktmbuf_prepend(m, len);
-}
-
-char *lace_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len)
-{
-	return rte_pktmbuf_adj(m, len);
-}
-
 char *lace_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
 {
 	return rte_pktmbuf_append(m, len);

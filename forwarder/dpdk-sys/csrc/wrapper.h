@@ -55,8 +55,6 @@ uint16_t lace_rte_pktmbuf_data_len(const struct rte_mbuf *m);
 uint32_t lace_rte_pktmbuf_pkt_len(const struct rte_mbuf *m);
 uint16_t lace_rte_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t lace_rte_pktmbuf_tailroom(const struct rte_mbuf *m);
-char *lace_rte_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
-char *lace_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 char *lace_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 int lace_rte_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 int lace_rte_pktmbuf_is_contiguous(const struct rte_mbuf *m);

@@ -25,7 +25,7 @@ Configuration file (TOML; flags override it):
   name, tables_dir
   [eal]     memory (hugepages|in-memory|no-huge), memory_mb, lcores, file_prefix, extra
   [uplink]  device (net_… devargs or PCI address), address, mtu, queues
-  [srv6]    source, hop_limit, flow_seed
+  [srv6]    hop_limit, flow_seed (the outer source comes from lace-control's tables)
   [workers] count, polling (busy|adaptive)
   [pods]    mechanism (af_packet|af_xdp)
 Logging: RUST_LOG (default info), to stderr.";

@@ -118,6 +118,24 @@ impl Mbuf {
         }
     }
 
+    /// Starts loading the first cache line of the data (the headers) into the cache.
+    #[inline]
+    pub fn prefetch_data(&self) {
+        let m = self.raw();
+        let p = m
+            .buf_addr
+            .cast::<u8>()
+            .wrapping_add(usize::from(m.data_off));
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint: it never faults and reads nothing into the program, so
+        // any address is sound; this one is the data start inside the mbuf's buffer.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     /// The first segment's data, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
@@ -133,57 +151,95 @@ impl Mbuf {
     }
 
     /// Grows the data by `n` bytes at the front (into the headroom) and returns them, or `None`
-    /// (unchanged) when the headroom is smaller than `n`.
+    /// (unchanged) when the headroom is smaller than `n`. What `rte_pktmbuf_prepend` does,
+    /// written here so that the fast path does not call out for three field updates.
     #[inline]
     pub fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {
         let len = u16::try_from(n).ok()?;
-        // SAFETY: we own the mbuf exclusively; rte_pktmbuf_prepend checks the headroom and
-        // returns NULL, changing nothing, when it is too small.
-        let p = unsafe { sys::lace_rte_pktmbuf_prepend(self.0.as_ptr(), len) };
-        let p = NonNull::new(p.cast::<u8>())?;
-        // SAFETY: on success p is the new data start, followed by at least n bytes of the
-        // buffer, borrowed exclusively for the lifetime of `&mut self`.
-        Some(unsafe { slice::from_raw_parts_mut(p.as_ptr(), n) })
+        // SAFETY: we own a valid mbuf exclusively (`&mut self`).
+        let m = unsafe { self.0.as_mut() };
+        if len > m.data_off {
+            return None;
+        }
+        // data_off + data_len <= buf_len <= u16::MAX, so the new data_len cannot overflow.
+        m.data_off -= len;
+        m.data_len += len;
+        m.pkt_len += u32::from(len);
+        // SAFETY: buf_addr + data_off is the new data start inside the buffer (the headroom
+        // just claimed), followed by at least n bytes of it, borrowed exclusively with `self`.
+        Some(unsafe {
+            slice::from_raw_parts_mut(m.buf_addr.cast::<u8>().add(usize::from(m.data_off)), n)
+        })
     }
 
     /// Removes `n` bytes from the front and returns the remaining data, or `None` (unchanged)
-    /// when the first segment holds fewer than `n` bytes.
+    /// when the first segment holds fewer than `n` bytes (`rte_pktmbuf_adj`).
     #[inline]
     pub fn adj(&mut self, n: usize) -> Option<&mut [u8]> {
         let len = u16::try_from(n).ok()?;
-        // SAFETY: we own the mbuf exclusively; rte_pktmbuf_adj checks data_len and returns
-        // NULL, changing nothing, when it is shorter than n.
-        let p = unsafe { sys::lace_rte_pktmbuf_adj(self.0.as_ptr(), len) };
-        if p.is_null() {
-            return None;
+        {
+            // SAFETY: we own a valid mbuf exclusively (`&mut self`).
+            let m = unsafe { self.0.as_mut() };
+            if len > m.data_len {
+                return None;
+            }
+            m.data_len -= len;
+            m.data_off += len;
+            m.pkt_len -= u32::from(len);
         }
         Some(self.data_mut())
     }
 
     /// Grows the data by `n` bytes at the end (of the last segment) and returns them, or `None`
-    /// (unchanged) when the tailroom is smaller than `n`.
+    /// (unchanged) when the tailroom is smaller than `n` (`rte_pktmbuf_append`).
     #[inline]
     pub fn append(&mut self, n: usize) -> Option<&mut [u8]> {
         let len = u16::try_from(n).ok()?;
-        // SAFETY: we own the mbuf exclusively; rte_pktmbuf_append checks the tailroom and
-        // returns NULL, changing nothing, when it is too small.
-        let p = unsafe { sys::lace_rte_pktmbuf_append(self.0.as_ptr(), len) };
-        let p = NonNull::new(p.cast::<u8>())?;
-        // SAFETY: on success p is the start of the n bytes just added to the last segment,
-        // inside its buffer, borrowed exclusively for the lifetime of `&mut self`.
-        Some(unsafe { slice::from_raw_parts_mut(p.as_ptr(), n) })
+        if self.raw().nb_segs != 1 {
+            // SAFETY: we own the mbuf exclusively; rte_pktmbuf_append checks the tailroom of
+            // the last segment and returns NULL, changing nothing, when it is too small.
+            let p = unsafe { sys::lace_rte_pktmbuf_append(self.0.as_ptr(), len) };
+            let p = NonNull::new(p.cast::<u8>())?;
+            // SAFETY: on success p is the start of the n bytes just added to the last segment,
+            // inside its buffer, borrowed exclusively for the lifetime of `&mut self`.
+            return Some(unsafe { slice::from_raw_parts_mut(p.as_ptr(), n) });
+        }
+        // SAFETY: we own a valid mbuf exclusively (`&mut self`).
+        let m = unsafe { self.0.as_mut() };
+        let end = usize::from(m.data_off) + usize::from(m.data_len);
+        if end + n > usize::from(m.buf_len) {
+            return None;
+        }
+        m.data_len += len;
+        m.pkt_len += u32::from(len);
+        // SAFETY: [end, end + n) lies inside the buffer (checked against buf_len above), just
+        // added to the data, borrowed exclusively with `self`.
+        Some(unsafe { slice::from_raw_parts_mut(m.buf_addr.cast::<u8>().add(end), n) })
     }
 
     /// Removes `n` bytes from the end (of the last segment) and returns the remaining data of
-    /// the first segment, or `None` (unchanged) when the last segment holds fewer than `n`.
+    /// the first segment, or `None` (unchanged) when the last segment holds fewer than `n`
+    /// (`rte_pktmbuf_trim`).
     #[inline]
     pub fn trim(&mut self, n: usize) -> Option<&mut [u8]> {
         let len = u16::try_from(n).ok()?;
-        // SAFETY: we own the mbuf exclusively; rte_pktmbuf_trim checks the last segment's
-        // data_len and returns -1, changing nothing, when it is shorter than n.
-        let ret = unsafe { sys::lace_rte_pktmbuf_trim(self.0.as_ptr(), len) };
-        if ret != 0 {
-            return None;
+        if self.raw().nb_segs != 1 {
+            // SAFETY: we own the mbuf exclusively; rte_pktmbuf_trim checks the last segment's
+            // data_len and returns -1, changing nothing, when it is shorter than n.
+            let ret = unsafe { sys::lace_rte_pktmbuf_trim(self.0.as_ptr(), len) };
+            if ret != 0 {
+                return None;
+            }
+            return Some(self.data_mut());
+        }
+        {
+            // SAFETY: we own a valid mbuf exclusively (`&mut self`).
+            let m = unsafe { self.0.as_mut() };
+            if len > m.data_len {
+                return None;
+            }
+            m.data_len -= len;
+            m.pkt_len -= u32::from(len);
         }
         Some(self.data_mut())
     }

@@ -26,6 +26,7 @@
 //! `rte_mbuf` fields directly (their offsets are checked at compile time by the generated layout
 //! assertions).
 
+mod crc;
 mod eal;
 mod error;
 mod mbuf;
@@ -33,6 +34,7 @@ mod mempool;
 mod port;
 mod ring;
 
+pub use crc::crc32c_u64;
 pub use eal::{lcore_id, socket_id, tsc, Eal, Worker, WORKER_PANICKED};
 pub use error::{Error, Result};
 pub use mbuf::{Burst, Drain, Mbuf, BURST_SIZE};

@@ -133,11 +133,10 @@ impl UplinkConfig {
     }
 }
 
-/// `[srv6]`: encapsulation settings.
+/// `[srv6]`: encapsulation settings. The outer source address is not here: lace-control
+/// publishes it (the node's underlay address) with the precomputed encapsulations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Srv6Config {
-    /// Outer source address.
-    pub source: Ipv6Addr,
     /// Outer hop limit.
     pub hop_limit: u8,
     /// Seed of the outer flow-label hash; `None`: random per process.
@@ -283,7 +282,6 @@ struct FileUplink {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSrv6 {
-    source: Option<String>,
     hop_limit: Option<u8>,
     flow_seed: Option<u64>,
 }
@@ -430,11 +428,6 @@ impl Config {
             });
         }
 
-        let source = match f.srv6.source {
-            Some(s) => parse_v6("srv6.source", &s)?,
-            None => address,
-        };
-        check_unicast("srv6.source", source)?;
         let hop_limit = f.srv6.hop_limit.unwrap_or(64);
         if hop_limit == 0 {
             return Err(ConfigError::Invalid {
@@ -496,7 +489,6 @@ impl Config {
                 queues,
             },
             srv6: Srv6Config {
-                source,
                 hop_limit,
                 flow_seed: f.srv6.flow_seed,
             },
@@ -675,7 +667,6 @@ mod tests {
         let c = load(MINIMAL).unwrap();
         assert_eq!(c.eal.memory, Memory::Hugepages);
         assert_eq!(c.eal.file_prefix, "lace-node-a");
-        assert_eq!(c.srv6.source, "fd00::a".parse::<Ipv6Addr>().unwrap());
         assert_eq!(c.srv6.hop_limit, 64);
         assert_eq!(c.workers.count, 1);
         assert_eq!(c.workers.polling, Polling::Adaptive);

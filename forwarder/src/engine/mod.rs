@@ -179,7 +179,6 @@ fn run_with_eal(
     let pipeline_config = pipeline::Config {
         uplink_mac,
         underlay_addr: config.uplink.address,
-        encap_source: config.srv6.source,
         hop_limit: config.srv6.hop_limit,
         underlay_mtu: config.uplink.mtu,
         flow_seed,

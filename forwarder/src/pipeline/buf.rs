@@ -28,6 +28,26 @@ pub trait PacketBuf {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The first `N` bytes as an array, or `None` if the packet is shorter: nodes read the
+    /// headers they need at fixed offsets of it, so no access needs a bounds check.
+    #[inline(always)]
+    fn head<const N: usize>(&self) -> Option<&[u8; N]> {
+        self.data().first_chunk::<N>()
+    }
+    /// The first `N` bytes as an array, writable.
+    #[inline(always)]
+    fn head_mut<const N: usize>(&mut self) -> Option<&mut [u8; N]> {
+        self.data_mut().first_chunk_mut::<N>()
+    }
+    /// Starts loading the first bytes (the headers) into the cache: nodes call it a few packets
+    /// ahead of the one they work on.
+    #[inline]
+    fn prefetch(&self) {}
+    /// The flow hash the NIC computed (RSS), when the driver delivered one.
+    #[inline]
+    fn rss_hash(&self) -> Option<u32> {
+        None
+    }
     /// Sets the length by trimming (never grows).
     #[inline]
     fn truncate(&mut self, len: usize) -> bool {
@@ -64,6 +84,14 @@ impl PacketBuf for Mbuf {
     #[inline]
     fn len(&self) -> usize {
         Mbuf::len(self)
+    }
+    #[inline]
+    fn prefetch(&self) {
+        Mbuf::prefetch_data(self);
+    }
+    #[inline]
+    fn rss_hash(&self) -> Option<u32> {
+        Mbuf::rss_hash(self)
     }
 }
 

@@ -52,7 +52,6 @@ pub fn cfg() -> Config {
     Config {
         uplink_mac: MacAddr(UPLINK_MAC),
         underlay_addr: ME,
-        encap_source: ME,
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x5eed,
@@ -105,6 +104,7 @@ pub fn node() -> Node {
         reader_slots: 4,
     };
     let mut w = TableWriter::create(&tc).unwrap();
+    w.set_srv6_source(ME).unwrap();
     let l3 = |gw4, gw6| NetworkInfo {
         kind: NetworkKind::L3,
         anonymous: false,
@@ -199,6 +199,10 @@ pub fn node() -> Node {
         },
     )
     .unwrap();
+    // The gateway's own addresses, as control installs them: answered by the forwarder.
+    w.add_route(NET, v4(GW4), 32, NextHop::Receive).unwrap();
+    w.add_route(NET, IpAddr::V6(GW6), 128, NextHop::Receive)
+        .unwrap();
     let locator = |n: u16| Ipv6Addr::new(0xfc00, 0, n, 0, 0, 0, 0, 0);
     w.set_node(
         NodeId(2),

@@ -1,38 +1,55 @@
-//! The forwarding pipeline: bursts of packets through a graph of stages.
+//! The forwarding pipeline: bursts of packets through a graph of nodes.
 //!
 //! A worker hands each received burst to [`Pipeline::process`] together with a table
-//! [`Snapshot`] and an [`Io`] (its transmit buffers and mempool). Packets move through stages
-//! as vectors, as in VPP: each [`Stage`] takes every packet queued for it, handles them one
-//! after another (so its code and table lines stay hot) and queues each for a named next
-//! stage. Terminal stages transmit ([`Io::send`]) or drop with a [`DropReason`]. Every stage
-//! counts the packets it handled, and every drop is counted by reason ([`Counters`]).
+//! [`Snapshot`] and an [`Io`] (its transmit buffers and mempool). Packets move through nodes as
+//! vectors, as in VPP and grout: a node is a function over its **whole vector** — the loop over
+//! packets is inside the node, so its code, its table lines and the per-call lookups it caches
+//! stay hot — that queues each packet for one of the next nodes it declares ([`Stage::next`]).
+//! The dispatcher calls nodes, never per-packet match arms: it always runs the lowest-numbered
+//! node with packets queued, so the graph may loop (an ICMP error is routed again). Terminal
+//! nodes transmit ([`Io::send`]) or drop with a [`DropReason`]. Every node counts the packets it
+//! handled, every drop is counted by reason ([`Counters`]).
 //!
 //! ```text
 //!  pod-input ──┬─ arp-reply ─────────────────────────────────────────────┐
 //!              ├─ nd-reply / icmp-echo (gateway) ─────────────────────────┤
 //!              └─ ip4-lookup / ip6-lookup ─┬─ local-rewrite ──────────────┤──► tx
-//!  uplink-input ─┬─ underlay-nd / echo     ├─ srv6-encap ─ underlay-out ──┘
+//!  uplink-input ─┬─ nd-reply / icmp-echo   ├─ srv6-encap ─ underlay-out ──┘
 //!                └─ srv6-decap ────────────┘   icmp-error ─► ip*-lookup
 //! ```
 //!
-//! Every packet in an IP stage has its Ethernet header at offset 0 and the IP header at 14:
+//! **The whole-burst fast path.** A burst arrives from one port, and in the common case every
+//! packet of it takes the same path (one pod talking to one remote node, or one remote node
+//! sending to one network). The nodes are written for that case: the receiving port's record
+//! and network are resolved once per vector, the FIB is queried in bulk per run of packets of
+//! one network (`route4_bulk` / `route6_bulk`), a next hop is decoded once per run of packets
+//! that share it, the encapsulation rewrite and the underlay neighbor once per run of packets
+//! to one remote node — and when all packets of a vector go to the same next node, the vector
+//! is handed over whole instead of packet by packet ([`Queues::forward`]). A mixed burst takes
+//! the same nodes and pays only for its changes of path.
+//!
+//! Every packet in an IP node has its Ethernet header at offset 0 and the IP header at 14:
 //! decapsulation leaves 14 bytes in front of the inner packet for the delivery header, and
 //! encapsulation prepends 40 bytes so the outer Ethernet and IPv6 headers take the front.
-//! Replies (ARP, NDP, echo, ICMP errors) are built in the buffer they answer: no allocation.
+//! Headers are read and written through the [`crate::wire`] views only. Replies (ARP, NDP,
+//! echo, ICMP errors) are built in the buffer they answer: no allocation.
 //!
 //! The pipeline never panics on packet contents: every view is length-checked first, and the
-//! fuzz target `pipeline` feeds it arbitrary frames on every kind of port.
+//! fuzz target `pipeline` feeds it arbitrary frames on every kind of port. In debug builds
+//! (tests, fuzzing) every hand-over between nodes is checked against the declared graph.
 
 mod buf;
+mod cache;
 pub mod fixture;
-mod ip;
+mod input;
+mod lookup;
 mod neigh;
 mod reply;
 mod srv6;
 #[cfg(test)]
 mod tests;
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv6Addr;
 use std::sync::Arc;
 
 use lace_shared::status::{DropReason, MAX_STAGES};
@@ -42,6 +59,8 @@ use lace_shared::types::{MacAddr, NetworkId, PortId};
 pub use buf::{PacketBuf, VecBuf, VEC_CAPACITY, VEC_HEADROOM};
 pub use neigh::UnderlayNeighbors;
 
+use cache::{Cx, Hop};
+
 /// What the pipeline needs to know about its node that is not in the tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -49,8 +68,6 @@ pub struct Config {
     pub uplink_mac: MacAddr,
     /// The node's underlay IPv6 address: answered for NS and echo on the uplink.
     pub underlay_addr: Ipv6Addr,
-    /// Outer source address of encapsulated packets (usually `underlay_addr`).
-    pub encap_source: Ipv6Addr,
     /// Outer hop limit of encapsulated packets.
     pub hop_limit: u8,
     /// The underlay MTU (IPv6 packet size the uplink carries); inner packets larger than this
@@ -73,7 +90,7 @@ pub trait Io<B: PacketBuf> {
     fn now_ns(&self) -> u64;
 }
 
-/// The pipeline's stages, in the order the dispatcher visits them.
+/// The pipeline's nodes, in the order the dispatcher visits them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Stage {
@@ -98,9 +115,9 @@ pub enum Stage {
     IcmpError,
     /// Same node: TTL decrement and L2 rewrite to the destination pod.
     LocalRewrite,
-    /// Other node: H.Encaps.Red to that node's SID.
+    /// Other node: H.Encaps.Red to that node's SID, from the precomputed rewrite.
     Srv6Encap,
-    /// Outer L2 for the underlay: resolve the next hop by NDP.
+    /// Outer L2 for the underlay: the next hop's MAC, resolved by NDP.
     UnderlayOut,
     /// Transmit (terminal).
     Tx,
@@ -149,14 +166,15 @@ impl Stage {
         }
     }
 
-    /// The stages a packet can go to from this one (the graph's edges, for documentation,
-    /// `lace-forwarder stages` and the tests that check every edge is taken).
+    /// The nodes a packet can go to from this one: the graph's edges. Debug builds check every
+    /// hand-over against it, and a packet test drives every edge.
     pub const fn next(self) -> &'static [Stage] {
         use Stage::*;
         match self {
             PodInput => &[ArpReply, NdReply, IcmpEcho, Ip4Lookup, Ip6Lookup, Drop],
             UplinkInput => &[NdReply, IcmpEcho, Srv6Decap, Drop],
-            ArpReply | NdReply | IcmpEcho => &[Tx, Drop],
+            ArpReply | NdReply => &[Tx, Drop],
+            IcmpEcho => &[Ip4Lookup, Ip6Lookup, Tx, Drop],
             Srv6Decap => &[Ip4Lookup, Ip6Lookup, Drop],
             Ip4Lookup | Ip6Lookup => &[LocalRewrite, Srv6Encap, IcmpEcho, IcmpError, Drop],
             IcmpError => &[Ip4Lookup, Ip6Lookup, Drop],
@@ -173,7 +191,7 @@ impl Stage {
     }
 }
 
-const _: () = assert!(Stage::COUNT <= MAX_STAGES);
+const _: () = assert!(Stage::COUNT <= MAX_STAGES && Stage::COUNT <= 16);
 
 /// Counters one pipeline (one worker) accumulates; the worker adds them to the status region
 /// and resets them ([`Pipeline::take_counters`]).
@@ -209,7 +227,10 @@ impl Counters {
     }
 }
 
-/// Per-packet state carried between stages.
+/// Packets in flight per call: one vector.
+pub const VEC_CAP: usize = 256;
+
+/// Per-packet state carried between nodes.
 #[derive(Debug, Clone, Copy)]
 struct Meta {
     /// The network the packet is routed in.
@@ -218,81 +239,192 @@ struct Meta {
     rx: PortId,
     /// Output port (Tx) once decided.
     tx: PortId,
-    /// Drop reason (Drop), or ICMP error to generate (IcmpError).
-    reason: DropReason,
+    /// Where a lookup sent it (local-rewrite, srv6-encap, underlay-out).
+    hop: Hop,
     /// ICMP error parameter: the MTU for too-big, the code for unreachable.
     param: u32,
-    /// Routing result for the rewrite/encap stages: destination MAC or SID index.
-    hop: Hop,
-    /// Generated by the forwarder (an ICMP error): never answered with another error.
-    generated: bool,
-    /// Gateway MAC of `net` (source MAC of deliveries).
-    gw_mac: MacAddr,
-    /// Taken in by the forwarder (a learned advertisement), or already counted: the drop
-    /// stage frees it without counting a drop.
-    consumed: bool,
-    /// The IP header at [`ip::L3`] was checked (lengths, checksum) and padding trimmed.
-    checked: bool,
+    /// Drop reason (Drop), or ICMP error to generate (IcmpError).
+    reason: DropReason,
+    /// [`Meta::GENERATED`], [`Meta::CONSUMED`], [`Meta::CHECKED`].
+    flags: u8,
 }
 
 impl Meta {
+    /// Generated by the forwarder (an echo reply, an ICMP error): no TTL decrement, never
+    /// answered with an error.
+    const GENERATED: u8 = 1;
+    /// Taken in by the forwarder (a learned advertisement) or already counted: the drop node
+    /// frees it without counting a drop.
+    const CONSUMED: u8 = 2;
+    /// The IP header at offset 14 was validated (lengths, checksum) and padding trimmed.
+    const CHECKED: u8 = 4;
+
     fn new(rx: PortId) -> Meta {
         Meta {
             net: NetworkId(0),
             rx,
             tx: rx,
-            reason: DropReason::Malformed,
-            param: 0,
             hop: Hop::None,
-            generated: false,
-            gw_mac: MacAddr([0; 6]),
-            consumed: false,
-            checked: false,
+            param: 0,
+            reason: DropReason::Malformed,
+            flags: 0,
+        }
+    }
+    #[inline]
+    fn is(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+/// `0, 1, …, 255`: the first vector of a call (packet `k` of the burst is in slot `k`).
+const IDENTITY: [u8; VEC_CAP] = {
+    let mut a = [0u8; VEC_CAP];
+    let mut i = 0;
+    while i < VEC_CAP {
+        a[i] = i as u8;
+        i += 1;
+    }
+    a
+};
+
+/// The nodes' input vectors (slot indices) and which of them hold packets.
+#[derive(Debug)]
+struct Queues {
+    frames: [Vec<u8>; Stage::COUNT],
+    /// Bit `s`: `frames[s]` is not empty.
+    pending: u16,
+    /// Bit `t` of `edges[s]`: a packet went from node `s` to node `t` (packet tests).
+    #[cfg(test)]
+    edges: [u16; Stage::COUNT],
+}
+
+impl Queues {
+    fn new() -> Queues {
+        Queues {
+            frames: std::array::from_fn(|_| Vec::with_capacity(VEC_CAP)),
+            pending: 0,
+            #[cfg(test)]
+            edges: [0; Stage::COUNT],
+        }
+    }
+
+    /// Queues packet `i` for node `to`, handed over by node `from`.
+    #[inline(always)]
+    fn push(&mut self, from: Stage, to: Stage, i: u8) {
+        self.edge(from, to);
+        self.frames[to as usize].push(i);
+        self.pending |= 1 << to as u16;
+    }
+
+    /// Hands a whole vector from node `from` to node `to`: the fast path when every packet of a
+    /// vector takes the same way.
+    #[inline(always)]
+    fn forward(&mut self, from: Stage, to: Stage, frame: &[u8]) {
+        if frame.is_empty() {
+            return;
+        }
+        self.edge(from, to);
+        self.frames[to as usize].extend_from_slice(frame);
+        self.pending |= 1 << to as u16;
+    }
+
+    #[inline(always)]
+    fn edge(&mut self, from: Stage, to: Stage) {
+        debug_assert!(
+            from.next().contains(&to),
+            "{} hands a packet to {}, which is not one of its declared next nodes",
+            from.name(),
+            to.name()
+        );
+        #[cfg(test)]
+        {
+            self.edges[from as usize] |= 1 << to as u16;
         }
     }
 }
 
-/// Where a routed packet goes, decided by a lookup stage.
-#[derive(Debug, Clone, Copy)]
-enum Hop {
-    None,
-    Local {
-        port: PortId,
-        mac: MacAddr,
-    },
-    Remote {
-        node: lace_shared::types::NodeId,
-        sid: Ipv6Addr,
-    },
+/// What a node works with during one call: the packets, the queues, the per-call lookup cache,
+/// the worker's I/O and the drop counters.
+pub(crate) struct NodeCtx<'r, 's, 'a, B, I> {
+    cfg: &'r Config,
+    neigh: &'r UnderlayNeighbors,
+    bufs: &'r mut [Option<B>; VEC_CAP],
+    meta: &'r mut [Meta; VEC_CAP],
+    q: &'r mut Queues,
+    cx: Cx<'s, 'a>,
+    io: &'r mut I,
+    drops: &'r mut [u64; DropReason::COUNT],
+    /// The node running now (the `from` of every hand-over).
+    at: Stage,
 }
 
-const VEC_CAP: usize = 256;
+impl<B: PacketBuf, I: Io<B>> NodeCtx<'_, '_, '_, B, I> {
+    /// The node for packet `i`'s verdict: its next node, or `drop` with the reason recorded.
+    #[inline(always)]
+    fn resolve(&mut self, i: u8, v: Verdict) -> Stage {
+        match v {
+            Ok(to) => to,
+            Err(r) => self.drop_for(i, r),
+        }
+    }
 
-/// A stage's input vector: indices into the pipeline's packet slots.
-#[derive(Debug)]
-struct Frame {
-    idx: Vec<u16>,
+    /// A slot in a vector that holds no packet (never happens: only `tx` and `drop` empty a
+    /// slot, and they hand nothing on): freed by `drop` without being counted.
+    #[cold]
+    fn gone(&mut self, i: u8) -> Stage {
+        self.meta[usize::from(i)].flags |= Meta::CONSUMED;
+        Stage::Drop
+    }
+
+    /// Records `reason` as packet `i`'s drop reason; returns the drop node.
+    #[inline]
+    fn drop_for(&mut self, i: u8, reason: DropReason) -> Stage {
+        self.meta[usize::from(i)].reason = reason;
+        Stage::Drop
+    }
+
+    /// Packet `i` is to be answered with the ICMP error for `reason`: `icmp-error` — unless it
+    /// is itself generated, then it is just dropped.
+    #[inline]
+    fn icmp_for(&mut self, i: u8, reason: DropReason, param: u32) -> Stage {
+        let m = &mut self.meta[usize::from(i)];
+        m.reason = reason;
+        if m.is(Meta::GENERATED) {
+            return Stage::Drop;
+        }
+        m.param = param;
+        Stage::IcmpError
+    }
+
+    /// Hands packets `slots[k]` to nodes `to[k]`: the whole vector at once when they all go the
+    /// same way (the fast path), else one by one.
+    #[inline(always)]
+    fn hand_over(&mut self, slots: &[u8], to: &[Stage]) {
+        let Some(&first) = to.first() else {
+            return;
+        };
+        if to.iter().all(|&t| t == first) {
+            self.q.forward(self.at, first, slots);
+        } else {
+            for (&i, &t) in slots.iter().zip(to) {
+                self.q.push(self.at, t, i);
+            }
+        }
+    }
 }
 
-/// One worker's pipeline: its stage vectors, counters and scratch space. Not shared.
+/// A verdict for one packet: the next node, or a drop reason.
+type Verdict = Result<Stage, DropReason>;
+
+/// One worker's pipeline: its packet slots, node vectors, counters. Not shared.
 #[derive(Debug)]
 pub struct Pipeline<B: PacketBuf> {
     cfg: Config,
     neigh: Arc<UnderlayNeighbors>,
-    slots: Vec<Option<B>>,
-    meta: Vec<Meta>,
-    free: Vec<u16>,
-    frames: Vec<Frame>,
+    bufs: Box<[Option<B>; VEC_CAP]>,
+    meta: Box<[Meta; VEC_CAP]>,
+    q: Queues,
     counters: Counters,
-}
-
-/// A network's settings the stages need, decoded once per call.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NetCtx {
-    kind: lace_shared::types::NetworkKind,
-    gw_mac: MacAddr,
-    gw4: Option<Ipv4Addr>,
-    gw6: Option<Ipv6Addr>,
 }
 
 impl<B: PacketBuf> Pipeline<B> {
@@ -302,14 +434,9 @@ impl<B: PacketBuf> Pipeline<B> {
         Pipeline {
             cfg,
             neigh,
-            slots: (0..VEC_CAP).map(|_| None).collect(),
-            meta: vec![Meta::new(PortId::UPLINK); VEC_CAP],
-            free: (0..VEC_CAP as u16).rev().collect(),
-            frames: (0..Stage::COUNT)
-                .map(|_| Frame {
-                    idx: Vec::with_capacity(VEC_CAP),
-                })
-                .collect(),
+            bufs: Box::new(std::array::from_fn(|_| None)),
+            meta: Box::new([Meta::new(PortId::UPLINK); VEC_CAP]),
+            q: Queues::new(),
             counters: Counters::default(),
         }
     }
@@ -334,9 +461,23 @@ impl<B: PacketBuf> Pipeline<B> {
         self.counters.drops[r as usize] += n;
     }
 
+    /// The node hand-overs that happened so far, as (from, to) pairs (packet tests).
+    #[cfg(test)]
+    fn edges_taken(&self) -> Vec<(Stage, Stage)> {
+        let mut out = Vec::new();
+        for from in Stage::ALL {
+            for to in Stage::ALL {
+                if self.q.edges[from as usize] & (1 << to as u16) != 0 {
+                    out.push((from, to));
+                }
+            }
+        }
+        out
+    }
+
     /// Runs the packets received on `rx` through the pipeline; `pkts` is drained (at most
-    /// 256 packets per call; more stay in `pkts`). Each packet is transmitted through `io` or
-    /// dropped and counted.
+    /// [`VEC_CAP`] packets per call; more stay in `pkts`). Each packet is transmitted through
+    /// `io` or dropped and counted.
     pub fn process<I: Io<B>>(
         &mut self,
         snap: &Snapshot<'_>,
@@ -350,171 +491,83 @@ impl<B: PacketBuf> Pipeline<B> {
             Stage::PodInput
         };
         let take = pkts.len().min(VEC_CAP);
-        for pkt in pkts.drain(..take) {
-            let Some(i) = self.free.pop() else {
-                // Cannot happen: VEC_CAP slots, at most VEC_CAP packets per call, all slots
-                // returned before `process` returns.
-                self.counters.drops[DropReason::NoBuffer as usize] += 1;
-                continue;
-            };
-            self.slots[i as usize] = Some(pkt);
-            self.meta[i as usize] = Meta::new(rx);
-            self.frames[first as usize].idx.push(i);
+        if take == 0 {
+            return;
         }
+        // Every slot is free between calls: packet k of the burst takes slot k.
+        for (k, pkt) in pkts.drain(..take).enumerate() {
+            self.bufs[k] = Some(pkt);
+            self.meta[k] = Meta::new(rx);
+        }
+        self.q.frames[first as usize].extend_from_slice(&IDENTITY[..take]);
+        self.q.pending |= 1 << first as u16;
         self.dispatch(snap, io);
     }
 
-    /// Visits the lowest non-empty stage until every vector is empty. Each stage runs over its
-    /// whole vector; packets are edited in their slots (no copies of buffers or metadata).
+    /// Runs the lowest-numbered node with packets queued until every vector is empty. Each
+    /// node runs over its whole vector; packets are edited in their slots.
     fn dispatch<I: Io<B>>(&mut self, snap: &Snapshot<'_>, io: &mut I) {
-        let mut cx = Cx::new(snap);
-        while let Some(s) = self.frames.iter().position(|f| !f.idx.is_empty()) {
-            let mut frame = std::mem::take(&mut self.frames[s].idx);
+        let mut n = NodeCtx {
+            cfg: &self.cfg,
+            neigh: &self.neigh,
+            bufs: &mut self.bufs,
+            meta: &mut self.meta,
+            q: &mut self.q,
+            cx: Cx::new(snap),
+            io,
+            drops: &mut self.counters.drops,
+            at: Stage::PodInput,
+        };
+        let stages = &mut self.counters.stages;
+        while n.q.pending != 0 {
+            let s = n.q.pending.trailing_zeros() as usize;
+            n.q.pending &= !(1 << s);
+            let mut frame = std::mem::take(&mut n.q.frames[s]);
             let stage = Stage::ALL[s];
-            self.counters.stages[s] += frame.len() as u64;
-            for &i in &frame {
-                let k = usize::from(i);
-                match stage {
-                    Stage::Tx => {
-                        if let Some(pkt) = self.slots[k].take() {
-                            io.send(self.meta[k].tx, pkt);
-                        }
-                        self.free.push(i);
-                        continue;
-                    }
-                    Stage::Drop => {
-                        if !self.meta[k].consumed {
-                            self.counters.drops[self.meta[k].reason as usize] += 1;
-                        }
-                        self.slots[k] = None;
-                        self.free.push(i);
-                        continue;
-                    }
-                    _ => {}
-                }
-                let Some(pkt) = self.slots[k].as_mut() else {
-                    self.free.push(i);
-                    continue;
-                };
-                let m = &mut self.meta[k];
-                let verdict = match stage {
-                    Stage::PodInput => ip::pod_input(pkt, m, &mut cx),
-                    Stage::UplinkInput => srv6::uplink_input(&self.cfg, pkt, m, &cx),
-                    Stage::ArpReply => reply::arp_reply(pkt, m, &mut cx),
-                    Stage::NdReply => reply::nd_reply(&self.cfg, &self.neigh, pkt, m, &mut cx),
-                    Stage::IcmpEcho => reply::icmp_echo(&self.cfg, pkt, m, &mut cx),
-                    Stage::Srv6Decap => srv6::decap(pkt, m, &mut cx),
-                    Stage::Ip4Lookup => ip::ip4_lookup(pkt, m, &mut cx),
-                    Stage::Ip6Lookup => ip::ip6_lookup(pkt, m, &mut cx),
-                    Stage::IcmpError => {
-                        reply::icmp_error(pkt, m, &mut cx, &mut self.counters.drops)
-                    }
-                    Stage::LocalRewrite => ip::local_rewrite(pkt, m, io),
-                    Stage::Srv6Encap => srv6::encap(&self.cfg, pkt, m),
-                    Stage::UnderlayOut => {
-                        srv6::underlay_out(&self.cfg, &self.neigh, pkt, m, &mut cx, io)
-                    }
-                    Stage::Tx | Stage::Drop => Ok(stage),
-                };
-                let next = match verdict {
-                    Ok(next) => next,
-                    Err(reason) => {
-                        m.reason = reason;
-                        Stage::Drop
-                    }
-                };
-                self.frames[next as usize].idx.push(i);
+            stages[s] += frame.len() as u64;
+            n.at = stage;
+            match stage {
+                Stage::PodInput => input::pod_input(&mut n, &frame),
+                Stage::UplinkInput => input::uplink_input(&mut n, &frame),
+                Stage::ArpReply => reply::arp_reply(&mut n, &frame),
+                Stage::NdReply => reply::nd_reply(&mut n, &frame),
+                Stage::IcmpEcho => reply::icmp_echo(&mut n, &frame),
+                Stage::Srv6Decap => srv6::decap(&mut n, &frame),
+                Stage::Ip4Lookup => lookup::ip4_lookup(&mut n, &frame),
+                Stage::Ip6Lookup => lookup::ip6_lookup(&mut n, &frame),
+                Stage::IcmpError => reply::icmp_error(&mut n, &frame),
+                Stage::LocalRewrite => lookup::local_rewrite(&mut n, &frame),
+                Stage::Srv6Encap => srv6::encap(&mut n, &frame),
+                Stage::UnderlayOut => srv6::underlay_out(&mut n, &frame),
+                Stage::Tx => tx(&mut n, &frame),
+                Stage::Drop => drop_node(&mut n, &frame),
             }
             frame.clear();
-            // Give the vector's allocation back so no stage ever allocates again.
-            if self.frames[s].idx.is_empty() {
-                self.frames[s].idx = frame;
-            }
+            // Give the vector's allocation back (no node hands packets to itself, so its queue
+            // is still empty): no node ever allocates.
+            n.q.frames[s] = frame;
         }
     }
 }
 
-/// Lookups one `process` call repeats for most of its packets, done once: the receiving
-/// port's record, the last network used and the last remote node resolved. Valid for one
-/// snapshot, so it lives on the stack of one call.
-pub(crate) struct Cx<'s, 'a> {
-    snap: &'s Snapshot<'a>,
-    port: Option<(PortId, Option<&'a lace_shared::types::PortRec>)>,
-    net: Option<(
-        NetworkId,
-        Option<(lace_shared::tables::NetworkView<'a>, NetCtx)>,
-    )>,
-    remote: Option<(lace_shared::types::NodeId, MacAddr)>,
-}
-
-impl<'s, 'a> Cx<'s, 'a> {
-    fn new(snap: &'s Snapshot<'a>) -> Self {
-        Cx {
-            snap,
-            port: None,
-            net: None,
-            remote: None,
+/// `tx`: hands each packet to the worker for its output port.
+fn tx<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    for &i in frame {
+        let k = usize::from(i);
+        if let Some(pkt) = n.bufs[k].take() {
+            n.io.send(n.meta[k].tx, pkt);
         }
-    }
-
-    /// The snapshot.
-    #[inline]
-    pub(crate) fn snap(&self) -> &'s Snapshot<'a> {
-        self.snap
-    }
-
-    /// A port's record (cached: a burst comes from one port).
-    #[inline]
-    pub(crate) fn port(&mut self, id: PortId) -> Option<&'a lace_shared::types::PortRec> {
-        match self.port {
-            Some((p, rec)) if p == id => rec,
-            _ => {
-                let rec = self.snap.port_rec(id);
-                self.port = Some((id, rec));
-                rec
-            }
-        }
-    }
-
-    /// A network's view and gateway settings (cached: most packets of a call share one).
-    #[inline]
-    pub(crate) fn net(
-        &mut self,
-        id: NetworkId,
-    ) -> Option<(lace_shared::tables::NetworkView<'a>, NetCtx)> {
-        match self.net {
-            Some((n, v)) if n == id => v,
-            _ => {
-                let v = self.snap.network(id).and_then(|view| {
-                    let info = view.info()?;
-                    Some((
-                        view,
-                        NetCtx {
-                            kind: info.kind,
-                            gw_mac: info.gateway_mac,
-                            gw4: info.gateway4,
-                            gw6: info.gateway6,
-                        },
-                    ))
-                });
-                self.net = Some((id, v));
-                v
-            }
-        }
-    }
-
-    /// The last resolved remote node's underlay MAC.
-    #[inline]
-    pub(crate) fn remote(&self, node: lace_shared::types::NodeId) -> Option<MacAddr> {
-        self.remote.filter(|(n, _)| *n == node).map(|(_, m)| m)
-    }
-
-    /// Remembers a resolved remote node.
-    #[inline]
-    pub(crate) fn set_remote(&mut self, node: lace_shared::types::NodeId, mac: MacAddr) {
-        self.remote = Some((node, mac));
     }
 }
 
-/// A stage's verdict: the next stage, or a drop reason.
-type Verdict = Result<Stage, DropReason>;
+/// `drop`: frees each packet and counts it under its reason (unless already counted).
+fn drop_node<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    for &i in frame {
+        let k = usize::from(i);
+        let m = &n.meta[k];
+        if !m.is(Meta::CONSUMED) {
+            n.drops[m.reason as usize] += 1;
+        }
+        n.bufs[k] = None;
+    }
+}

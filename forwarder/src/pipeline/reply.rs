@@ -1,19 +1,20 @@
 //! Answers built in the buffer they answer: ARP and NDP for gateways and the underlay address,
-//! ICMP echo, and ICMP errors (time exceeded, unreachable, too big).
+//! ICMP echo, and ICMP errors (time exceeded, unreachable, too big) — all written through the
+//! `wire` views and reprs.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use lace_shared::status::DropReason;
 use lace_shared::types::{MacAddr, PortId};
 
-use super::ip::{
-    be16, v4_at, v6_at, ETH_IPV4, ETH_IPV6, L3, PROTO_ICMP, PROTO_ICMPV6, UNREACH_ADMIN,
-};
-use super::ip::{port_v4, port_v6};
+use super::cache::Cx;
+use super::input::L3;
+use super::lookup::UNREACH_ADMIN;
 use super::neigh::UnderlayNeighbors;
-use super::{Config, Cx, Meta, PacketBuf, Stage, Verdict};
+use super::{Config, Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
+use crate::wire::ethernet::{self, EtherType};
 use crate::wire::icmpv6::{self, NeighborFlags};
-use crate::wire::{arp, checksum, ipv6, EthernetAddress, IpProtocol};
+use crate::wire::{arp, checksum, icmpv4, ipv4, ipv6, EthernetAddress, IpProtocol};
 
 /// Hop limit / TTL of packets the forwarder originates.
 const OWN_TTL: u8 = 64;
@@ -21,44 +22,79 @@ const OWN_TTL: u8 = 64;
 const ICMP4_MAX: usize = 576;
 /// Largest ICMPv6 error (RFC 4443 §2.4(c): at most the minimum MTU).
 const ICMP6_MAX: usize = 1280;
+/// IPv4 + ICMPv4 headers in front of the quote.
+const ICMP4_HEADERS: usize = ipv4::HEADER_LEN + icmpv4::HEADER_LEN;
+/// IPv6 + ICMPv6 headers in front of the quote.
+const ICMP6_HEADERS: usize = ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+/// DSCP CS6 (network control, RFC 4594), the class of the errors the forwarder sends.
+const DSCP_CS6: u8 = 48;
+
+/// Runs `one` over every packet of the vector: the shape of the nodes off the fast path.
+#[inline(always)]
+fn each<B, I, F>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8], mut one: F)
+where
+    B: PacketBuf,
+    I: Io<B>,
+    F: FnMut(&Config, &UnderlayNeighbors, &mut B, &mut Meta, &mut Cx<'_, '_>) -> Verdict,
+{
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in frame.iter().enumerate() {
+        let slot = usize::from(i);
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            to[k] = n.gone(i);
+            continue;
+        };
+        let v = one(n.cfg, n.neigh, pkt, &mut n.meta[slot], &mut n.cx);
+        to[k] = n.resolve(i, v);
+    }
+    n.hand_over(frame, &to[..frame.len()]);
+}
 
 /// `arp-reply`: a pod asks for its gateway; answer with the gateway MAC.
-pub(super) fn arp_reply<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
-    let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
-    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-    let d = pkt.data_mut();
-    let view = arp::Packet::new_checked(&d[L3..]).map_err(|_| DropReason::Malformed)?;
-    let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
-    if req.sender_hardware_addr.0 != port.mac {
-        return Err(DropReason::SpoofedMac);
-    }
-    // A probe (RFC 5227) has sender 0.0.0.0; anything else must be the endpoint's address.
-    let sender = req.sender_protocol_addr;
-    if sender != Ipv4Addr::UNSPECIFIED && Some(sender) != port_v4(port) {
-        return Err(DropReason::SpoofedSource);
-    }
-    if req.operation != arp::Operation::Request || Some(req.target_protocol_addr) != ctx.gw4 {
-        return Err(DropReason::NotGateway);
-    }
-    let reply = arp::Repr {
-        operation: arp::Operation::Reply,
-        sender_hardware_addr: EthernetAddress(ctx.gw_mac.0),
-        sender_protocol_addr: req.target_protocol_addr,
-        target_hardware_addr: req.sender_hardware_addr,
-        target_protocol_addr: sender,
-    };
-    reply.emit(&mut arp::Packet::new_unchecked(&mut d[L3..L3 + 28]));
-    d[0..6].copy_from_slice(&req.sender_hardware_addr.0);
-    d[6..12].copy_from_slice(&ctx.gw_mac.0);
-    m.tx = m.rx;
-    Ok(Stage::Tx)
+pub(super) fn arp_reply<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    each(n, frame, |_, _, pkt, m, cx| {
+        let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
+        let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+        let d = pkt.data_mut();
+        let view = arp::Packet::new_checked(&d[L3..]).map_err(|_| DropReason::Malformed)?;
+        let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
+        if req.sender_hardware_addr.0 != port.mac {
+            return Err(DropReason::SpoofedMac);
+        }
+        // A probe (RFC 5227) has sender 0.0.0.0; anything else must be the endpoint's address.
+        let sender = req.sender_protocol_addr;
+        if sender != Ipv4Addr::UNSPECIFIED && Some(sender) != port.ipv4() {
+            return Err(DropReason::SpoofedSource);
+        }
+        if req.operation != arp::Operation::Request || Some(req.target_protocol_addr) != ctx.gw4 {
+            return Err(DropReason::NotGateway);
+        }
+        let gw_mac = EthernetAddress(ctx.gw_mac.0);
+        arp::Repr {
+            operation: arp::Operation::Reply,
+            sender_hardware_addr: gw_mac,
+            sender_protocol_addr: req.target_protocol_addr,
+            target_hardware_addr: req.sender_hardware_addr,
+            target_protocol_addr: sender,
+        }
+        .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
+        let mut eth = ethernet::Frame::new_unchecked(d);
+        eth.set_dst_addr(req.sender_hardware_addr);
+        eth.set_src_addr(gw_mac);
+        m.tx = m.rx;
+        Ok(Stage::Tx)
+    });
 }
 
 /// `nd-reply`: neighbor solicitations for a pod network's gateway (pod side) or the node's
 /// underlay address (uplink side) are answered with an advertisement; advertisements and
 /// solicitations on the uplink teach the underlay neighbor cache.
-pub(super) fn nd_reply<B: PacketBuf>(
+pub(super) fn nd_reply<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    each(n, frame, nd_one);
+}
+
+fn nd_one<B: PacketBuf>(
     cfg: &Config,
     neigh: &UnderlayNeighbors,
     pkt: &mut B,
@@ -66,6 +102,7 @@ pub(super) fn nd_reply<B: PacketBuf>(
     cx: &mut Cx<'_, '_>,
 ) -> Verdict {
     let d = pkt.data();
+    let frame_src = ethernet::Frame::new_unchecked(d).src_addr();
     let ip = ipv6::Packet::new_unchecked(&d[L3..]);
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     // RFC 4861 §7.1: hop limit 255 proves the message was not forwarded.
@@ -74,7 +111,6 @@ pub(super) fn nd_reply<B: PacketBuf>(
     }
     let icmp = icmpv6::Packet::new_checked(ip.payload()).map_err(|_| DropReason::Malformed)?;
     let repr = icmpv6::Repr::parse(&src, &dst, &icmp).map_err(|_| DropReason::Malformed)?;
-    let frame_src = MacAddr([d[6], d[7], d[8], d[9], d[10], d[11]]);
     let uplink = m.rx == PortId::UPLINK;
     let (target, mac) = match repr {
         icmpv6::Repr::NeighborSolicit {
@@ -93,8 +129,10 @@ pub(super) fn nd_reply<B: PacketBuf>(
             } else {
                 let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
                 let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-                let link_local = src.segments()[0] & 0xffc0 == 0xfe80;
-                if !(src.is_unspecified() || link_local || Some(src) == port_v6(port)) {
+                if !(src.is_unspecified()
+                    || src.is_unicast_link_local()
+                    || Some(src) == port.ipv6())
+                {
                     return Err(DropReason::SpoofedSource);
                 }
                 if Some(target_addr) != ctx.gw6 {
@@ -108,16 +146,20 @@ pub(super) fn nd_reply<B: PacketBuf>(
             target_lladdr,
             ..
         } if uplink => {
-            let mac = target_lladdr.map_or(frame_src, |ll| MacAddr(ll.0));
-            neigh.learn(target_addr, mac);
-            m.consumed = true;
+            let mac = target_lladdr.unwrap_or(frame_src);
+            neigh.learn(target_addr, MacAddr(mac.0));
+            m.flags |= Meta::CONSUMED;
             return Ok(Stage::Drop);
         }
         _ => return Err(DropReason::NotGateway),
     };
     // Answer: to the soliciting unicast address, or all-nodes for a DAD probe (§7.2.4).
     let (reply_dst, flags, eth_dst) = if src.is_unspecified() {
-        (ALL_NODES, NeighborFlags::OVERRIDE, [0x33, 0x33, 0, 0, 0, 1])
+        (
+            ALL_NODES,
+            NeighborFlags::OVERRIDE,
+            ethernet::Address::ipv6_multicast(&ALL_NODES),
+        )
     } else {
         let router = if uplink {
             NeighborFlags::EMPTY
@@ -129,7 +171,7 @@ pub(super) fn nd_reply<B: PacketBuf>(
             NeighborFlags::from_bits_truncate(
                 router.bits() | NeighborFlags::SOLICITED.bits() | NeighborFlags::OVERRIDE.bits(),
             ),
-            frame_src.0,
+            frame_src,
         )
     };
     let na = icmpv6::Repr::NeighborAdvert {
@@ -138,125 +180,141 @@ pub(super) fn nd_reply<B: PacketBuf>(
         target_lladdr: Some(EthernetAddress(mac.0)),
     };
     let len = na.buffer_len();
-    if !pkt.truncate(L3 + 40) || !pkt.append(len) {
+    if !pkt.truncate(L3 + ipv6::HEADER_LEN) || !pkt.append(len) {
         return Err(DropReason::NoHeadroom);
     }
     let d = pkt.data_mut();
-    write_ipv6(d, target, reply_dst, PROTO_ICMPV6, len, 255);
+    own_ipv6(target, reply_dst, len, 255).emit(&mut ipv6::Packet::new_unchecked(&mut d[L3..]));
     na.emit(
         &target,
         &reply_dst,
-        &mut icmpv6::Packet::new_unchecked(&mut d[L3 + 40..]),
+        &mut icmpv6::Packet::new_unchecked(&mut d[L3 + ipv6::HEADER_LEN..]),
     );
-    d[0..6].copy_from_slice(&eth_dst);
-    d[6..12].copy_from_slice(&mac.0);
+    let mut eth = ethernet::Frame::new_unchecked(d);
+    eth.set_dst_addr(eth_dst);
+    eth.set_src_addr(EthernetAddress(mac.0));
     m.tx = m.rx;
     Ok(Stage::Tx)
 }
 
-fn write_ipv6(d: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, next: u8, len: usize, hlim: u8) {
+/// The IPv6 header of a packet the forwarder originates.
+fn own_ipv6(src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, hop_limit: u8) -> ipv6::Repr {
     ipv6::Repr {
         src_addr: src,
         dst_addr: dst,
-        next_header: IpProtocol::from(next),
-        payload_len: len,
-        hop_limit: hlim,
+        next_header: IpProtocol::Icmpv6,
+        payload_len,
+        hop_limit,
         traffic_class: 0,
         flow_label: 0,
     }
-    .emit(&mut ipv6::Packet::new_unchecked(&mut d[L3..L3 + 40]));
 }
 
-fn write_ipv4_header(d: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, proto: u8, total: usize, tos: u8) {
-    let h = &mut d[L3..L3 + 20];
-    h[0] = 0x45;
-    h[1] = tos;
-    h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    h[4..8].fill(0);
-    h[8] = OWN_TTL;
-    h[9] = proto;
-    h[10..12].fill(0);
-    h[12..16].copy_from_slice(&src.octets());
-    h[16..20].copy_from_slice(&dst.octets());
-    let sum = !checksum::data(h);
-    h[10..12].copy_from_slice(&sum.to_be_bytes());
+/// The IPv4 header of an ICMP message the forwarder originates.
+fn own_ipv4(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, dscp: u8) -> ipv4::Repr {
+    ipv4::Repr {
+        src_addr: src,
+        dst_addr: dst,
+        protocol: IpProtocol::Icmp,
+        payload_len,
+        ttl: OWN_TTL,
+        dscp,
+        ecn: 0,
+        ident: 0,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+    }
 }
 
 /// `icmp-echo`: an echo request to a gateway (answered and routed back like any packet) or to
 /// the underlay address (answered straight out of the uplink).
-pub(super) fn icmp_echo<B: PacketBuf>(
-    cfg: &Config,
-    pkt: &mut B,
-    m: &mut Meta,
-    cx: &mut Cx<'_, '_>,
-) -> Verdict {
+pub(super) fn icmp_echo<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    each(n, frame, |cfg, _, pkt, m, cx| {
+        if pkt.data().get(L3).is_some_and(|v| v >> 4 == 4) {
+            echo4(pkt, m, cx)
+        } else {
+            echo6(cfg, pkt, m, cx)
+        }
+    });
+}
+
+fn echo4<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
     let d = pkt.data_mut();
-    if d[L3] >> 4 == 4 {
-        let ihl = usize::from(d[L3] & 0xf) * 4;
-        let total = usize::from(be16(d, L3 + 2));
-        if d[L3 + 9] != PROTO_ICMP || be16(d, L3 + 6) & 0x3fff != 0 {
-            return Err(DropReason::ReceiveUnsupported);
-        }
-        let icmp = &mut d[L3 + ihl..L3 + total];
-        if icmp.len() < 8 || icmp[0] != 8 {
-            return Err(DropReason::ReceiveUnsupported);
-        }
-        if checksum::data(icmp) != 0xffff {
-            return Err(DropReason::Malformed);
-        }
-        let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-        let (src, me) = (v4_at(d, L3 + 12), v4_at(d, L3 + 16));
-        if ctx.gw4 != Some(me) {
-            return Err(DropReason::ReceiveUnsupported);
-        }
-        let icmp = &mut d[L3 + ihl..L3 + total];
-        icmp[0] = 0;
-        // Type 8 → 0 changes one 16-bit word of the checksummed message (RFC 1624).
-        let sum = checksum::update_u16(be16(icmp, 2), 0x0800, 0x0000);
-        icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-        // Options are not echoed: the reply is a plain 20-byte header.
-        let payload = total - ihl;
-        if ihl > 20 {
-            d.copy_within(L3 + ihl..L3 + total, L3 + 20);
-            pkt.truncate(L3 + 20 + payload);
-        }
-        let d = pkt.data_mut();
-        write_ipv4_header(d, me, src, PROTO_ICMP, 20 + payload, 0);
-        d[12..14].copy_from_slice(&ETH_IPV4.to_be_bytes());
-        m.generated = true;
-        return Ok(Stage::Ip4Lookup);
-    }
-    let (src, me) = (v6_at(d, L3 + 8), v6_at(d, L3 + 24));
-    let len = usize::from(be16(d, L3 + 4));
-    if d[L3 + 6] != PROTO_ICMPV6 || len < 8 || d[L3 + 40] != 128 {
+    // Every way here (pod-input, a Receive route) checked the header.
+    let ip = ipv4::Packet::new_unchecked(&d[L3..]);
+    if ip.protocol() != IpProtocol::Icmp || ip.is_fragment() {
         return Err(DropReason::ReceiveUnsupported);
     }
-    let icmp = &mut d[L3 + 40..L3 + 40 + len];
-    let pseudo = checksum::pseudo_header_v6(&src, &me, IpProtocol::from(PROTO_ICMPV6), len as u32);
-    if checksum::combine(&[pseudo, checksum::data(icmp)]) != 0xffff {
+    let (src, me, ihl) = (ip.src_addr(), ip.dst_addr(), ip.header_len());
+    let icmp =
+        icmpv4::Packet::new_checked(ip.payload()).map_err(|_| DropReason::ReceiveUnsupported)?;
+    if icmp.msg_type() != icmpv4::Message::EchoRequest {
+        return Err(DropReason::ReceiveUnsupported);
+    }
+    if !icmp.verify_checksum() {
         return Err(DropReason::Malformed);
     }
-    icmp[0] = 129;
+    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+    if ctx.gw4 != Some(me) {
+        return Err(DropReason::ReceiveUnsupported);
+    }
+    let payload = ip.payload().len();
+    let mut icmp = icmpv4::Packet::new_unchecked(&mut d[L3 + ihl..L3 + ihl + payload]);
+    icmp.set_msg_type(icmpv4::Message::EchoReply);
+    // Type 8 → 0 changes one 16-bit word of the checksummed message (RFC 1624).
+    icmp.set_checksum(checksum::update_u16(icmp.checksum(), 0x0800, 0x0000));
+    // Options are not echoed: the reply is a plain 20-byte header.
+    if ihl > ipv4::HEADER_LEN {
+        d.copy_within(L3 + ihl..L3 + ihl + payload, L3 + ipv4::HEADER_LEN);
+        pkt.truncate(L3 + ipv4::HEADER_LEN + payload);
+    }
+    let d = pkt.data_mut();
+    own_ipv4(me, src, payload, 0).emit(&mut ipv4::Packet::new_unchecked(&mut d[L3..]));
+    m.flags |= Meta::GENERATED;
+    Ok(Stage::Ip4Lookup)
+}
+
+fn echo6<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+    let d = pkt.data_mut();
+    let ip = ipv6::Packet::new_unchecked(&d[L3..]);
+    let (src, me) = (ip.src_addr(), ip.dst_addr());
+    if ip.next_header() != IpProtocol::Icmpv6 {
+        return Err(DropReason::ReceiveUnsupported);
+    }
+    let icmp =
+        icmpv6::Packet::new_checked(ip.payload()).map_err(|_| DropReason::ReceiveUnsupported)?;
+    if icmp.msg_type() != icmpv6::Message::EchoRequest {
+        return Err(DropReason::ReceiveUnsupported);
+    }
+    if !icmp.verify_checksum(&src, &me) {
+        return Err(DropReason::Malformed);
+    }
+    let underlay = m.rx == PortId::UPLINK && me == cfg.underlay_addr;
+    if !underlay {
+        let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+        if ctx.gw6 != Some(me) {
+            return Err(DropReason::ReceiveUnsupported);
+        }
+    }
+    let mut ip = ipv6::Packet::new_unchecked(&mut d[L3..]);
+    ip.set_src_addr(me);
+    ip.set_dst_addr(src);
+    ip.set_hop_limit(OWN_TTL);
+    let mut icmp = icmpv6::Packet::new_unchecked(ip.payload_mut());
+    icmp.set_msg_type(icmpv6::Message::EchoReply);
     // Swapping source and destination leaves the pseudo-header sum unchanged.
-    let sum = checksum::update_u16(be16(icmp, 2), 128 << 8, 129 << 8);
-    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-    d[L3 + 8..L3 + 24].copy_from_slice(&me.octets());
-    d[L3 + 24..L3 + 40].copy_from_slice(&src.octets());
-    d[L3 + 7] = OWN_TTL;
-    if m.rx == PortId::UPLINK && me == cfg.underlay_addr {
+    icmp.set_checksum(checksum::update_u16(icmp.checksum(), 128 << 8, 129 << 8));
+    if underlay {
         // The underlay's own echo: straight back to the sender's MAC.
-        let mut src_mac = [0u8; 6];
-        src_mac.copy_from_slice(&d[6..12]);
-        d[0..6].copy_from_slice(&src_mac);
-        d[6..12].copy_from_slice(&cfg.uplink_mac.0);
+        let mut eth = ethernet::Frame::new_unchecked(d);
+        let sender = eth.src_addr();
+        eth.set_dst_addr(sender);
+        eth.set_src_addr(EthernetAddress(cfg.uplink_mac.0));
         m.tx = PortId::UPLINK;
         return Ok(Stage::Tx);
     }
-    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-    if ctx.gw6 != Some(me) {
-        return Err(DropReason::ReceiveUnsupported);
-    }
-    m.generated = true;
+    m.flags |= Meta::GENERATED;
     Ok(Stage::Ip6Lookup)
 }
 
@@ -264,88 +322,158 @@ pub(super) fn icmp_echo<B: PacketBuf>(
 /// turned, in place, into the ICMP error that tells its sender, sourced from the network's
 /// gateway and routed like any packet. RFC 1812 §4.3.2.7 / RFC 4443 §2.4(e): never about an
 /// ICMP error, a non-first fragment, or a multicast/unspecified source.
-pub(super) fn icmp_error<B: PacketBuf>(
+pub(super) fn icmp_error<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in frame.iter().enumerate() {
+        let slot = usize::from(i);
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            to[k] = n.gone(i);
+            continue;
+        };
+        let m = &mut n.meta[slot];
+        n.drops[m.reason as usize] += 1;
+        let v = match n.cx.net(m.net) {
+            None => Err(DropReason::NoNetwork),
+            Some((_, ctx)) => {
+                if pkt.data().get(L3).is_some_and(|v| v >> 4 == 4) {
+                    error4(pkt, m, ctx.gw4)
+                } else {
+                    error6(pkt, m, ctx.gw6)
+                }
+            }
+        };
+        let v = match v {
+            Ok(Some(to)) => Ok(to),
+            Ok(None) => {
+                // No error may be sent about this packet; it was counted under its own reason,
+                // `icmp-error-suppressed` counts the error not sent.
+                n.drops[DropReason::IcmpErrorSuppressed as usize] += 1;
+                m.flags |= Meta::CONSUMED;
+                Ok(Stage::Drop)
+            }
+            Err(r) => Err(r),
+        };
+        to[k] = n.resolve(i, v);
+    }
+    n.hand_over(frame, &to[..frame.len()]);
+}
+
+/// The ICMPv4 error for `m.reason` in place of the packet; `None`: none may be sent.
+fn error4<B: PacketBuf>(
     pkt: &mut B,
     m: &mut Meta,
-    cx: &mut Cx<'_, '_>,
-    drops: &mut [u64],
-) -> Verdict {
-    drops[m.reason as usize] += 1;
-    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+    gw: Option<Ipv4Addr>,
+) -> Result<Option<Stage>, DropReason> {
     let d = pkt.data();
-    if d[L3] >> 4 == 4 {
-        let ihl = usize::from(d[L3] & 0xf) * 4;
-        let (src, dst) = (v4_at(d, L3 + 12), v4_at(d, L3 + 16));
-        let non_first_fragment = be16(d, L3 + 6) & 0x1fff != 0;
-        let about_error = d[L3 + 9] == PROTO_ICMP
-            && d.get(L3 + ihl)
-                .is_some_and(|&t| !matches!(t, 0 | 8 | 13 | 14));
-        let bad_src = src.is_unspecified() || src.is_broadcast() || src.is_multicast();
-        let Some(gw) = ctx.gw4 else {
-            return suppressed(m, drops);
-        };
-        if non_first_fragment || about_error || bad_src || dst.is_multicast() {
-            return suppressed(m, drops);
-        }
-        let (kind, code, mtu) = match m.reason {
-            DropReason::TtlExceeded => (11u8, 0u8, 0u16),
-            DropReason::TooBig => (3, 4, m.param as u16),
-            _ => (3, if m.param == UNREACH_ADMIN { 13 } else { 0 }, 0),
-        };
-        let quote = (d.len() - L3).min(ICMP4_MAX - 28);
-        if !pkt.truncate(L3 + quote) || !pkt.prepend(28) {
-            return Err(DropReason::NoHeadroom);
-        }
-        let d = pkt.data_mut();
-        let icmp = &mut d[L3 + 20..];
-        icmp[0] = kind;
-        icmp[1] = code;
-        icmp[2..6].fill(0);
-        icmp[6..8].copy_from_slice(&mtu.to_be_bytes());
-        let sum = !checksum::data(icmp);
-        icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-        write_ipv4_header(d, gw, src, PROTO_ICMP, 28 + quote, 0xc0);
-        d[12..14].copy_from_slice(&ETH_IPV4.to_be_bytes());
-        m.generated = true;
-        return Ok(Stage::Ip4Lookup);
-    }
-    let (src, dst) = (v6_at(d, L3 + 8), v6_at(d, L3 + 24));
-    let about_error = d[L3 + 6] == PROTO_ICMPV6 && d.get(L3 + 40).is_some_and(|&t| t < 128);
-    let Some(gw) = ctx.gw6 else {
-        return suppressed(m, drops);
+    let ip = ipv4::Packet::new_unchecked(&d[L3..]);
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let about_error = ip.protocol() == IpProtocol::Icmp
+        && ip.payload().first().is_some_and(|&t| {
+            !matches!(
+                icmpv4::Message::from(t),
+                icmpv4::Message::EchoReply
+                    | icmpv4::Message::EchoRequest
+                    | icmpv4::Message::Timestamp
+                    | icmpv4::Message::TimestampReply
+            )
+        });
+    let bad_src = src.is_unspecified() || src.is_broadcast() || src.is_multicast();
+    let Some(gw) = gw else {
+        return Ok(None);
     };
-    if about_error || src.is_unspecified() || src.is_multicast() || dst.is_multicast() {
-        return suppressed(m, drops);
+    if ip.frag_offset() != 0 || about_error || bad_src || dst.is_multicast() {
+        return Ok(None);
     }
-    let (kind, code, word) = match m.reason {
-        DropReason::TtlExceeded => (3u8, 0u8, 0u32),
-        DropReason::TooBig => (2, 0, m.param),
-        _ => (1, if m.param == UNREACH_ADMIN { 1 } else { 0 }, 0),
+    // The invoking packet's leading bytes, copied out before the headers go in front of them.
+    let mut quote = [0u8; ICMP4_MAX - ICMP4_HEADERS];
+    let q = (d.len() - L3).min(quote.len());
+    quote[..q].copy_from_slice(&d[L3..L3 + q]);
+    let data = &quote[..q];
+    let repr = match m.reason {
+        DropReason::TtlExceeded => icmpv4::Repr::TimeExceeded {
+            reason: icmpv4::TimeExceeded::TtlExpired,
+            data,
+        },
+        DropReason::TooBig => icmpv4::Repr::DstUnreachable {
+            reason: icmpv4::DstUnreachable::FragRequired,
+            next_hop_mtu: m.param as u16,
+            data,
+        },
+        _ => icmpv4::Repr::DstUnreachable {
+            reason: if m.param == UNREACH_ADMIN {
+                icmpv4::DstUnreachable::CommProhibited
+            } else {
+                icmpv4::DstUnreachable::NetUnreachable
+            },
+            next_hop_mtu: 0,
+            data,
+        },
     };
-    let quote = (d.len() - L3).min(ICMP6_MAX - 48);
-    if !pkt.truncate(L3 + quote) || !pkt.prepend(48) {
+    if !pkt.truncate(L3 + q) || !pkt.prepend(ICMP4_HEADERS) {
         return Err(DropReason::NoHeadroom);
     }
     let d = pkt.data_mut();
-    let len = 8 + quote;
-    let icmp = &mut d[L3 + 40..];
-    icmp[0] = kind;
-    icmp[1] = code;
-    icmp[2..4].fill(0);
-    icmp[4..8].copy_from_slice(&word.to_be_bytes());
-    let pseudo = checksum::pseudo_header_v6(&gw, &src, IpProtocol::from(PROTO_ICMPV6), len as u32);
-    let sum = !checksum::combine(&[pseudo, checksum::data(icmp)]);
-    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-    write_ipv6(d, gw, src, PROTO_ICMPV6, len, OWN_TTL);
-    d[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
-    m.generated = true;
-    Ok(Stage::Ip6Lookup)
+    own_ipv4(gw, src, repr.buffer_len(), DSCP_CS6)
+        .emit(&mut ipv4::Packet::new_unchecked(&mut d[L3..]));
+    repr.emit(&mut icmpv4::Packet::new_unchecked(
+        &mut d[L3 + ipv4::HEADER_LEN..],
+    ));
+    ethernet::Frame::new_unchecked(d).set_ethertype(EtherType::Ipv4);
+    m.flags |= Meta::GENERATED;
+    Ok(Some(Stage::Ip4Lookup))
 }
 
-/// No error may be sent about this packet. It was counted under its own reason already;
-/// `icmp-error-suppressed` counts the errors not sent.
-fn suppressed(m: &mut Meta, drops: &mut [u64]) -> Verdict {
-    drops[DropReason::IcmpErrorSuppressed as usize] += 1;
-    m.consumed = true;
-    Ok(Stage::Drop)
+/// The ICMPv6 error for `m.reason` in place of the packet; `None`: none may be sent.
+fn error6<B: PacketBuf>(
+    pkt: &mut B,
+    m: &mut Meta,
+    gw: Option<Ipv6Addr>,
+) -> Result<Option<Stage>, DropReason> {
+    let d = pkt.data();
+    let ip = ipv6::Packet::new_unchecked(&d[L3..]);
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let about_error = ip.next_header() == IpProtocol::Icmpv6
+        && ip
+            .payload()
+            .first()
+            .is_some_and(|&t| icmpv6::Message::from(t).is_error());
+    let Some(gw) = gw else {
+        return Ok(None);
+    };
+    if about_error || src.is_unspecified() || src.is_multicast() || dst.is_multicast() {
+        return Ok(None);
+    }
+    let mut quote = [0u8; ICMP6_MAX - ICMP6_HEADERS];
+    let q = (d.len() - L3).min(quote.len());
+    quote[..q].copy_from_slice(&d[L3..L3 + q]);
+    let data = &quote[..q];
+    let repr = match m.reason {
+        DropReason::TtlExceeded => icmpv6::Repr::TimeExceeded {
+            reason: icmpv6::TimeExceeded::HopLimitExceeded,
+            data,
+        },
+        DropReason::TooBig => icmpv6::Repr::PktTooBig { mtu: m.param, data },
+        _ => icmpv6::Repr::DstUnreachable {
+            reason: if m.param == UNREACH_ADMIN {
+                icmpv6::DstUnreachable::AdminProhibit
+            } else {
+                icmpv6::DstUnreachable::NoRoute
+            },
+            data,
+        },
+    };
+    if !pkt.truncate(L3 + q) || !pkt.prepend(ICMP6_HEADERS) {
+        return Err(DropReason::NoHeadroom);
+    }
+    let d = pkt.data_mut();
+    let len = repr.buffer_len();
+    own_ipv6(gw, src, len, OWN_TTL).emit(&mut ipv6::Packet::new_unchecked(&mut d[L3..]));
+    repr.emit(
+        &gw,
+        &src,
+        &mut icmpv6::Packet::new_unchecked(&mut d[L3 + ipv6::HEADER_LEN..]),
+    );
+    ethernet::Frame::new_unchecked(d).set_ethertype(EtherType::Ipv6);
+    m.flags |= Meta::GENERATED;
+    Ok(Some(Stage::Ip6Lookup))
 }

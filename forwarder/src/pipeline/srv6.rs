@@ -1,209 +1,218 @@
-//! The uplink side: SRv6 encapsulation (H.Encaps.Red), End.DT46 decapsulation, and the outer
-//! Ethernet header toward the underlay next hop (resolved by NDP).
+//! The uplink side: SRv6 encapsulation (`H.Encaps.Red` from the precomputed rewrite control
+//! publishes per remote next hop), End.DT46 decapsulation, and the outer Ethernet header toward
+//! the underlay next hop (resolved by NDP).
 
 use std::net::Ipv6Addr;
 
 use lace_shared::status::DropReason;
-use lace_shared::types::{PortId, Sid, SidBehavior};
+use lace_shared::types::{EncapRec, PortId};
 
-use super::ip::{be16, check_ipv6, decrement_ttl, icmp, v6_at, ETH_IPV6, L3, PROTO_ICMPV6};
+use super::input::L3;
+use super::lookup::decrement_ttl;
 use super::neigh::UnderlayNeighbors;
-use super::{Config, Cx, Hop, Io, Meta, PacketBuf, Stage, Verdict};
-use crate::wire::flow::FiveTuple;
+use super::{Config, Hop, Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
+use crate::wire::ethernet::{self, EtherType};
+use crate::wire::flow::{self, FiveTuple};
 use crate::wire::icmpv6::{self, solicited_node};
-use crate::wire::{ipv6, srh, EthernetAddress, IpProtocol};
+use crate::wire::{ipv4, ipv6, srh, EthernetAddress, IpProtocol};
 
-const NH_IPV4: u8 = 4;
-const NH_IPV6: u8 = 41;
-const NH_ROUTING: u8 = 43;
 /// Outer IPv6 header of H.Encaps.Red without an SRH.
-pub(super) const ENCAP_LEN: usize = 40;
-
-/// `uplink-input`: IPv6 from the underlay, to this node's address or to a local SID.
-pub(super) fn uplink_input<B: PacketBuf>(
-    cfg: &Config,
-    pkt: &mut B,
-    m: &mut Meta,
-    cx: &Cx<'_, '_>,
-) -> Verdict {
-    let d = pkt.data();
-    if d.len() < L3 {
-        return Err(DropReason::Malformed);
-    }
-    let multicast = d[0] & 1 == 1;
-    if !multicast && d[0..6] != cfg.uplink_mac.0 {
-        return Err(DropReason::NotForUs);
-    }
-    if be16(d, 12) != ETH_IPV6 {
-        return Err(DropReason::UnsupportedEthertype);
-    }
-    check_ipv6(pkt)?;
-    let d = pkt.data();
-    let dst = v6_at(d, L3 + 24);
-    let next = d[L3 + 6];
-    let icmp_type = d.get(L3 + 40).copied();
-    if dst == cfg.underlay_addr {
-        return match (next, icmp_type) {
-            (PROTO_ICMPV6, Some(128)) => Ok(Stage::IcmpEcho),
-            (PROTO_ICMPV6, Some(135 | 136)) => Ok(Stage::NdReply),
-            _ => Err(DropReason::ReceiveUnsupported),
-        };
-    }
-    if dst.is_multicast() {
-        return match (next, icmp_type) {
-            (PROTO_ICMPV6, Some(135 | 136)) => Ok(Stage::NdReply),
-            _ => Err(DropReason::Multicast),
-        };
-    }
-    if multicast {
-        return Err(DropReason::Multicast);
-    }
-    match cx.snap().local_sid(Sid(dst)) {
-        Some(SidBehavior::EndDt46(net)) => {
-            m.net = net;
-            Ok(Stage::Srv6Decap)
-        }
-        Some(_) => Err(DropReason::UnsupportedNextHop),
-        None if matches!(next, NH_IPV4 | NH_IPV6 | NH_ROUTING) => Err(DropReason::UnknownSid),
-        None => Err(DropReason::NotForUs),
-    }
-}
+pub(super) const ENCAP_LEN: usize = ipv6::HEADER_LEN;
 
 /// `srv6-decap`: End.DT46 (RFC 8986 §4.8): strip the outer IPv6 header and an SRH whose
 /// Segments Left is 0 and whose last segment is this SID, then look the inner packet up in the
 /// SID's network.
-pub(super) fn decap<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+pub(super) fn decap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in frame.iter().enumerate() {
+        let slot = usize::from(i);
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            to[k] = n.gone(i);
+            continue;
+        };
+        let m = &mut n.meta[slot];
+        let v = decap_one(pkt, m);
+        let v = v.and_then(|to| match n.cx.net(m.net) {
+            Some(_) => Ok(to),
+            None => Err(DropReason::NoNetwork),
+        });
+        to[k] = n.resolve(i, v);
+    }
+    n.hand_over(frame, &to[..frame.len()]);
+}
+
+#[inline(always)]
+fn decap_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta) -> Verdict {
     let d = pkt.data();
-    let mut next = d[L3 + 6];
-    let mut off = L3 + 40;
-    if next == NH_ROUTING {
-        let sr = srh::Packet::new_checked(&d[off..]).map_err(|_| DropReason::Malformed)?;
+    // uplink-input checked the outer header.
+    let ip = ipv6::Packet::new_unchecked(&d[L3..]);
+    let mut next = ip.next_header();
+    let mut off = L3 + ipv6::HEADER_LEN;
+    if next == IpProtocol::Ipv6Route {
+        let sr = srh::Packet::new_checked(ip.payload()).map_err(|_| DropReason::Malformed)?;
         if sr.routing_type() != srh::RoutingType::SegmentRouting {
             return Err(DropReason::UnsupportedExtension);
         }
         // RFC 8986 §4.8 S01: a decapsulating SID must be the last segment.
-        if sr.segments_left() != 0 || sr.segment(0) != Some(v6_at(d, L3 + 24)) {
+        if sr.segments_left() != 0 || sr.segment(0) != Some(ip.dst_addr()) {
             return Err(DropReason::SrhSegmentsLeft);
         }
-        next = sr.next_header().into();
+        next = sr.next_header();
         off += sr.header_len();
     }
-    let inner = match next {
-        NH_IPV4 => Stage::Ip4Lookup,
-        NH_IPV6 => Stage::Ip6Lookup,
+    let (inner, ethertype) = match next {
+        IpProtocol::Ipv4 => (Stage::Ip4Lookup, EtherType::Ipv4),
+        IpProtocol::Ipv6 => (Stage::Ip6Lookup, EtherType::Ipv6),
         _ => return Err(DropReason::DecapUnsupportedInner),
     };
-    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-    m.gw_mac = ctx.gw_mac;
-    m.checked = false;
     // Keep 14 bytes in front of the inner packet for the delivery header.
     if !pkt.adj(off - L3) {
         return Err(DropReason::Malformed);
     }
-    let d = pkt.data_mut();
-    let ethertype = if next == NH_IPV4 { 0x0800u16 } else { ETH_IPV6 };
-    d[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    ethernet::Frame::new_unchecked(pkt.data_mut()).set_ethertype(ethertype);
+    m.flags &= !Meta::CHECKED;
     Ok(inner)
 }
 
-/// `srv6-encap`: H.Encaps.Red with one segment (RFC 8986 §5.2: no SRH), toward the remote
-/// node's End.DT46 SID for this network.
-pub(super) fn encap<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta) -> Verdict {
-    let Hop::Remote { sid, .. } = m.hop else {
-        return Err(DropReason::UnknownNode);
-    };
-    let inner_len = pkt.len() - L3;
-    let max_inner = usize::from(cfg.underlay_mtu).saturating_sub(ENCAP_LEN);
-    if inner_len > max_inner {
-        return icmp(m, DropReason::TooBig, max_inner as u32);
-    }
-    let d = pkt.data_mut();
-    if !m.generated {
-        decrement_ttl(d);
-    }
-    let v4 = d[L3] >> 4 == 4;
-    let (proto, tclass) = if v4 {
-        (NH_IPV4, d[L3 + 1])
+/// Why a remote next hop's rewrite cannot be used.
+#[inline]
+fn unusable(e: &EncapRec) -> DropReason {
+    if e.flags & EncapRec::NODE_KNOWN == 0 {
+        DropReason::UnknownNode
     } else {
-        (NH_IPV6, (be16(d, L3) >> 4) as u8)
-    };
-    let label = FiveTuple::from_ip(&d[L3..]).map_or(1, |t| t.flow_label(cfg.flow_seed));
-    if !pkt.prepend(ENCAP_LEN) {
-        return Err(DropReason::NoHeadroom);
+        DropReason::NoSrv6Source
     }
-    let d = pkt.data_mut();
-    let first = (6u32 << 28) | (u32::from(tclass) << 20) | (label & ipv6::FLOW_LABEL_MASK);
-    let h = &mut d[L3..L3 + ENCAP_LEN];
-    h[0..4].copy_from_slice(&first.to_be_bytes());
-    h[4..6].copy_from_slice(&(inner_len as u16).to_be_bytes());
-    h[6] = proto;
-    h[7] = cfg.hop_limit;
-    h[8..24].copy_from_slice(&cfg.encap_source.octets());
-    h[24..40].copy_from_slice(&sid.octets());
-    Ok(Stage::UnderlayOut)
+}
+
+/// `srv6-encap`: H.Encaps.Red with one segment (RFC 8986 §5.2: no SRH), toward the remote
+/// node's End.DT46 SID for this network: the precomputed outer header is copied in front of
+/// the inner packet, and its payload length, traffic class, flow label, next header and hop
+/// limit are patched.
+pub(super) fn encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    let max_inner = usize::from(n.cfg.underlay_mtu).saturating_sub(ENCAP_LEN);
+    let (seed, hop_limit) = (n.cfg.flow_seed, n.cfg.hop_limit);
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in frame.iter().enumerate() {
+        let slot = usize::from(i);
+        let Hop::Remote { nh } = n.meta[slot].hop else {
+            to[k] = n.drop_for(i, DropReason::UnknownNode);
+            continue;
+        };
+        let rewrite = match n.cx.encap(nh) {
+            Some(e) if e.usable() => e,
+            Some(e) => {
+                to[k] = n.drop_for(i, unusable(e));
+                continue;
+            }
+            None => {
+                to[k] = n.drop_for(i, DropReason::UnknownNode);
+                continue;
+            }
+        };
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            to[k] = n.gone(i);
+            continue;
+        };
+        let inner_len = pkt.len() - L3;
+        if inner_len > max_inner {
+            to[k] = n.icmp_for(i, DropReason::TooBig, max_inner as u32);
+            continue;
+        }
+        if !n.meta[slot].is(Meta::GENERATED) {
+            decrement_ttl(pkt);
+        }
+        let rss = pkt.rss_hash();
+        let inner = &pkt.data()[L3..];
+        let (next, tclass, label) = if inner.first().is_some_and(|v| v >> 4 == 4) {
+            let ip = ipv4::Packet::new_unchecked(inner);
+            let tclass = ip.dscp() << 2 | ip.ecn();
+            let label = rss.map_or_else(|| flow::ipv4_flow_label(inner, seed), flow::label_of);
+            (IpProtocol::Ipv4, tclass, label)
+        } else {
+            let ip = ipv6::Packet::new_unchecked(inner);
+            let label = rss.map_or_else(
+                || FiveTuple::from_ipv6(inner).map_or(1, |t| t.flow_label(seed)),
+                flow::label_of,
+            );
+            (IpProtocol::Ipv6, ip.traffic_class(), label)
+        };
+        if !pkt.prepend(ENCAP_LEN) {
+            to[k] = n.drop_for(i, DropReason::NoHeadroom);
+            continue;
+        }
+        let Some(h) = pkt.head_mut::<{ L3 + ENCAP_LEN }>() else {
+            to[k] = n.drop_for(i, DropReason::NoHeadroom);
+            continue;
+        };
+        let outer = &mut h[L3..];
+        outer.copy_from_slice(&rewrite.ip6);
+        let mut ip = ipv6::Packet::new_unchecked(outer);
+        ip.set_traffic_class(tclass);
+        ip.set_flow_label(label);
+        ip.set_payload_len(inner_len as u16);
+        ip.set_next_header(next);
+        ip.set_hop_limit(hop_limit);
+        to[k] = Stage::UnderlayOut;
+    }
+    n.hand_over(frame, &to[..frame.len()]);
 }
 
 /// `underlay-out`: the outer Ethernet header toward the remote node's underlay address, its
 /// MAC from the static underlay table or learned by NDP; unresolved → solicit and drop.
 pub(super) fn underlay_out<B: PacketBuf, I: Io<B>>(
-    cfg: &Config,
-    neigh: &UnderlayNeighbors,
-    pkt: &mut B,
-    m: &mut Meta,
-    cx: &mut Cx<'_, '_>,
-    io: &mut I,
-) -> Verdict {
-    let Hop::Remote { node, .. } = m.hop else {
-        return Err(DropReason::UnknownNode);
-    };
-    let mac = match cx.remote(node) {
-        Some(mac) => Some(mac),
-        None => {
-            let info = cx.snap().node(node).ok_or(DropReason::UnknownNode)?;
-            let found = cx
-                .snap()
-                .underlay_neighbor(info.underlay)
-                .or_else(|| neigh.lookup(info.underlay));
-            match found {
-                Some(mac) => {
-                    cx.set_remote(node, mac);
-                    Some(mac)
-                }
-                None => {
-                    unresolved(cfg, neigh, info.underlay, io)?;
-                    None
-                }
-            }
-        }
-    };
-    let Some(mac) = mac else {
-        return Err(DropReason::NeighborUnresolved);
-    };
-    let d = pkt.data_mut();
-    d[0..6].copy_from_slice(&mac.0);
-    d[6..12].copy_from_slice(&cfg.uplink_mac.0);
-    d[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
-    m.tx = PortId::UPLINK;
-    Ok(Stage::Tx)
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+) {
+    let uplink_mac = EthernetAddress(n.cfg.uplink_mac.0);
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in frame.iter().enumerate() {
+        let slot = usize::from(i);
+        let Hop::Remote { nh } = n.meta[slot].hop else {
+            to[k] = n.drop_for(i, DropReason::UnknownNode);
+            continue;
+        };
+        // srv6-encap only hands over packets whose rewrite is usable.
+        let Some(addr) = n.cx.encap(nh).map(EncapRec::underlay_addr) else {
+            to[k] = n.drop_for(i, DropReason::UnknownNode);
+            continue;
+        };
+        let Some(mac) = n.cx.underlay_mac(n.neigh, addr) else {
+            let r = unresolved(n.cfg, n.neigh, addr, n.io);
+            to[k] = n.drop_for(i, r);
+            continue;
+        };
+        let Some(h) = n.bufs[slot].as_mut().and_then(|p| p.head_mut::<L3>()) else {
+            to[k] = n.gone(i);
+            continue;
+        };
+        let mut eth = ethernet::Frame::new_unchecked(&mut h[..]);
+        eth.set_dst_addr(EthernetAddress(mac.0));
+        eth.set_src_addr(uplink_mac);
+        eth.set_ethertype(EtherType::Ipv6);
+        n.meta[slot].tx = PortId::UPLINK;
+        to[k] = Stage::Tx;
+    }
+    n.hand_over(frame, &to[..frame.len()]);
 }
 
-/// The next hop `addr` has no MAC yet: solicit it (rate-limited) and drop the packet.
+/// The next hop `addr` has no MAC yet: solicit it (rate-limited). The packet is dropped for
+/// the reason returned.
 fn unresolved<B: PacketBuf, I: Io<B>>(
     cfg: &Config,
     neigh: &UnderlayNeighbors,
     addr: Ipv6Addr,
     io: &mut I,
-) -> Result<(), DropReason> {
+) -> DropReason {
     if neigh.should_solicit(addr, io.now_ns()) {
         let Some(mut ns) = io.alloc() else {
-            return Err(DropReason::NoBuffer);
+            return DropReason::NoBuffer;
         };
         if !build_solicitation(cfg, addr, &mut ns) {
-            return Err(DropReason::NoBuffer);
+            return DropReason::NoBuffer;
         }
         io.send(PortId::UPLINK, ns);
     }
-    Err(DropReason::NeighborUnresolved)
+    DropReason::NeighborUnresolved
 }
 
 /// Writes a neighbor solicitation for `target` from the underlay address into an empty buffer.
@@ -213,29 +222,34 @@ pub(super) fn build_solicitation<B: PacketBuf>(cfg: &Config, target: Ipv6Addr, b
         source_lladdr: Some(EthernetAddress(cfg.uplink_mac.0)),
     };
     let len = repr.buffer_len();
-    if !b.append(L3 + 40 + len) {
+    if !b.append(L3 + ipv6::HEADER_LEN + len) {
         return false;
     }
     let dst = solicited_node(&target);
     let d = b.data_mut();
-    let o = dst.octets();
-    d[0..6].copy_from_slice(&[0x33, 0x33, o[12], o[13], o[14], o[15]]);
-    d[6..12].copy_from_slice(&cfg.uplink_mac.0);
-    d[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
+    ethernet::Repr {
+        dst_addr: ethernet::Address::ipv6_multicast(&dst),
+        src_addr: EthernetAddress(cfg.uplink_mac.0),
+        ethertype: EtherType::Ipv6,
+        vlan: None,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut d[..L3]));
     ipv6::Repr {
         src_addr: cfg.underlay_addr,
         dst_addr: dst,
-        next_header: IpProtocol::from(PROTO_ICMPV6),
+        next_header: IpProtocol::Icmpv6,
         payload_len: len,
         hop_limit: 255,
         traffic_class: 0,
         flow_label: 0,
     }
-    .emit(&mut ipv6::Packet::new_unchecked(&mut d[L3..L3 + 40]));
+    .emit(&mut ipv6::Packet::new_unchecked(
+        &mut d[L3..L3 + ipv6::HEADER_LEN],
+    ));
     repr.emit(
         &cfg.underlay_addr,
         &dst,
-        &mut icmpv6::Packet::new_unchecked(&mut d[L3 + 40..]),
+        &mut icmpv6::Packet::new_unchecked(&mut d[L3 + ipv6::HEADER_LEN..]),
     );
     true
 }

@@ -40,6 +40,13 @@ impl Address {
         self.0[0] & 0x01 != 0
     }
 
+    /// The multicast address an IPv6 multicast group is sent to (RFC 2464 §7: `33:33` and the
+    /// group's last four bytes).
+    pub const fn ipv6_multicast(group: &super::Ipv6Addr) -> Address {
+        let o = group.octets();
+        Address([0x33, 0x33, o[12], o[13], o[14], o[15]])
+    }
+
     /// Not multicast (and so not broadcast).
     pub const fn is_unicast(&self) -> bool {
         !self.is_multicast()
@@ -183,7 +190,7 @@ impl<B: AsRef<[u8]>> Frame<B> {
     ///
     /// Reads the EtherType field if the buffer holds it; false otherwise (so that
     /// [`Frame::check_len`] can use it on a short buffer).
-    #[inline]
+    #[inline(always)]
     pub fn is_tagged(&self) -> bool {
         let data = self.buffer.as_ref();
         data.len() >= HEADER_LEN
@@ -191,7 +198,7 @@ impl<B: AsRef<[u8]>> Frame<B> {
     }
 
     /// Header length: 14, or 18 with an 802.1Q tag.
-    #[inline]
+    #[inline(always)]
     pub fn header_len(&self) -> usize {
         if self.is_tagged() {
             VLAN_HEADER_LEN
@@ -201,7 +208,7 @@ impl<B: AsRef<[u8]>> Frame<B> {
     }
 
     /// Destination address.
-    #[inline]
+    #[inline(always)]
     pub fn dst_addr(&self) -> Address {
         let mut octets = [0u8; 6];
         octets.copy_from_slice(&self.buffer.as_ref()[field::DESTINATION]);
@@ -209,7 +216,7 @@ impl<B: AsRef<[u8]>> Frame<B> {
     }
 
     /// Source address.
-    #[inline]
+    #[inline(always)]
     pub fn src_addr(&self) -> Address {
         let mut octets = [0u8; 6];
         octets.copy_from_slice(&self.buffer.as_ref()[field::SOURCE]);
@@ -217,20 +224,20 @@ impl<B: AsRef<[u8]>> Frame<B> {
     }
 
     /// The EtherType field after the addresses: [`EtherType::Vlan`] for a tagged frame.
-    #[inline]
+    #[inline(always)]
     pub fn ethertype(&self) -> EtherType {
         EtherType::from(read_u16(self.buffer.as_ref(), field::ETHERTYPE))
     }
 
     /// The 802.1Q tag, if the frame has one.
-    #[inline]
+    #[inline(always)]
     pub fn vlan_tag(&self) -> Option<VlanTag> {
         self.is_tagged()
             .then(|| VlanTag::from_tci(read_u16(self.buffer.as_ref(), field::TCI)))
     }
 
     /// The payload's EtherType: after the tag if there is one.
-    #[inline]
+    #[inline(always)]
     pub fn payload_ethertype(&self) -> EtherType {
         let at = if self.is_tagged() {
             field::INNER_ETHERTYPE
@@ -241,7 +248,7 @@ impl<B: AsRef<[u8]>> Frame<B> {
     }
 
     /// The payload: everything after the header (including any padding to the 60-byte minimum).
-    #[inline]
+    #[inline(always)]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
@@ -249,32 +256,32 @@ impl<B: AsRef<[u8]>> Frame<B> {
 
 impl<B: AsRef<[u8]> + AsMut<[u8]>> Frame<B> {
     /// Sets the destination address.
-    #[inline]
+    #[inline(always)]
     pub fn set_dst_addr(&mut self, value: Address) {
         self.buffer.as_mut()[field::DESTINATION].copy_from_slice(&value.0);
     }
 
     /// Sets the source address.
-    #[inline]
+    #[inline(always)]
     pub fn set_src_addr(&mut self, value: Address) {
         self.buffer.as_mut()[field::SOURCE].copy_from_slice(&value.0);
     }
 
     /// Sets the EtherType field after the addresses ([`EtherType::Vlan`] to tag the frame).
-    #[inline]
+    #[inline(always)]
     pub fn set_ethertype(&mut self, value: EtherType) {
         write_u16(self.buffer.as_mut(), field::ETHERTYPE, value.into());
     }
 
     /// Sets the tag's TCI. Call after `set_ethertype(EtherType::Vlan)`.
-    #[inline]
+    #[inline(always)]
     pub fn set_vlan_tag(&mut self, value: VlanTag) {
         write_u16(self.buffer.as_mut(), field::TCI, value.tci());
     }
 
     /// Sets the payload's EtherType: after the tag when the EtherType field says
     /// [`EtherType::Vlan`], else the EtherType field itself.
-    #[inline]
+    #[inline(always)]
     pub fn set_payload_ethertype(&mut self, value: EtherType) {
         let at = if self.is_tagged() {
             field::INNER_ETHERTYPE
@@ -285,7 +292,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Frame<B> {
     }
 
     /// The payload, writable.
-    #[inline]
+    #[inline(always)]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
         &mut self.buffer.as_mut()[start..]
@@ -576,6 +583,11 @@ mod tests {
         assert!(Address::BROADCAST.is_broadcast() && Address::BROADCAST.is_multicast());
         assert!(A0.is_unicast() && A0.is_local() && !A0.is_zero());
         assert!(Address([0x33, 0x33, 0, 0, 0, 1]).is_multicast());
+        let group = super::super::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0x0a02);
+        assert_eq!(
+            Address::ipv6_multicast(&group),
+            Address([0x33, 0x33, 0xff, 0x00, 0x0a, 0x02])
+        );
         assert_eq!(Address::from_bytes(&UNTAGGED[6..]), Some(R0));
         assert_eq!(Address::from_bytes(&UNTAGGED[..5]), None);
         assert_eq!(A0.to_string(), "02:00:00:00:0a:01");

@@ -50,6 +50,7 @@ impl Protocol {
     }
 
     /// Whether the upper-layer header starts with a 16-bit source and destination port.
+    #[inline(always)]
     pub fn has_ports(self) -> bool {
         matches!(self, Protocol::Tcp | Protocol::Udp | Protocol::Sctp)
     }

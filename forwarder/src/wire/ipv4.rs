@@ -109,109 +109,109 @@ impl<B: AsRef<[u8]>> Packet<B> {
     }
 
     /// Version (4).
-    #[inline]
+    #[inline(always)]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
     }
 
     /// Header length in bytes (IHL × 4), options included.
-    #[inline]
+    #[inline(always)]
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
     }
 
     /// Differentiated Services Code Point.
-    #[inline]
+    #[inline(always)]
     pub fn dscp(&self) -> u8 {
         self.buffer.as_ref()[field::DSCP_ECN] >> 2
     }
 
     /// Explicit Congestion Notification bits.
-    #[inline]
+    #[inline(always)]
     pub fn ecn(&self) -> u8 {
         self.buffer.as_ref()[field::DSCP_ECN] & 0x03
     }
 
     /// Total Length: header plus payload, in bytes.
-    #[inline]
+    #[inline(always)]
     pub fn total_len(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::LENGTH)
     }
 
     /// Identification.
-    #[inline]
+    #[inline(always)]
     pub fn ident(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::IDENT)
     }
 
     /// Don't Fragment flag.
-    #[inline]
+    #[inline(always)]
     pub fn dont_frag(&self) -> bool {
         read_u16(self.buffer.as_ref(), field::FLG_OFF) & FLAG_DF != 0
     }
 
     /// More Fragments flag.
-    #[inline]
+    #[inline(always)]
     pub fn more_frags(&self) -> bool {
         read_u16(self.buffer.as_ref(), field::FLG_OFF) & FLAG_MF != 0
     }
 
     /// Fragment offset in bytes (the field × 8).
-    #[inline]
+    #[inline(always)]
     pub fn frag_offset(&self) -> u16 {
         (read_u16(self.buffer.as_ref(), field::FLG_OFF) & OFFSET_MASK) << 3
     }
 
     /// Whether this is a fragment: More Fragments set or a non-zero offset.
-    #[inline]
+    #[inline(always)]
     pub fn is_fragment(&self) -> bool {
         read_u16(self.buffer.as_ref(), field::FLG_OFF) & (FLAG_MF | OFFSET_MASK) != 0
     }
 
     /// Time to Live.
-    #[inline]
+    #[inline(always)]
     pub fn ttl(&self) -> u8 {
         self.buffer.as_ref()[field::TTL]
     }
 
     /// Protocol of the payload.
-    #[inline]
+    #[inline(always)]
     pub fn protocol(&self) -> Protocol {
         Protocol::from(self.buffer.as_ref()[field::PROTOCOL])
     }
 
     /// Header checksum field.
-    #[inline]
+    #[inline(always)]
     pub fn checksum(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// Source address.
-    #[inline]
+    #[inline(always)]
     pub fn src_addr(&self) -> Ipv4Addr {
         read_ipv4(self.buffer.as_ref(), field::SRC_ADDR.start)
     }
 
     /// Destination address.
-    #[inline]
+    #[inline(always)]
     pub fn dst_addr(&self) -> Ipv4Addr {
         read_ipv4(self.buffer.as_ref(), field::DST_ADDR.start)
     }
 
     /// Whether the header checksum (over the header, options included) verifies.
-    #[inline]
+    #[inline(always)]
     pub fn verify_checksum(&self) -> bool {
         checksum::data(&self.buffer.as_ref()[..self.header_len()]) == 0xffff
     }
 
     /// The options bytes (empty for IHL 5).
-    #[inline]
+    #[inline(always)]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..self.header_len()]
     }
 
     /// The payload: from the end of the header to Total Length.
-    #[inline]
+    #[inline(always)]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..usize::from(self.total_len())]
     }
@@ -219,41 +219,41 @@ impl<B: AsRef<[u8]>> Packet<B> {
 
 impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     /// Sets the version.
-    #[inline]
+    #[inline(always)]
     pub fn set_version(&mut self, value: u8) {
         let b = &mut self.buffer.as_mut()[field::VER_IHL];
         *b = (*b & 0x0f) | (value << 4);
     }
 
     /// Sets the header length in bytes (a multiple of 4, 20–60).
-    #[inline]
+    #[inline(always)]
     pub fn set_header_len(&mut self, value: usize) {
         let b = &mut self.buffer.as_mut()[field::VER_IHL];
         *b = (*b & 0xf0) | ((value / 4) as u8 & 0x0f);
     }
 
     /// Sets the DSCP (6 bits).
-    #[inline]
+    #[inline(always)]
     pub fn set_dscp(&mut self, value: u8) {
         let b = &mut self.buffer.as_mut()[field::DSCP_ECN];
         *b = (*b & 0x03) | (value << 2);
     }
 
     /// Sets the ECN bits (2 bits).
-    #[inline]
+    #[inline(always)]
     pub fn set_ecn(&mut self, value: u8) {
         let b = &mut self.buffer.as_mut()[field::DSCP_ECN];
         *b = (*b & 0xfc) | (value & 0x03);
     }
 
     /// Sets the Total Length.
-    #[inline]
+    #[inline(always)]
     pub fn set_total_len(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::LENGTH, value);
     }
 
     /// Sets the Identification.
-    #[inline]
+    #[inline(always)]
     pub fn set_ident(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::IDENT, value);
     }
@@ -265,25 +265,25 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     }
 
     /// Clears the reserved flag bit and all the flags and the offset.
-    #[inline]
+    #[inline(always)]
     pub fn clear_flags_and_offset(&mut self) {
         write_u16(self.buffer.as_mut(), field::FLG_OFF, 0);
     }
 
     /// Sets Don't Fragment.
-    #[inline]
+    #[inline(always)]
     pub fn set_dont_frag(&mut self, value: bool) {
         self.set_flag(FLAG_DF, value);
     }
 
     /// Sets More Fragments.
-    #[inline]
+    #[inline(always)]
     pub fn set_more_frags(&mut self, value: bool) {
         self.set_flag(FLAG_MF, value);
     }
 
     /// Sets the fragment offset in bytes (a multiple of 8).
-    #[inline]
+    #[inline(always)]
     pub fn set_frag_offset(&mut self, value: u16) {
         let raw = read_u16(self.buffer.as_ref(), field::FLG_OFF);
         let raw = (raw & !OFFSET_MASK) | ((value >> 3) & OFFSET_MASK);
@@ -291,37 +291,37 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     }
 
     /// Sets the Time to Live (the checksum is not updated: see [`Packet::decrement_ttl`]).
-    #[inline]
+    #[inline(always)]
     pub fn set_ttl(&mut self, value: u8) {
         self.buffer.as_mut()[field::TTL] = value;
     }
 
     /// Sets the protocol.
-    #[inline]
+    #[inline(always)]
     pub fn set_protocol(&mut self, value: Protocol) {
         self.buffer.as_mut()[field::PROTOCOL] = value.into();
     }
 
     /// Sets the header checksum field.
-    #[inline]
+    #[inline(always)]
     pub fn set_checksum(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::CHECKSUM, value);
     }
 
     /// Sets the source address.
-    #[inline]
+    #[inline(always)]
     pub fn set_src_addr(&mut self, value: Ipv4Addr) {
         self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&value.octets());
     }
 
     /// Sets the destination address.
-    #[inline]
+    #[inline(always)]
     pub fn set_dst_addr(&mut self, value: Ipv4Addr) {
         self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&value.octets());
     }
 
     /// Computes and writes the header checksum (over the header length the IHL gives).
-    #[inline]
+    #[inline(always)]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let sum = checksum::data(&self.buffer.as_ref()[..self.header_len()]);
@@ -333,31 +333,33 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     ///
     /// Returns `None`, leaving the packet as it is, when the TTL is 0 or 1: a router must then
     /// discard it and send ICMP Time Exceeded (RFC 1812 §5.3.1). Needs only the first 12 bytes.
-    #[inline]
+    #[inline(always)]
     pub fn decrement_ttl(&mut self) -> Option<u8> {
         let data = self.buffer.as_mut();
         let ttl = data[field::TTL];
         if ttl <= 1 {
             return None;
         }
-        // TTL and Protocol form one 16-bit word of the checksummed header.
-        let old = read_u16(data, field::TTL);
         data[field::TTL] = ttl - 1;
-        let new = read_u16(data, field::TTL);
-        let updated = checksum::update_u16(read_u16(data, field::CHECKSUM), old, new);
-        write_u16(data, field::CHECKSUM, updated);
+        // TTL and Protocol form one 16-bit word m of the checksummed header, and m' = m - 0x100
+        // exactly, so RFC 1624 eqn. 3, HC' = ~(~HC + ~m + m'), is ~(~HC + 0xfeff): one add and
+        // one fold.
+        let hc = read_u16(data, field::CHECKSUM);
+        let sum = u32::from(!hc) + 0xfeff;
+        let sum = (sum & 0xffff) + (sum >> 16);
+        write_u16(data, field::CHECKSUM, !(sum as u16));
         Some(ttl - 1)
     }
 
     /// The options bytes, writable.
-    #[inline]
+    #[inline(always)]
     pub fn options_mut(&mut self) -> &mut [u8] {
         let end = self.header_len();
         &mut self.buffer.as_mut()[HEADER_LEN..end]
     }
 
     /// The payload, writable.
-    #[inline]
+    #[inline(always)]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let range = self.header_len()..usize::from(self.total_len());
         &mut self.buffer.as_mut()[range]

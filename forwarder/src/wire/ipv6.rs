@@ -94,55 +94,55 @@ impl<B: AsRef<[u8]>> Packet<B> {
     }
 
     /// Version (6).
-    #[inline]
+    #[inline(always)]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_TC_FLOW] >> 4
     }
 
     /// Traffic Class (DSCP << 2 | ECN).
-    #[inline]
+    #[inline(always)]
     pub fn traffic_class(&self) -> u8 {
         (read_u32(self.buffer.as_ref(), field::VER_TC_FLOW) >> 20) as u8
     }
 
     /// Flow Label, 20 bits (0: unlabelled).
-    #[inline]
+    #[inline(always)]
     pub fn flow_label(&self) -> u32 {
         read_u32(self.buffer.as_ref(), field::VER_TC_FLOW) & FLOW_LABEL_MASK
     }
 
     /// Payload Length: bytes after the fixed header, extension headers included.
-    #[inline]
+    #[inline(always)]
     pub fn payload_len(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::LENGTH)
     }
 
     /// Next Header: the first extension header or the upper-layer protocol.
-    #[inline]
+    #[inline(always)]
     pub fn next_header(&self) -> Protocol {
         Protocol::from(self.buffer.as_ref()[field::NXT_HDR])
     }
 
     /// Hop Limit.
-    #[inline]
+    #[inline(always)]
     pub fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field::HOP_LIMIT]
     }
 
     /// Source address.
-    #[inline]
+    #[inline(always)]
     pub fn src_addr(&self) -> Ipv6Addr {
         read_ipv6(self.buffer.as_ref(), field::SRC_ADDR.start)
     }
 
     /// Destination address.
-    #[inline]
+    #[inline(always)]
     pub fn dst_addr(&self) -> Ipv6Addr {
         read_ipv6(self.buffer.as_ref(), field::DST_ADDR.start)
     }
 
     /// The payload: Payload Length bytes after the fixed header.
-    #[inline]
+    #[inline(always)]
     pub fn payload(&self) -> &[u8] {
         let end = HEADER_LEN + usize::from(self.payload_len());
         &self.buffer.as_ref()[HEADER_LEN..end]
@@ -160,49 +160,49 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     }
 
     /// Sets the version.
-    #[inline]
+    #[inline(always)]
     pub fn set_version(&mut self, value: u8) {
         self.update_first_word(0xf000_0000, u32::from(value) << 28);
     }
 
     /// Sets the Traffic Class.
-    #[inline]
+    #[inline(always)]
     pub fn set_traffic_class(&mut self, value: u8) {
         self.update_first_word(0x0ff0_0000, u32::from(value) << 20);
     }
 
     /// Sets the Flow Label (the low 20 bits of `value`).
-    #[inline]
+    #[inline(always)]
     pub fn set_flow_label(&mut self, value: u32) {
         self.update_first_word(FLOW_LABEL_MASK, value);
     }
 
     /// Sets the Payload Length.
-    #[inline]
+    #[inline(always)]
     pub fn set_payload_len(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::LENGTH, value);
     }
 
     /// Sets the Next Header.
-    #[inline]
+    #[inline(always)]
     pub fn set_next_header(&mut self, value: Protocol) {
         self.buffer.as_mut()[field::NXT_HDR] = value.into();
     }
 
     /// Sets the Hop Limit.
-    #[inline]
+    #[inline(always)]
     pub fn set_hop_limit(&mut self, value: u8) {
         self.buffer.as_mut()[field::HOP_LIMIT] = value;
     }
 
     /// Sets the source address.
-    #[inline]
+    #[inline(always)]
     pub fn set_src_addr(&mut self, value: Ipv6Addr) {
         self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&value.octets());
     }
 
     /// Sets the destination address.
-    #[inline]
+    #[inline(always)]
     pub fn set_dst_addr(&mut self, value: Ipv6Addr) {
         self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&value.octets());
     }
@@ -211,7 +211,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     ///
     /// Returns `None`, leaving the packet as it is, when the Hop Limit is 0 or 1: the packet
     /// must be discarded with ICMPv6 Time Exceeded (RFC 8200 §3, RFC 4443 §3.3).
-    #[inline]
+    #[inline(always)]
     pub fn decrement_hop_limit(&mut self) -> Option<u8> {
         let hop_limit = self.hop_limit();
         if hop_limit <= 1 {
@@ -222,7 +222,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     }
 
     /// The payload, writable.
-    #[inline]
+    #[inline(always)]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = HEADER_LEN + usize::from(self.payload_len());
         &mut self.buffer.as_mut()[HEADER_LEN..end]

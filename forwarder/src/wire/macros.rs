@@ -24,7 +24,7 @@ macro_rules! wire_enum {
         }
 
         impl ::core::convert::From<$ty> for $name {
-            #[inline]
+            #[inline(always)]
             fn from(value: $ty) -> Self {
                 match value {
                     $($value => $name::$variant,)+
@@ -34,7 +34,7 @@ macro_rules! wire_enum {
         }
 
         impl ::core::convert::From<$name> for $ty {
-            #[inline]
+            #[inline(always)]
             fn from(value: $name) -> Self {
                 match value {
                     $($name::$variant => $value,)+

@@ -103,37 +103,37 @@ mod field {
 }
 
 /// Reads a big-endian `u16` at `at`. Callers establish the bounds (`check_len`).
-#[inline]
+#[inline(always)]
 fn read_u16(data: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([data[at], data[at + 1]])
 }
 
 /// Reads a big-endian `u32` at `at`. Callers establish the bounds (`check_len`).
-#[inline]
+#[inline(always)]
 fn read_u32(data: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
 }
 
 /// Writes a big-endian `u16` at `at`.
-#[inline]
+#[inline(always)]
 fn write_u16(data: &mut [u8], at: usize, value: u16) {
     data[at..at + 2].copy_from_slice(&value.to_be_bytes());
 }
 
 /// Writes a big-endian `u32` at `at`.
-#[inline]
+#[inline(always)]
 fn write_u32(data: &mut [u8], at: usize, value: u32) {
     data[at..at + 4].copy_from_slice(&value.to_be_bytes());
 }
 
 /// Reads an IPv4 address at `at`. Callers establish the bounds.
-#[inline]
+#[inline(always)]
 fn read_ipv4(data: &[u8], at: usize) -> Ipv4Addr {
     Ipv4Addr::new(data[at], data[at + 1], data[at + 2], data[at + 3])
 }
 
 /// Reads an IPv6 address at `at`. Callers establish the bounds.
-#[inline]
+#[inline(always)]
 fn read_ipv6(data: &[u8], at: usize) -> Ipv6Addr {
     let mut octets = [0u8; 16];
     octets.copy_from_slice(&data[at..at + 16]);

@@ -816,6 +816,8 @@ impl Lab {
         let ok = |r: lace_shared::Result<()>, what: &str| {
             r.unwrap_or_else(|e| panic!("tables of node {k}: {what}: {e}"))
         };
+        // What control publishes with the node's underlay address: the outer source.
+        ok(w.set_srv6_source(underlay(k)), "set_srv6_source");
         for &n in &nets {
             let net = NetworkId(n);
             ok(
@@ -918,7 +920,6 @@ address = "{ul}"
 mtu = {UNDERLAY_MTU}
 
 [srv6]
-source = "{ul}"
 hop_limit = 64
 
 [workers]
