@@ -82,7 +82,6 @@ pub(crate) fn node_config() -> Config {
     Config {
         uplink_mac: MacAddr(UPLINK_MAC),
         underlay_addr: ME,
-        encap_source: ME,
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x1ace,
@@ -135,6 +134,7 @@ impl EncapNode {
             reader_slots: 8,
         };
         let mut w = TableWriter::create(&tc)?;
+        w.set_srv6_source(ME)?;
         w.set_network(
             NET,
             &NetworkInfo {
