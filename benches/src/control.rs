@@ -11,7 +11,8 @@
 //! | `ipam.persisted.alloc_per_s` | the same through `SharedIpam` with its state file (JSON, write + fsync + rename per change) in a temporary directory, as the daemon runs it | — |
 //! | `compile.one_pod.{p50,p99,max}_us` | one pod added or removed on the compiled node → `Compiler::plan` (incremental) + `Compiler::apply` (diff, writes, one publication) into a real `TableWriter` on `/dev/shm`; 100 networks × 50 nodes × 20 pods (tiny under `--smoke`) | `compile.one_pod.replan_all.{p50,p99}_us`: the same changes planned with `Change::All` (no incrementality), fewer samples |
 //! | `cni.add_to_reachable.{p50,p99}_ms` | the full stack, see below | `cni.reach_floor.{p50,p99}_ms`: the same probe from a pod attached long ago |
-//! | `cni.add.{p50,p99}_ms`, `cni.del.p50_ms` | `lace-cni` ADD alone, DEL alone (same runs) | — |
+//! | `cni.add.{p50,p99}_ms`, `cni.del.p50_ms` | `lace-cni` ADD alone, DEL alone (same runs), one pod at a time | — |
+//! | `cni.add.concurrent20.{p50,p99}_ms` | `lace-cni` ADD of 20 pods started at once (20 processes, as kubelet starts a burst of pods), each ADD's own time; rounds of 20 after the sequential runs | `cni.add.{p50,p99}_ms`: the same ADD one at a time, same run |
 //!
 //! **The stack figure** (root only). Two nodes as network namespaces joined by an underlay
 //! veth pair, each running `lace-forwarder` (DPDK `net_af_packet` uplink, 4 KiB pages) and
@@ -781,6 +782,20 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("{} has no parent directory", exe.display()))
 }
 
+/// Pods started at once in a concurrent round.
+pub const CONCURRENT: usize = 20;
+
+/// Concurrent rounds of [`CONCURRENT`] ADDs.
+fn cni_rounds(scale: &Scale) -> usize {
+    if scale.smoke {
+        1
+    } else if scale.quick {
+        2
+    } else {
+        5
+    }
+}
+
 /// Stack measurement sizes.
 fn cni_pods(scale: &Scale) -> usize {
     if scale.smoke {
@@ -962,7 +977,7 @@ impl Stack {
 
     /// Writes the pod manifests (before lace-control starts, as the API server would hold
     /// them before kubelet's ADD) and starts the daemons.
-    fn launch(&mut self, pods: usize) -> anyhow::Result<()> {
+    fn launch(&mut self, pods: usize, rounds: usize) -> anyhow::Result<()> {
         let manifests = self.work.0.join("manifests");
         let mut yaml = String::new();
         let mut pod = |name: &str, node: &str| {
@@ -978,6 +993,11 @@ impl Stack {
         pod("bench-warmup", "node-a");
         for i in 0..pods {
             pod(&format!("bench-{i}"), "node-a");
+        }
+        for r in 0..rounds {
+            for j in 0..CONCURRENT {
+                pod(&format!("bench-c{r}-{j}"), "node-a");
+            }
         }
         std::fs::write(manifests.join("bench-pods.yaml"), yaml)?;
 
@@ -1138,6 +1158,40 @@ impl Stack {
         Ok((addr.to_owned(), took))
     }
 
+    /// ADDs `pods` on node `n` all at once (one `lace-cni` process each, started together);
+    /// returns each ADD's time. Their namespaces are made before, untimed.
+    fn add_at_once(&mut self, n: &'static str, pods: &[String]) -> anyhow::Result<Vec<Duration>> {
+        for pod in pods {
+            let ns = self.pod_ns(pod);
+            ip(&["netns", "add", &ns])?;
+            self.pod_netns.push(ns);
+            self.attached
+                .push((format!("lace-bench-{}-{pod}", self.tag), n, pod.clone()));
+        }
+        let this = &*self;
+        let results: Vec<anyhow::Result<Duration>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = pods
+                .iter()
+                .map(|pod| {
+                    scope.spawn(move || {
+                        let container = format!("lace-bench-{}-{pod}", this.tag);
+                        let t = Instant::now();
+                        this.cni("ADD", n, pod, &container)?;
+                        Ok(t.elapsed())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow!("an ADD thread panicked")))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
     /// DELs the pod and removes its netns; returns the DEL time.
     fn del(&mut self, pod: &str) -> anyhow::Result<Duration> {
         let i = self
@@ -1173,7 +1227,8 @@ impl Stack {
 
     fn measure(&mut self, scale: &Scale, out: &mut Outcome) -> anyhow::Result<()> {
         let n = cni_pods(scale);
-        self.launch(n)?;
+        let rounds = cni_rounds(scale);
+        self.launch(n, rounds)?;
         let (target, _) = self
             .add("b", "bench-target")
             .context("attaching the target pod")?;
@@ -1226,6 +1281,20 @@ impl Stack {
             add.record(add_took);
             del.record(del_took);
         }
+        // Concurrent rounds: 20 ADDs started at once, each timed on its own.
+        let mut concurrent = Histogram::new();
+        for r in 0..rounds {
+            let pods: Vec<String> = (0..CONCURRENT).map(|j| format!("bench-c{r}-{j}")).collect();
+            for took in self
+                .add_at_once("a", &pods)
+                .with_context(|| format!("concurrent round {r}"))?
+            {
+                concurrent.record(took);
+            }
+            for pod in &pods {
+                self.del(pod)?;
+            }
+        }
         let ms = |h: &Histogram, p: f64| h.percentile_us(p) / 1000.0;
         let f50 = out.push(Figure::new(
             "cni.reach_floor.p50_ms",
@@ -1243,8 +1312,18 @@ impl Stack {
             &f50,
         ));
         out.push(Figure::versus(CNI_FIGURE, ms(&reach, 99.0), &f99));
-        out.push(Figure::new("cni.add.p50_ms", ms(&add, 50.0), "ms"));
-        out.push(Figure::new("cni.add.p99_ms", ms(&add, 99.0), "ms"));
+        let a50 = out.push(Figure::new("cni.add.p50_ms", ms(&add, 50.0), "ms"));
+        let a99 = out.push(Figure::new("cni.add.p99_ms", ms(&add, 99.0), "ms"));
+        out.push(Figure::versus(
+            "cni.add.concurrent20.p50_ms",
+            ms(&concurrent, 50.0),
+            &a50,
+        ));
+        out.push(Figure::versus(
+            "cni.add.concurrent20.p99_ms",
+            ms(&concurrent, 99.0),
+            &a99,
+        ));
         out.push(Figure::new("cni.del.p50_ms", ms(&del, 50.0), "ms"));
         out.push(Figure::new("cni.pods", n as f64, "pods"));
         out.notes.push(format!(
@@ -1255,6 +1334,12 @@ impl Stack {
              resident pod, right after; then DEL and netns removal (untimed but for cni.del); \
              two lace-forwarders (af_packet uplinks, 4 KiB pages) and two lace-controls on a \
              copy of deploy/examples, started before the figures, unpinned"
+        ));
+        out.notes.push(format!(
+            "cni.add.concurrent20: {rounds} round(s) of {CONCURRENT} `lace-cni` ADDs started \
+             together on node-a (one process each, as kubelet starts a burst of pods); each ADD \
+             timed from its own start to its result; lace-control answers them from its event \
+             loop's batches (no lock held across a reconcile), then DEL, untimed"
         ));
         if !late.is_empty() {
             out.notes.push(format!(

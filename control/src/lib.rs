@@ -1,8 +1,13 @@
 //! # lace-control — the node's control plane
 //!
-//! Module map: [`api`] (the `lace-cni.io/v1alpha1` resources as Rust types), [`world`] (the
-//! parsed, validated model the compiler reads), [`proto`] (the protocol between `lace-cni` and
-//! `lace-control`).
+//! Module map: [`api`] (the `lace-cni.io/v1alpha1` resources as Rust types, their validation,
+//! and the admission-grade CRDs generated from them), [`source`] (where objects come from:
+//! snapshots and watch events), [`bind`] (binding policies, CEL), [`ipam`] (ids, blocks,
+//! addresses), [`world`] (the parsed, validated model the compiler reads), [`compile`] (world →
+//! one node's tables), [`daemon`] (`lace-control run`: one event loop over a pure core),
+//! [`proto`] (the protocol between `lace-cni` and `lace-control`), [`cni`] (the plugin),
+//! [`store`] (the standalone state file), [`fsio`] and [`diff`] (the one atomic file write and
+//! the one map diff).
 
 #![cfg_attr(not(test), warn(missing_docs))]
 
