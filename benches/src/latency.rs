@@ -45,6 +45,9 @@ use crate::report::{rdtsc, tsc_hz, Figure, Histogram, Scale};
 /// Time between two packets of the paced load: 10 µs (100,000 packets/s).
 pub const PACE_NS: u64 = 10_000;
 
+/// Packets the cables and the generator's pool hold at most.
+const IN_FLIGHT: u32 = 1 << 16;
+
 /// What forwards the packets of one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Contender {
@@ -102,15 +105,17 @@ struct Cables {
 
 impl Cables {
     fn new(eal: &fwd::Eal) -> anyhow::Result<Cables> {
+        // Room for 0.65 s of packets in flight: a worker thread that other processes keep
+        // off its CPU for a while delays them (a tail in the figure) instead of failing the run.
         let pool = Mempool::new(
             eal,
             "lace_latency",
-            8191,
+            IN_FLIGHT - 1,
             256,
             Mempool::DEFAULT_DATA_ROOM,
             None,
         )?;
-        let ring = |name: &str| Ring::new(eal, name, 4096, None);
+        let ring = |name: &str| Ring::new(eal, name, IN_FLIGHT, None);
         let (to_worker, from_worker, spare) = (
             ring("lat_to_worker")?,
             ring("lat_from_worker")?,
@@ -307,7 +312,11 @@ fn segment(
             m.data_mut()[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 8].copy_from_slice(&stamp.to_le_bytes());
             let _ = tx.push(m);
             if cables.gen_tx.tx_burst(&mut tx) != 1 {
-                bail!("the worker's RX ring is full: it is not polling");
+                bail!(
+                    "latency.{}: the worker's RX ring is full ({IN_FLIGHT} packets): it has not \
+                     polled for 0.65 s",
+                    c.name()
+                );
             }
             sent += 1;
             last_send = stamp;
