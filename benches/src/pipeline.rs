@@ -11,6 +11,7 @@
 //! | `pipeline.l3_local.cycles`, `.mpps` | 64 B UDP/IPv4 | pod A → pod B on this node: pod-input, ip4-lookup, local-rewrite, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l3_encap.cycles`, `.mpps` | 64 B UDP/IPv4 | pod A → a remote /24: pod-input, ip4-lookup, srv6-encap (H.Encaps.Red, +40 B), underlay-out, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l3_decap.cycles`, `.mpps` | 82 B IPv6(SID) + UDP/IPv4 | uplink → pod B: uplink-input, srv6-decap (End.DT46), ip4-lookup, local-rewrite, tx | `dpdk.null_fwd.*` |
+//! | `pipeline.<path>.above_floor` | as the path | the path's cycles minus `dpdk.null_fwd_write.cycles` in the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` |
 //! | `pipeline.arp_reply.cycles`, `.mpps` | 64 B ARP (42 B + padding) | pod A asks for its gateway: pod-input, arp-reply, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l3_encap.scaling_2w` | 64 B | l3_encap throughput with two workers ÷ with one | `pipeline.scaling_2w.ideal` (2.0) |
 //! | `pipeline.l3_encap.mpps_1w`, `.mpps_2w` | 64 B | the two throughputs behind it (Mpps, both workers together) | — |
@@ -812,7 +813,7 @@ pub fn figures(
             s.push(cycles as f64 / n as f64);
         }
     }
-    let medians: Vec<f64> = samples.into_iter().map(median).collect();
+    let medians: Vec<f64> = samples.iter().cloned().map(median).collect();
     let mpps = |cycles: f64| tsc_hz() / cycles / 1e6;
 
     let a_cycles = Figure::new("dpdk.null_fwd.cycles", medians[0], "cycles/packet");
@@ -829,7 +830,8 @@ pub fn figures(
         mpps(medians[1]),
         &a_mpps,
     ));
-    for (path, &cycles) in Path::ALL.iter().zip(&medians[2..]) {
+    let floor = Figure::versus("dpdk.null_fwd_write.cycles", medians[1], &a_cycles);
+    for (k, (path, &cycles)) in Path::ALL.iter().zip(&medians[2..]).enumerate() {
         figures.push(Figure::versus(
             format!("pipeline.{}.cycles", path.name()),
             cycles,
@@ -839,6 +841,18 @@ pub fn figures(
             format!("pipeline.{}.mpps", path.name()),
             mpps(cycles),
             &a_mpps,
+        ));
+        // The pipeline's own cost: the path minus the I/O floor of the same round (rx, the
+        // frame written, tx), median over the rounds.
+        let above: Vec<f64> = samples[2 + k]
+            .iter()
+            .zip(&samples[1])
+            .map(|(path, floor)| path - floor)
+            .collect();
+        figures.push(Figure::versus(
+            format!("pipeline.{}.above_floor", path.name()),
+            median(above),
+            &floor,
         ));
     }
     notes.push(format!(

@@ -1264,12 +1264,20 @@ fn set_targets(report: &mut Report, ids: &Ids) {
         ),
         ("publish.p99_us".to_owned(), Target::ValueAtMost(20.0)),
         (
-            "pipeline.l3_encap.cycles".to_owned(),
-            Target::ValueAtMost(60.0),
+            "pipeline.l3_encap.above_floor".to_owned(),
+            Target::ValueAtMost(40.0),
         ),
         (
-            "pipeline.l3_decap.cycles".to_owned(),
-            Target::ValueAtMost(60.0),
+            "pipeline.l3_decap.above_floor".to_owned(),
+            Target::ValueAtMost(40.0),
+        ),
+        (
+            "pipeline.l3_local.above_floor".to_owned(),
+            Target::ValueAtMost(30.0),
+        ),
+        (
+            "pipeline.arp_reply.above_floor".to_owned(),
+            Target::ValueAtMost(30.0),
         ),
         (
             "pipeline.l3_encap.scaling_2w".to_owned(),

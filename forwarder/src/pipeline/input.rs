@@ -5,6 +5,7 @@ use lace_shared::status::DropReason;
 use lace_shared::types::{NetworkKind, PortRec, SidBehavior};
 
 use super::cache::NetCtx;
+use super::lookup;
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{icmpv6, ipv4, ipv6, IpProtocol};
@@ -90,6 +91,9 @@ pub(super) fn pod_input<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
             return n.hand_over(frame, &to[..frame.len()]);
         }
     };
+    // The destinations of the IPv4 packets bound for ip4-lookup, read here anyway: when the
+    // whole vector goes there (the common case), the lookup takes them as they are.
+    let mut dst = [Dst4::default(); VEC_CAP];
     for (k, &i) in frame.iter().enumerate() {
         if let Some(&ahead) = frame.get(k + 2) {
             if let Some(p) = &n.bufs[usize::from(ahead)] {
@@ -103,15 +107,34 @@ pub(super) fn pod_input<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
         };
         let m = &mut n.meta[slot];
         m.net = port.network();
-        let v = classify_pod(pkt, m, &port, &ctx);
+        let v = classify_pod(pkt, m, &port, &ctx, &mut dst[k]);
         to[k] = n.resolve(i, v);
     }
-    n.hand_over(frame, &to[..frame.len()]);
+    let len = frame.len();
+    if to[..len].iter().all(|&t| t == Stage::Ip4Lookup) {
+        n.chain(Stage::Ip4Lookup, len as u64);
+        return lookup::resolve_v4(n, frame, &dst[..len]);
+    }
+    n.hand_over(frame, &to[..len]);
+}
+
+/// An IPv4 destination as the lookup takes it: the FIB key and whether the TTL lets the
+/// packet be forwarded.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Dst4 {
+    pub(super) key: u32,
+    pub(super) ttl_ok: bool,
 }
 
 /// One frame from a pod port of an l3 network.
 #[inline(always)]
-fn classify_pod<B: PacketBuf>(pkt: &mut B, m: &mut Meta, port: &PortRec, ctx: &NetCtx) -> Verdict {
+fn classify_pod<B: PacketBuf>(
+    pkt: &mut B,
+    m: &mut Meta,
+    port: &PortRec,
+    ctx: &NetCtx,
+    dst: &mut Dst4,
+) -> Verdict {
     let h = pkt.head::<L3>().ok_or(DropReason::Malformed)?;
     let eth = ethernet::Frame::new_unchecked(&h[..]);
     if eth.src_addr().0 != port.mac {
@@ -136,6 +159,10 @@ fn classify_pod<B: PacketBuf>(pkt: &mut B, m: &mut Meta, port: &PortRec, ctx: &N
             if Some(ip.dst_addr()) == ctx.gw4 {
                 return Ok(Stage::IcmpEcho);
             }
+            *dst = Dst4 {
+                key: u32::from(ip.dst_addr()),
+                ttl_ok: ip.ttl() > 1,
+            };
             Ok(Stage::Ip4Lookup)
         }
         EtherType::Ipv6 => {

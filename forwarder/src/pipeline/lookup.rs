@@ -2,10 +2,10 @@
 //! same-node delivery (`local-rewrite`).
 
 use lace_shared::status::DropReason;
-use lace_shared::types::NetworkId;
+use lace_shared::types::{MacAddr, NetworkId};
 
 use super::cache::{Hop, Route};
-use super::input::{check_ipv4, check_ipv6, L3};
+use super::input::{check_ipv4, check_ipv6, Dst4, L3};
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{ipv4, ipv6};
@@ -86,7 +86,7 @@ pub(super) fn ip6_lookup<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, 
 #[inline(always)]
 fn lookup<F: Family, B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
     // Pass 1: validate, collect the destinations of the packets that can be looked up; the
-    // others go to `drop` (in `out`, handed over at the end).
+    // others go to `drop` at once.
     let mut slots = [0u8; VEC_CAP];
     let mut keys = [F::Key::default(); VEC_CAP];
     let mut ttl_ok = [false; VEC_CAP];
@@ -125,7 +125,36 @@ fn lookup<F: Family, B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, 
         }
     }
     n.q.forward(n.at, Stage::Drop, &dropped[..drops]);
-    // Pass 2: one bulk lookup per run of packets in the same network.
+    resolve::<F, B, I>(n, &slots[..count], &keys[..count], &ttl_ok[..count]);
+}
+
+/// The IPv4 lookup of a vector whose destinations pod-input already read (its fast path).
+#[inline(always)]
+pub(super) fn resolve_v4<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    dst: &[Dst4],
+) {
+    let mut keys = [0u32; VEC_CAP];
+    let mut ttl_ok = [false; VEC_CAP];
+    for (k, d) in dst.iter().enumerate() {
+        keys[k] = d.key;
+        ttl_ok[k] = d.ttl_ok;
+    }
+    let len = slots.len();
+    resolve::<V4, B, I>(n, slots, &keys[..len], &ttl_ok[..len]);
+}
+
+/// Passes 2 and 3 of a lookup: one bulk FIB lookup per run of packets in the same network,
+/// then what each result means.
+#[inline(always)]
+fn resolve<F: Family, B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    keys: &[F::Key],
+    ttl_ok: &[bool],
+) {
+    let count = slots.len().min(keys.len()).min(ttl_ok.len());
     let mut hops = [0u32; VEC_CAP];
     let mut to = [Stage::Drop; VEC_CAP];
     let mut start = 0;
@@ -138,7 +167,6 @@ fn lookup<F: Family, B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, 
         match n.cx.net(net) {
             Some((view, _)) => {
                 F::lookup(&view, &keys[start..end], &mut hops[start..end]);
-                // Pass 3: what each result means.
                 for k in start..end {
                     to[k] = route(n, slots[k], hops[k], ttl_ok[k]);
                 }
@@ -196,11 +224,35 @@ pub(super) fn decrement_ttl<B: PacketBuf>(pkt: &mut B) {
     }
 }
 
+/// The delivery of one packet to a pod on this node: TTL decremented (unless generated), the
+/// Ethernet header from the network's gateway to the pod. `false`: too short to be IP.
+#[inline(always)]
+fn deliver_one<B: PacketBuf>(pkt: &mut B, generated: bool, mac: MacAddr, gw_mac: [u8; 6]) -> bool {
+    if !generated {
+        decrement_ttl(pkt);
+    }
+    let Some(h) = pkt.head_mut::<{ L3 + 1 }>() else {
+        return false;
+    };
+    let v4 = h[L3] >> 4 == 4;
+    let mut eth = ethernet::Frame::new_unchecked(&mut h[..]);
+    eth.set_dst_addr(ethernet::Address(mac.0));
+    eth.set_src_addr(ethernet::Address(gw_mac));
+    eth.set_ethertype(if v4 { EtherType::Ipv4 } else { EtherType::Ipv6 });
+    true
+}
+
 /// `local-rewrite`: deliver to a pod on this node, from the network's gateway MAC.
+///
+/// The fast path: when every packet of the vector goes to one pod of one network and its port
+/// is up, the vector runs through local-rewrite and tx in one loop.
 pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
     n: &mut NodeCtx<'_, '_, '_, B, I>,
     frame: &[u8],
 ) {
+    if let Some(done) = deliver_uniform(n, frame) {
+        return done;
+    }
     let mut gw: Option<(NetworkId, [u8; 6])> = None;
     let mut to = [Stage::Drop; VEC_CAP];
     for (k, &i) in frame.iter().enumerate() {
@@ -231,20 +283,58 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
             to[k] = n.gone(i);
             continue;
         };
-        if !m.is(Meta::GENERATED) {
-            decrement_ttl(pkt);
-        }
-        let Some(h) = pkt.head_mut::<{ L3 + 1 }>() else {
+        if !deliver_one(pkt, m.is(Meta::GENERATED), mac, gw_mac) {
             to[k] = n.drop_for(i, DropReason::Malformed);
             continue;
-        };
-        let v4 = h[L3] >> 4 == 4;
-        let mut eth = ethernet::Frame::new_unchecked(&mut h[..]);
-        eth.set_dst_addr(ethernet::Address(mac.0));
-        eth.set_src_addr(ethernet::Address(gw_mac));
-        eth.set_ethertype(if v4 { EtherType::Ipv4 } else { EtherType::Ipv6 });
+        }
         n.meta[slot].tx = port;
         to[k] = Stage::Tx;
     }
     n.hand_over(frame, &to[..frame.len()]);
+}
+
+/// The fast path of `local-rewrite` (see there); `None` when it does not apply.
+#[inline(always)]
+fn deliver_uniform<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+) -> Option<()> {
+    let &first = frame.first()?;
+    let Meta { hop, net, .. } = n.meta[usize::from(first)];
+    let Hop::Local { port, mac } = hop else {
+        return None;
+    };
+    if frame.iter().any(|&i| {
+        let m = &n.meta[usize::from(i)];
+        m.hop != hop || m.net != net
+    }) {
+        return None;
+    }
+    if !n.io.port_up(port) {
+        return None;
+    }
+    let (_, ctx) = n.cx.net(net)?;
+    let mut rest = [0u8; VEC_CAP];
+    let mut left = 0;
+    let mut sent = 0u64;
+    for &i in frame {
+        let slot = usize::from(i);
+        let generated = n.meta[slot].is(Meta::GENERATED);
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            continue;
+        };
+        if deliver_one(pkt, generated, mac, ctx.gw_mac.0) {
+            if let Some(pkt) = n.bufs[slot].take() {
+                n.io.send(port, pkt);
+                sent += 1;
+            }
+        } else {
+            n.drop_for(i, DropReason::Malformed);
+            rest[left] = i;
+            left += 1;
+        }
+    }
+    n.through(&[Stage::LocalRewrite, Stage::Tx], sent);
+    n.q.forward(n.at, Stage::Drop, &rest[..left]);
+    Some(())
 }

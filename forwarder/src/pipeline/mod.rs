@@ -354,6 +354,7 @@ pub(crate) struct NodeCtx<'r, 's, 'a, B, I> {
     cx: Cx<'s, 'a>,
     io: &'r mut I,
     drops: &'r mut [u64; DropReason::COUNT],
+    stages: &'r mut [u64; Stage::COUNT],
     /// The node running now (the `from` of every hand-over).
     at: Stage,
 }
@@ -394,6 +395,28 @@ impl<B: PacketBuf, I: Io<B>> NodeCtx<'_, '_, '_, B, I> {
         }
         m.param = param;
         Stage::IcmpError
+    }
+
+    /// `count` packets went through `path` (this node first, then the nodes after it, in one
+    /// loop: the fast path) and out: counted in each later node, and the edges noted.
+    #[inline]
+    fn through(&mut self, path: &[Stage], count: u64) {
+        if count == 0 {
+            return;
+        }
+        for w in path.windows(2) {
+            self.q.edge(w[0], w[1]);
+            self.stages[w[1] as usize] += count;
+        }
+    }
+
+    /// The whole vector goes on to node `next`, run directly by this one (the fast path): the
+    /// hand-over is noted, `next` counts the `count` packets and becomes the running node.
+    #[inline]
+    fn chain(&mut self, next: Stage, count: u64) {
+        self.q.edge(self.at, next);
+        self.stages[next as usize] += count;
+        self.at = next;
     }
 
     /// Hands packets `slots[k]` to nodes `to[k]`: the whole vector at once when they all go the
@@ -516,16 +539,18 @@ impl<B: PacketBuf> Pipeline<B> {
             cx: Cx::new(snap),
             io,
             drops: &mut self.counters.drops,
+            stages: &mut self.counters.stages,
             at: Stage::PodInput,
         };
-        let stages = &mut self.counters.stages;
         while n.q.pending != 0 {
             let s = n.q.pending.trailing_zeros() as usize;
             n.q.pending &= !(1 << s);
             let mut frame = std::mem::take(&mut n.q.frames[s]);
             let stage = Stage::ALL[s];
-            stages[s] += frame.len() as u64;
             n.at = stage;
+            // Counted here; a fast path that carries packets through later nodes itself counts
+            // them there (`NodeCtx::through`).
+            n.stages[s] += frame.len() as u64;
             match stage {
                 Stage::PodInput => input::pod_input(&mut n, &frame),
                 Stage::UplinkInput => input::uplink_input(&mut n, &frame),

@@ -5,10 +5,9 @@
 use std::net::Ipv6Addr;
 
 use lace_shared::status::DropReason;
-use lace_shared::types::{EncapRec, PortId};
+use lace_shared::types::{EncapRec, MacAddr, PortId};
 
 use super::input::L3;
-use super::lookup::decrement_ttl;
 use super::neigh::UnderlayNeighbors;
 use super::{Config, Hop, Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
@@ -84,13 +83,102 @@ fn unusable(e: &EncapRec) -> DropReason {
     }
 }
 
+/// What the encapsulation of one packet needs, the same for a whole vector.
+#[derive(Clone, Copy)]
+struct Encap<'a> {
+    rewrite: &'a EncapRec,
+    max_inner: usize,
+    seed: u64,
+    hop_limit: u8,
+}
+
+/// H.Encaps.Red of one packet (its TTL decremented unless it is generated): the precomputed
+/// outer header copied in front, its payload length, traffic class, flow label, next header
+/// and hop limit patched. `Err`: why the packet cannot be encapsulated (it is unchanged).
+#[inline(always)]
+fn encap_one<B: PacketBuf>(pkt: &mut B, generated: bool, e: Encap<'_>) -> Result<(), Miss> {
+    let inner_len = pkt.len() - L3;
+    if inner_len > e.max_inner {
+        return Err(Miss::TooBig);
+    }
+    if !pkt.prepend(ENCAP_LEN) {
+        return Err(Miss::NoHeadroom);
+    }
+    // From here on the inner packet is at OUTER_END; the outer header goes in front of it.
+    const INNER: usize = L3 + ENCAP_LEN;
+    let rss = pkt.rss_hash();
+    let d = pkt.data_mut();
+    let (next, tclass) = match d.get(INNER).map(|v| v >> 4) {
+        Some(4) => {
+            if !generated {
+                if let Some(h) = d.get_mut(INNER..INNER + ipv4::HEADER_LEN) {
+                    ipv4::Packet::new_unchecked(h).decrement_ttl();
+                }
+            }
+            let ip = ipv4::Packet::new_unchecked(&d[INNER..]);
+            (IpProtocol::Ipv4, ip.dscp() << 2 | ip.ecn())
+        }
+        _ => {
+            if !generated {
+                if let Some(h) = d.get_mut(INNER..INNER + ipv6::HEADER_LEN) {
+                    ipv6::Packet::new_unchecked(h).decrement_hop_limit();
+                }
+            }
+            let ip = ipv6::Packet::new_unchecked(&d[INNER..]);
+            (IpProtocol::Ipv6, ip.traffic_class())
+        }
+    };
+    let label = match (rss, next) {
+        (Some(h), _) => flow::label_of(h),
+        (None, IpProtocol::Ipv4) => flow::ipv4_flow_label(&d[INNER..], e.seed),
+        (None, _) => FiveTuple::from_ipv6(&d[INNER..]).map_or(1, |t| t.flow_label(e.seed)),
+    };
+    let Some(h) = d.first_chunk_mut::<INNER>() else {
+        return Err(Miss::NoHeadroom);
+    };
+    let outer = &mut h[L3..];
+    outer.copy_from_slice(&e.rewrite.ip6);
+    let mut ip = ipv6::Packet::new_unchecked(outer);
+    ip.set_traffic_class(tclass);
+    ip.set_flow_label(label);
+    ip.set_payload_len(inner_len as u16);
+    ip.set_next_header(next);
+    ip.set_hop_limit(e.hop_limit);
+    Ok(())
+}
+
+/// Why [`encap_one`] did not encapsulate.
+#[derive(Clone, Copy)]
+enum Miss {
+    /// Larger than the underlay MTU allows: ICMP too-big.
+    TooBig,
+    /// No room in front for the outer header.
+    NoHeadroom,
+}
+
+/// The outer Ethernet header toward the underlay next hop `mac`.
+#[inline(always)]
+fn underlay_eth<B: PacketBuf>(pkt: &mut B, mac: MacAddr, uplink_mac: EthernetAddress) {
+    if let Some(h) = pkt.head_mut::<L3>() {
+        let mut eth = ethernet::Frame::new_unchecked(&mut h[..]);
+        eth.set_dst_addr(EthernetAddress(mac.0));
+        eth.set_src_addr(uplink_mac);
+        eth.set_ethertype(EtherType::Ipv6);
+    }
+}
+
 /// `srv6-encap`: H.Encaps.Red with one segment (RFC 8986 §5.2: no SRH), toward the remote
-/// node's End.DT46 SID for this network: the precomputed outer header is copied in front of
-/// the inner packet, and its payload length, traffic class, flow label, next header and hop
-/// limit are patched.
+/// node's End.DT46 SID for this network, from the precomputed rewrite.
+///
+/// The fast path: when every packet of the vector goes to one remote next hop whose underlay
+/// MAC is resolved (one pod talking to one node), the vector runs through srv6-encap,
+/// underlay-out and tx in one loop, counted in all three.
 pub(super) fn encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
     let max_inner = usize::from(n.cfg.underlay_mtu).saturating_sub(ENCAP_LEN);
     let (seed, hop_limit) = (n.cfg.flow_seed, n.cfg.hop_limit);
+    if let Some(done) = encap_uniform(n, frame, max_inner, seed, hop_limit) {
+        return done;
+    }
     let mut to = [Stage::Drop; VEC_CAP];
     for (k, &i) in frame.iter().enumerate() {
         let slot = usize::from(i);
@@ -109,52 +197,84 @@ pub(super) fn encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, f
                 continue;
             }
         };
+        let generated = n.meta[slot].is(Meta::GENERATED);
         let Some(pkt) = n.bufs[slot].as_mut() else {
             to[k] = n.gone(i);
             continue;
         };
-        let inner_len = pkt.len() - L3;
-        if inner_len > max_inner {
-            to[k] = n.icmp_for(i, DropReason::TooBig, max_inner as u32);
-            continue;
-        }
-        if !n.meta[slot].is(Meta::GENERATED) {
-            decrement_ttl(pkt);
-        }
-        let rss = pkt.rss_hash();
-        let inner = &pkt.data()[L3..];
-        let (next, tclass, label) = if inner.first().is_some_and(|v| v >> 4 == 4) {
-            let ip = ipv4::Packet::new_unchecked(inner);
-            let tclass = ip.dscp() << 2 | ip.ecn();
-            let label = rss.map_or_else(|| flow::ipv4_flow_label(inner, seed), flow::label_of);
-            (IpProtocol::Ipv4, tclass, label)
-        } else {
-            let ip = ipv6::Packet::new_unchecked(inner);
-            let label = rss.map_or_else(
-                || FiveTuple::from_ipv6(inner).map_or(1, |t| t.flow_label(seed)),
-                flow::label_of,
-            );
-            (IpProtocol::Ipv6, ip.traffic_class(), label)
+        let e = Encap {
+            rewrite,
+            max_inner,
+            seed,
+            hop_limit,
         };
-        if !pkt.prepend(ENCAP_LEN) {
-            to[k] = n.drop_for(i, DropReason::NoHeadroom);
-            continue;
-        }
-        let Some(h) = pkt.head_mut::<{ L3 + ENCAP_LEN }>() else {
-            to[k] = n.drop_for(i, DropReason::NoHeadroom);
-            continue;
+        to[k] = match encap_one(pkt, generated, e) {
+            Ok(()) => Stage::UnderlayOut,
+            Err(Miss::TooBig) => n.icmp_for(i, DropReason::TooBig, max_inner as u32),
+            Err(Miss::NoHeadroom) => n.drop_for(i, DropReason::NoHeadroom),
         };
-        let outer = &mut h[L3..];
-        outer.copy_from_slice(&rewrite.ip6);
-        let mut ip = ipv6::Packet::new_unchecked(outer);
-        ip.set_traffic_class(tclass);
-        ip.set_flow_label(label);
-        ip.set_payload_len(inner_len as u16);
-        ip.set_next_header(next);
-        ip.set_hop_limit(hop_limit);
-        to[k] = Stage::UnderlayOut;
     }
     n.hand_over(frame, &to[..frame.len()]);
+}
+
+/// The fast path of `srv6-encap` (see there); `None` when the vector is not uniform, the
+/// rewrite is unusable or the MAC unresolved — the general path then takes it whole.
+#[inline(always)]
+fn encap_uniform<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    max_inner: usize,
+    seed: u64,
+    hop_limit: u8,
+) -> Option<()> {
+    let &first = frame.first()?;
+    let hop = n.meta[usize::from(first)].hop;
+    let Hop::Remote { nh } = hop else {
+        return None;
+    };
+    if frame.iter().any(|&i| n.meta[usize::from(i)].hop != hop) {
+        return None;
+    }
+    let rewrite = n.cx.encap(nh).filter(|e| e.usable())?;
+    let mac = n.cx.underlay_mac(n.neigh, rewrite.underlay_addr())?;
+    let e = Encap {
+        rewrite,
+        max_inner,
+        seed,
+        hop_limit,
+    };
+    let uplink_mac = EthernetAddress(n.cfg.uplink_mac.0);
+    // Packets that cannot be encapsulated (too big, no headroom) take the general way on.
+    let mut rest = [0u8; VEC_CAP];
+    let mut to = [Stage::Drop; VEC_CAP];
+    let mut left = 0;
+    let mut sent = 0u64;
+    for &i in frame {
+        let slot = usize::from(i);
+        let generated = n.meta[slot].is(Meta::GENERATED);
+        let Some(mut pkt) = n.bufs[slot].take() else {
+            continue;
+        };
+        match encap_one(&mut pkt, generated, e) {
+            Ok(()) => {
+                underlay_eth(&mut pkt, mac, uplink_mac);
+                n.io.send(PortId::UPLINK, pkt);
+                sent += 1;
+            }
+            Err(miss) => {
+                n.bufs[slot] = Some(pkt);
+                rest[left] = i;
+                to[left] = match miss {
+                    Miss::TooBig => n.icmp_for(i, DropReason::TooBig, max_inner as u32),
+                    Miss::NoHeadroom => n.drop_for(i, DropReason::NoHeadroom),
+                };
+                left += 1;
+            }
+        }
+    }
+    n.through(&[Stage::Srv6Encap, Stage::UnderlayOut, Stage::Tx], sent);
+    n.hand_over(&rest[..left], &to[..left]);
+    Some(())
 }
 
 /// `underlay-out`: the outer Ethernet header toward the remote node's underlay address, its
@@ -181,14 +301,11 @@ pub(super) fn underlay_out<B: PacketBuf, I: Io<B>>(
             to[k] = n.drop_for(i, r);
             continue;
         };
-        let Some(h) = n.bufs[slot].as_mut().and_then(|p| p.head_mut::<L3>()) else {
+        let Some(pkt) = n.bufs[slot].as_mut() else {
             to[k] = n.gone(i);
             continue;
         };
-        let mut eth = ethernet::Frame::new_unchecked(&mut h[..]);
-        eth.set_dst_addr(EthernetAddress(mac.0));
-        eth.set_src_addr(uplink_mac);
-        eth.set_ethertype(EtherType::Ipv6);
+        underlay_eth(pkt, mac, uplink_mac);
         n.meta[slot].tx = PortId::UPLINK;
         to[k] = Stage::Tx;
     }
