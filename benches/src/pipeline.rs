@@ -15,6 +15,8 @@
 //! | `pipeline.arp_reply.cycles`, `.mpps` | 64 B ARP (42 B + padding) | pod A asks for its gateway: pod-input, arp-reply, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l3_encap.scaling_2w` | 64 B | l3_encap throughput with two workers ÷ with one | `pipeline.scaling_2w.ideal` (2.0) |
 //! | `pipeline.l3_encap.mpps_1w`, `.mpps_2w` | 64 B | the two throughputs behind it (Mpps, both workers together) | — |
+//! | `churn.100k_per_s.l3_encap.cycles` | 64 B | l3_encap while a writer thread moves routes between two remote nodes, 100,000 changes per second (100 per publication), the packets' route among them | `churn.quiet.l3_encap.cycles` |
+//! | `churn.quiet.l3_encap.cycles` | 64 B | l3_encap in the rounds alternating with those, the writer paused | — |
 //!
 //! How: each worker owns a mempool and three `net_null` ports (hot-plugged): RX with
 //! `size=64`, RX with `size=82` (the decap frame: 14 + 40 + 20 + 8 bytes, the smallest valid
@@ -35,11 +37,20 @@
 //! Scaling: the main lcore and one worker lcore (another CPU) each run the encap loop on their
 //! own ports, mempool, pipeline and reader handle, for the same TSC window; packets of both ÷
 //! window, against the main lcore alone, in alternating rounds.
+//!
+//! Churn: as control does when routes move, a thread (on another CPU when there is one) stages
+//! 100 route changes and publishes them, paced to 100,000 changes per second, over 257 /24s
+//! (the encap frame's among them) alternating between the two remote nodes, while the main
+//! lcore runs timed l3_encap rounds, alternately with the writer running and paused; the counters are checked as above (every packet still
+//! encapsulated, no drop). The test `route_churn_never_misforwards` checks each packet's outer
+//! destination against its snapshot's route.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use lace_forwarder::dpdk::{self as fwd, Burst, Mbuf, Mempool, Port, PortConfig, RxQueue, TxQueue};
@@ -69,6 +80,8 @@ const B4: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 3);
 /// A pod on the remote node, inside its /24.
 const REMOTE4: Ipv4Addr = Ipv4Addr::new(10, 1, 2, 5);
 const REMOTE_NODE: NodeId = NodeId(2);
+/// The second remote node, to which churned routes move.
+const REMOTE_NODE3: NodeId = NodeId(3);
 const UPLINK_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 1];
 const PEER_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 2];
 /// This node's underlay address.
@@ -79,6 +92,10 @@ const PEER: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xb);
 const MY_SID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 1, 0, 0, 0, 0);
 /// The remote node's End.DT46 SID for [`NET`].
 const PEER_SID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 1, 0, 0, 0, 0);
+/// The second remote node's underlay address, MAC and End.DT46 SID.
+const PEER3: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xc);
+const PEER3_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 3];
+const PEER3_SID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 3, 1, 0, 0, 0, 0);
 
 /// The pipeline configuration of the node.
 fn config() -> Config {
@@ -101,13 +118,14 @@ impl Drop for TempDir {
     }
 }
 
-/// The node's tables on `/dev/shm`: one l3 network with two local pods, a remote node with a
-/// static underlay neighbor and a /24 behind its End.DT46 SID, and this node's End.DT46 SID.
+/// The node's tables on `/dev/shm`: one l3 network with two local pods, two remote nodes with
+/// static underlay neighbors and a /24 behind the first's End.DT46 SID, and this node's
+/// End.DT46 SID.
 #[derive(Debug)]
 struct Node {
     reader: Arc<TableReader>,
     // Declared after `reader`: the files go once nothing maps them any more.
-    _writer: TableWriter,
+    writer: TableWriter,
     _dir: TempDir,
 }
 
@@ -172,6 +190,15 @@ impl Node {
             },
         )?;
         w.set_underlay_neighbor(PEER, MacAddr(PEER_MAC))?;
+        w.set_node(
+            REMOTE_NODE3,
+            &NodeInfo {
+                locator: Ipv6Addr::new(0xfc00, 0, 3, 0, 0, 0, 0, 0),
+                locator_len: 48,
+                underlay: PEER3,
+            },
+        )?;
+        w.set_underlay_neighbor(PEER3, MacAddr(PEER3_MAC))?;
         w.add_route(
             NET,
             Ipv4Addr::new(10, 1, 2, 0).into(),
@@ -186,7 +213,7 @@ impl Node {
         let reader = TableReader::attach(&tc)?;
         Ok(Node {
             reader,
-            _writer: w,
+            writer: w,
             _dir: dir,
         })
     }
@@ -761,7 +788,7 @@ pub fn figures(
 ) -> anyhow::Result<(Vec<Figure>, Vec<String>)> {
     let sizes = Sizes::of(scale);
     let fwd_eal = eal.forwarder()?;
-    let node = Node::create().context("building the pipeline tables")?;
+    let mut node = Node::create().context("building the pipeline tables")?;
     let neigh = Arc::new(UnderlayNeighbors::new(64));
     let mut w0 = Worker::new(&fwd_eal, 0, &node, &neigh).context("setting up worker 0")?;
     let mut figures = Vec::new();
@@ -866,6 +893,11 @@ pub fn figures(
         sizes.rounds, sizes.bursts
     ));
 
+    let (churn_figures, note) =
+        churn(&mut w0, &mut node.writer, &sizes).context("churn.100k_per_s.l3_encap")?;
+    figures.extend(churn_figures);
+    notes.push(note);
+
     match worker_lcore {
         Some(lcore) => {
             let (fig, note) = scaling(&fwd_eal, lcore, &node, &neigh, &mut w0, &sizes)
@@ -879,6 +911,141 @@ pub fn figures(
         ),
     }
     Ok((figures, notes))
+}
+
+/// Route changes per second of the churn figure, and per publication.
+const CHURN_PER_S: f64 = 100_000.0;
+const CHURN_PER_PUBLICATION: usize = 100;
+/// The churned /24s: the encap frame's (10.1.2.0/24) and 10.3.0.0/24 … 10.3.255.0/24.
+const CHURN_PREFIXES: usize = 257;
+
+fn churn_prefix(i: usize) -> Ipv4Addr {
+    match i {
+        0 => Ipv4Addr::new(10, 1, 2, 0),
+        _ => Ipv4Addr::new(10, 3, (i - 1) as u8, 0),
+    }
+}
+
+/// What the churn thread did: changes published, publications and the seconds it ran.
+#[derive(Debug, Clone, Copy)]
+struct Churned {
+    changes: usize,
+    publications: usize,
+    secs: f64,
+}
+
+/// Moves the churned routes between the two remote nodes, paced to [`CHURN_PER_S`] while
+/// `paused` is false, until `stop`; every route is set back on the first remote node at the end.
+fn churn_routes(
+    writer: &mut TableWriter,
+    paused: &AtomicBool,
+    stop: &AtomicBool,
+) -> anyhow::Result<Churned> {
+    let hop = |node: NodeId| NextHop::Remote {
+        node,
+        sid: Sid(if node == REMOTE_NODE {
+            PEER_SID
+        } else {
+            PEER3_SID
+        }),
+    };
+    let period = Duration::from_secs_f64(CHURN_PER_PUBLICATION as f64 / CHURN_PER_S);
+    let mut on_first = vec![true; CHURN_PREFIXES];
+    let mut active = Duration::ZERO;
+    let (mut changes, mut publications) = (0usize, 0usize);
+    while !stop.load(Ordering::Relaxed) {
+        if paused.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
+        let t0 = Instant::now();
+        for _ in 0..CHURN_PER_PUBLICATION {
+            let i = changes % CHURN_PREFIXES;
+            on_first[i] = !on_first[i];
+            let node = if on_first[i] {
+                REMOTE_NODE
+            } else {
+                REMOTE_NODE3
+            };
+            writer.add_route(NET, churn_prefix(i).into(), 24, hop(node))?;
+            changes += 1;
+        }
+        writer.publish()?;
+        publications += 1;
+        while !stop.load(Ordering::Relaxed) && !paused.load(Ordering::Relaxed) {
+            let spent = t0.elapsed();
+            if spent >= period {
+                break;
+            }
+            std::thread::sleep((period - spent).min(Duration::from_millis(1)));
+        }
+        active += t0.elapsed();
+    }
+    for (i, _) in on_first.iter().enumerate().filter(|(_, first)| !**first) {
+        writer.add_route(NET, churn_prefix(i).into(), 24, hop(REMOTE_NODE))?;
+    }
+    writer.publish()?;
+    Ok(Churned {
+        changes,
+        publications,
+        secs: active.as_secs_f64(),
+    })
+}
+
+/// `churn.100k_per_s.l3_encap.cycles` beside `churn.quiet.l3_encap.cycles`: timed l3_encap
+/// rounds on the main lcore, alternately with [`churn_routes`] running on a thread and paused.
+fn churn(
+    w0: &mut Worker,
+    writer: &mut TableWriter,
+    sizes: &Sizes,
+) -> anyhow::Result<(Vec<Figure>, String)> {
+    let path = Path::L3Encap;
+    let paused = AtomicBool::new(true);
+    let stop = AtomicBool::new(false);
+    let (quiet, busy, churned) = std::thread::scope(|s| {
+        let churner = s.spawn(|| churn_routes(writer, &paused, &stop));
+        let timed = |w0: &mut Worker, bursts| -> anyhow::Result<f64> {
+            let start = rdtsc();
+            let n = w0.round(Contender::Pipeline(path), bursts);
+            let cycles = rdtsc().saturating_sub(start);
+            w0.check(path, n)?;
+            Ok(cycles as f64 / n as f64)
+        };
+        let measured = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+            paused.store(false, Ordering::Relaxed);
+            timed(w0, sizes.warmup)?;
+            let (mut quiet, mut busy) = (Vec::new(), Vec::new());
+            for _ in 0..sizes.rounds {
+                paused.store(true, Ordering::Relaxed);
+                quiet.push(timed(w0, sizes.bursts)?);
+                paused.store(false, Ordering::Relaxed);
+                busy.push(timed(w0, sizes.bursts)?);
+            }
+            Ok((quiet, busy))
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let churned = churner
+            .join()
+            .map_err(|_| anyhow!("the churn thread panicked"))?;
+        let (quiet, busy) = measured?;
+        Ok::<_, anyhow::Error>((quiet, busy, churned?))
+    })?;
+    let rate = churned.changes as f64 / churned.secs.max(1e-9);
+    let quiet = Figure::new(
+        "churn.quiet.l3_encap.cycles",
+        median(quiet),
+        "cycles/packet",
+    );
+    let busy = Figure::versus("churn.100k_per_s.l3_encap.cycles", median(busy), &quiet);
+    let note = format!(
+        "churn.100k_per_s.l3_encap.cycles: {} pairs of timed l3_encap rounds of {} bursts \
+         (median), alternately while a thread moved {CHURN_PREFIXES} /24s (the frame's among \
+         them) between two remote nodes and while it paused (churn.quiet): {} changes in {} \
+         publications over {:.2} s of churn = {:.0} changes/s (target pace {CHURN_PER_S}); \
+         every packet still left encapsulated, no drop",
+        sizes.rounds, sizes.bursts, churned.changes, churned.publications, churned.secs, rate
+    );
+    Ok((vec![quiet, busy], note))
 }
 
 /// What the main lcore asks of the worker lcore.

@@ -91,3 +91,19 @@ arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + MAC_A + bytes(A4) + bytes(6) +
 save("pipeline", bytes([1]) + b"\xff" * 6 + MAC_A + b"\x08\x06" + arp)
 inner = ipv4(REMOTE4, A4, 17, udp)
 save("pipeline", bytes([0]) + UPLINK_MAC + PEER_MAC + b"\x86\xdd" + ipv6(PEER, MY_SID, 4, inner))
+
+
+# Bursts (top bit of the first byte; frames of u16 little-endian length): pod A sends to pod B
+# and to a remote pod in one vector (mixed), and four packets to pod B (uniform).
+def burst(port, frames):
+    out = bytes([0x80 | port])
+    for f in frames[:-1]:
+        out += struct.pack("<H", len(f)) + f
+    return out + frames[-1]
+
+
+to_b = GW_MAC + MAC_A + b"\x08\x00" + ipv4(A4, B4, 17, udp)
+to_remote = GW_MAC + MAC_A + b"\x08\x00" + ipv4(A4, REMOTE4, 17, udp)
+save("pipeline", burst(1, [to_b, to_remote, to_b]))
+save("pipeline", burst(1, [to_b] * 4))
+save("pipeline", burst(1, [to_remote] * 4))

@@ -31,7 +31,9 @@
 //! | `multi.<n>x<r>.lookup_cycles` | random network per address, single `lookup` | `fib4.1k.lookup_cycles.single` (same run) |
 //! | `multi.<n>x<r>.lookup_cycles.grouped<b>` | random network per burst, bulk | `fib4.1k.lookup_cycles` (same run) |
 //! | `pipeline.{l3_local,l3_encap,l3_decap,arp_reply}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
+//! | `pipeline.<path>.above_floor` | the path's cycles minus the I/O floor of the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` (rx, the frame written, tx) |
 //! | `pipeline.l3_encap.scaling_2w` | encap throughput with two workers (two lcores, own ports each) ÷ one | `pipeline.scaling_2w.ideal` = 2 |
+//! | `churn.100k_per_s.l3_encap.cycles` | l3_encap while a thread moves routes between two remote nodes at 100,000 changes/s | `churn.quiet.l3_encap.cycles`: alternating rounds, the thread paused |
 //! | `pipeline.latency.{busy,adaptive}.{p50,p99,p999}_us` | per-packet latency through the forwarder's worker loop, 100k packets/s paced | `pipeline.latency.ring_loop.*`: a bare ring-to-ring loop, same pacing |
 //! | `peer.ovs.l3_encap.{1flow,1k,64k}` | lace's l3_encap cycles/packet on a pcap (`net_pcap` infinite_rx → `net_null`), same core | `ovs.l3_encap.<mix>.cycles`: OVS-DPDK 3.1, dec_ttl + GRE/IPv6 push, same pcap and core; floor `testpmd.io.<mix>.cycles` |
 //!

@@ -3,6 +3,11 @@
 //! tables without panicking, and every packet leaves accounted for: at most the packet itself
 //! (forwarded, answered or turned into an ICMP error) plus one neighbor solicitation comes out,
 //! and every frame that goes out starts with a whole Ethernet header.
+//!
+//! Input: the first byte picks the receiving port (its low 7 bits). With its top bit clear the
+//! rest is one frame; with it set the rest is a burst received together on that port — frames
+//! of `u16` little-endian length each, the last one taking what remains — so mixed vectors
+//! (the general path) and uniform ones (handed over whole, fused nodes) both meet the fuzzer.
 #![no_main]
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -59,25 +64,54 @@ const PORTS: [PortId; 7] = [
     PortId(42),
 ];
 
+/// The vector a burst input describes (see the module doc), at most 8 frames.
+fn burst(mut rest: &[u8]) -> Vec<VecBuf> {
+    let mut pkts = Vec::new();
+    while !rest.is_empty() && pkts.len() < 8 {
+        let frame = match rest {
+            [lo, hi, tail @ ..] if pkts.len() < 7 => {
+                let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
+                let (frame, after) = tail.split_at(len);
+                rest = after;
+                frame
+            }
+            _ => std::mem::take(&mut rest),
+        };
+        if let Some(buf) = VecBuf::from_slice(frame) {
+            pkts.push(buf);
+        }
+    }
+    pkts
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, frame)) = data.split_first() else {
+    let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    let Some(buf) = VecBuf::from_slice(frame) else {
-        return;
+    let mut pkts = if sel & 0x80 == 0 {
+        VecBuf::from_slice(rest).into_iter().collect()
+    } else {
+        burst(rest)
     };
+    if pkts.is_empty() {
+        return;
+    }
+    let frames = pkts.len();
     let mut s = state().lock().unwrap();
     s.now += 50_000_000;
     let mut io = FuzzIo {
         sent: Vec::new(),
         now: s.now,
     };
-    let rx = PORTS[usize::from(sel) % PORTS.len()];
+    let rx = PORTS[usize::from(sel & 0x7f) % PORTS.len()];
     let State { node, pipe, .. } = &mut *s;
-    let mut pkts = vec![buf];
     pipe.process(&node.reader.snapshot(), rx, &mut pkts, &mut io);
     assert!(pkts.is_empty());
-    assert!(io.sent.len() <= 2, "one frame in, {} out", io.sent.len());
+    assert!(
+        io.sent.len() <= 2 * frames,
+        "{frames} frames in, {} out",
+        io.sent.len()
+    );
     for (_, p) in &io.sent {
         assert!(p.len() >= 14, "a {}-byte frame went out", p.len());
     }
