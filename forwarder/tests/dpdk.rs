@@ -21,7 +21,16 @@ const EAL_NULL: &str = "net_null_eal0";
 /// A named check; a panic (failed assertion) fails it.
 type Check = (&'static str, fn(Eal));
 
+/// Set in the child that runs the no-hugepages check in its own mount namespace.
+const NO_HUGEPAGES_CHILD: &str = "LACE_DPDK_TEST_NO_HUGEPAGES_CHILD";
+
 fn main() -> ExitCode {
+    if std::env::var_os(NO_HUGEPAGES_CHILD).is_some() {
+        return match catch_unwind(no_hugepages_here) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     if let Some(missing) = missing_prerequisite() {
         if ci {
@@ -204,28 +213,53 @@ fn frame(len: usize, seed: u8) -> Vec<u8> {
     f
 }
 
-/// With no free hugepages, asking for them fails before `rte_eal_init`, with the fix. Where
-/// hugepages are reserved this would start the EAL, so it only runs where there are none.
+/// With no free hugepages, asking for them fails before `rte_eal_init`, with the fix. The
+/// condition is made, not waited for: a child of this binary runs [`no_hugepages_here`] in its
+/// own mount namespace, where `/sys/kernel/mm/hugepages` shows one 2 MiB pool with none free,
+/// whatever the machine has reserved.
 fn no_hugepages() {
-    let free: u64 = std::fs::read_dir("/sys/kernel/mm/hugepages")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|d| std::fs::read_to_string(d.path().join("free_hugepages")).ok())
-        .filter_map(|s| s.trim().parse::<u64>().ok())
-        .sum();
-    if free > 0 {
-        println!("  skipped: {free} hugepages are free here");
-        return;
+    struct Dir(std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
-    let e = Eal::init(["--in-memory", "--no-pci"]).unwrap_err();
-    assert!(matches!(e, Error::NoHugepages { .. }), "{e:?}");
-    let msg = e.to_string();
+    let dir = Dir(std::env::temp_dir().join(format!("lace-no-hugepages-{}", std::process::id())));
+    let pool = dir.0.join("hugepages-2048kB");
+    std::fs::create_dir_all(&pool).unwrap();
+    for (file, value) in [("nr_hugepages", "0\n"), ("free_hugepages", "0\n")] {
+        std::fs::write(pool.join(file), value).unwrap();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" /sys/kernel/mm/hugepages && exec "$2""#)
+        .arg("sh")
+        .arg(&dir.0)
+        .arg(&exe)
+        .env(NO_HUGEPAGES_CHILD, "1")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child: {}\n{stdout}{stderr}",
+        out.status
+    );
+    let msg = stdout.trim();
     assert!(
         msg.contains("--no-huge") && msg.contains("hugepages tool"),
         "{msg}"
     );
     println!("  {msg}");
+}
+
+/// The child's half of [`no_hugepages`]: the EAL is refused before it starts, naming the fix.
+fn no_hugepages_here() {
+    let e = Eal::init(["--in-memory", "--no-pci"]).unwrap_err();
+    assert!(matches!(e, Error::NoHugepages { .. }), "{e:?}");
+    println!("{e}");
     assert!(Eal::running().is_none());
 }
 
