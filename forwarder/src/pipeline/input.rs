@@ -93,7 +93,8 @@ pub(super) fn pod_input<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
     };
     // The destinations of the IPv4 packets bound for ip4-lookup, read here anyway: when the
     // whole vector goes there (the common case), the lookup takes them as they are.
-    let mut dst = [Dst4::default(); VEC_CAP];
+    let mut keys = [0u32; VEC_CAP];
+    let mut ttl_ok = [false; VEC_CAP];
     for (k, &i) in frame.iter().enumerate() {
         if let Some(&ahead) = frame.get(k + 2) {
             if let Some(p) = &n.bufs[usize::from(ahead)] {
@@ -107,23 +108,15 @@ pub(super) fn pod_input<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
         };
         let m = &mut n.meta[slot];
         m.net = port.network();
-        let v = classify_pod(pkt, m, &port, &ctx, &mut dst[k]);
+        let v = classify_pod(pkt, m, &port, &ctx, (&mut keys[k], &mut ttl_ok[k]));
         to[k] = n.resolve(i, v);
     }
     let len = frame.len();
     if to[..len].iter().all(|&t| t == Stage::Ip4Lookup) {
         n.chain(Stage::Ip4Lookup, len as u64);
-        return lookup::resolve_v4(n, frame, &dst[..len]);
+        return lookup::resolve::<lookup::V4, B, I>(n, frame, &keys[..len], &ttl_ok[..len]);
     }
     n.hand_over(frame, &to[..len]);
-}
-
-/// An IPv4 destination as the lookup takes it: the FIB key and whether the TTL lets the
-/// packet be forwarded.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Dst4 {
-    pub(super) key: u32,
-    pub(super) ttl_ok: bool,
 }
 
 /// One frame from a pod port of an l3 network.
@@ -133,7 +126,7 @@ fn classify_pod<B: PacketBuf>(
     m: &mut Meta,
     port: &PortRec,
     ctx: &NetCtx,
-    dst: &mut Dst4,
+    (key, ttl_ok): (&mut u32, &mut bool),
 ) -> Verdict {
     let h = pkt.head::<L3>().ok_or(DropReason::Malformed)?;
     let eth = ethernet::Frame::new_unchecked(&h[..]);
@@ -159,10 +152,10 @@ fn classify_pod<B: PacketBuf>(
             if Some(ip.dst_addr()) == ctx.gw4 {
                 return Ok(Stage::IcmpEcho);
             }
-            *dst = Dst4 {
-                key: u32::from(ip.dst_addr()),
-                ttl_ok: ip.ttl() > 1,
-            };
+            // The IPv4 destination as the lookup takes it: the FIB key, and whether the TTL
+            // lets the packet be forwarded.
+            *key = u32::from(ip.dst_addr());
+            *ttl_ok = ip.ttl() > 1;
             Ok(Stage::Ip4Lookup)
         }
         EtherType::Ipv6 => {

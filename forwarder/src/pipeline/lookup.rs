@@ -5,7 +5,7 @@ use lace_shared::status::DropReason;
 use lace_shared::types::{MacAddr, NetworkId};
 
 use super::cache::{Hop, Route};
-use super::input::{check_ipv4, check_ipv6, Dst4, L3};
+use super::input::{check_ipv4, check_ipv6, L3};
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{ipv4, ipv6};
@@ -15,7 +15,7 @@ pub(super) const UNREACH_NET: u32 = 0;
 pub(super) const UNREACH_ADMIN: u32 = 13;
 
 /// An IP family's part of a lookup node.
-trait Family {
+pub(super) trait Family {
     /// The FIB key.
     type Key: Copy + Default;
     /// Validates an unchecked header (decapsulated or generated packets).
@@ -27,7 +27,8 @@ trait Family {
     fn lookup(view: &lace_shared::tables::NetworkView<'_>, keys: &[Self::Key], out: &mut [u32]);
 }
 
-struct V4;
+/// IPv4: `ip4-lookup`.
+pub(super) struct V4;
 impl Family for V4 {
     type Key = u32;
     #[inline(always)]
@@ -128,27 +129,11 @@ fn lookup<F: Family, B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, 
     resolve::<F, B, I>(n, &slots[..count], &keys[..count], &ttl_ok[..count]);
 }
 
-/// The IPv4 lookup of a vector whose destinations pod-input already read (its fast path).
-#[inline(always)]
-pub(super) fn resolve_v4<B: PacketBuf, I: Io<B>>(
-    n: &mut NodeCtx<'_, '_, '_, B, I>,
-    slots: &[u8],
-    dst: &[Dst4],
-) {
-    let mut keys = [0u32; VEC_CAP];
-    let mut ttl_ok = [false; VEC_CAP];
-    for (k, d) in dst.iter().enumerate() {
-        keys[k] = d.key;
-        ttl_ok[k] = d.ttl_ok;
-    }
-    let len = slots.len();
-    resolve::<V4, B, I>(n, slots, &keys[..len], &ttl_ok[..len]);
-}
-
 /// Passes 2 and 3 of a lookup: one bulk FIB lookup per run of packets in the same network,
-/// then what each result means.
+/// then what each result means. pod-input calls it directly with the IPv4 destinations it
+/// read when the whole vector goes to ip4-lookup.
 #[inline(always)]
-fn resolve<F: Family, B: PacketBuf, I: Io<B>>(
+pub(super) fn resolve<F: Family, B: PacketBuf, I: Io<B>>(
     n: &mut NodeCtx<'_, '_, '_, B, I>,
     slots: &[u8],
     keys: &[F::Key],
