@@ -373,3 +373,212 @@ fn concurrent_adds_are_one_batch_and_never_share_an_address() {
     assert_eq!(s.pods.len(), 20);
     assert!(s.pods.iter().all(|p| p.binding == "backend"));
 }
+
+// ---- the Kubernetes source, against the fake API server ----------------------------------
+//
+// The same loop, fed by the real Kubernetes source thread (`source::kubernetes::run`) watching
+// `lace-kube-fake` over TLS through a kubeconfig. The test plays kubectl and the kubelet:
+// it creates the objects in the API.
+
+mod kube_cluster {
+    use std::path::PathBuf;
+
+    use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+    use kube::core::GroupVersionKind;
+    use lace_kube_fake::FakeApiServer;
+
+    /// A fake API server with lace's CRDs installed, and a client of it.
+    pub struct Cluster {
+        pub server: FakeApiServer,
+        pub kubeconfig: PathBuf,
+        rt: tokio::runtime::Runtime,
+        client: kube::Client,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Cluster {
+        pub fn start() -> Cluster {
+            let server = FakeApiServer::start_new().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let kubeconfig = dir.path().join("kubeconfig");
+            server.write_kubeconfig(&kubeconfig).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let client = rt.block_on(async {
+                let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+                let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .unwrap();
+                kube::Client::try_from(cfg).unwrap()
+            });
+            let c = Cluster {
+                server,
+                kubeconfig,
+                rt,
+                client,
+                _dir: dir,
+            };
+            let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+            for e in std::fs::read_dir(crds).unwrap() {
+                c.create(&std::fs::read_to_string(e.unwrap().path()).unwrap());
+            }
+            c
+        }
+
+        fn api(&self, o: &DynamicObject) -> Api<DynamicObject> {
+            let types = o.types.clone().unwrap();
+            let gvk = GroupVersionKind::try_from(&types).unwrap();
+            let (ar, caps) = self
+                .rt
+                .block_on(kube::discovery::pinned_kind(&self.client, &gvk))
+                .unwrap();
+            match (&caps.scope, &o.metadata.namespace) {
+                (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                    Api::namespaced_with(self.client.clone(), ns, &ar)
+                }
+                _ => Api::all_with(self.client.clone(), &ar),
+            }
+        }
+
+        /// Creates every document of `yaml`.
+        pub fn create(&self, yaml: &str) {
+            for doc in yaml.split("\n---").filter(|d| d.contains("kind:")) {
+                let o: DynamicObject = serde_yaml::from_str(doc).unwrap();
+                let api = self.api(&o);
+                self.rt
+                    .block_on(api.create(&PostParams::default(), &o))
+                    .unwrap_or_else(|e| panic!("create {:?}: {e}", o.metadata.name));
+            }
+        }
+
+        /// Deletes the object `yaml` names, as the kubelet finishes it (grace period 0).
+        pub fn delete(&self, yaml: &str) {
+            let o: DynamicObject = serde_yaml::from_str(yaml.trim_start_matches("---")).unwrap();
+            let api = self.api(&o);
+            let name = o.metadata.name.clone().unwrap();
+            self.rt
+                .block_on(api.delete(&name, &DeleteParams::default().grace_period(0)))
+                .unwrap();
+        }
+    }
+}
+
+const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n";
+
+/// Starts the Kubernetes source thread against `cluster`, sending into `lab`'s loop.
+fn kube_source(lab: &Lab, cluster: &kube_cluster::Cluster) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let events = lab.events.clone();
+    let cfg = lace_control::source::kubernetes::KubernetesConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        node: "node-a".into(),
+    };
+    std::thread::spawn(move || {
+        lace_control::source::kubernetes::run(&cfg, |e| events.send(Event::Source(e)).is_ok())
+    });
+}
+
+/// Asks `request` until it is allocated (the watch delivers objects asynchronously; an ADD for
+/// a pod not seen yet waits --pod-wait-ms and is then "try again later", as kubelet retries).
+fn allocate_eventually(lab: &Lab, container: &str, pod: &str) -> Allocation {
+    for _ in 0..100 {
+        match lab.ask(Request::Allocate(attachment(container, pod))) {
+            Reply::Done(Answer {
+                response: Response::Allocated(a),
+                ..
+            }) => return a,
+            Reply::Done(Answer {
+                response:
+                    Response::Error {
+                        code: ErrorCode::TryAgainLater,
+                        msg,
+                        ..
+                    },
+                ..
+            }) => tracing::info!("ADD of {pod}: {msg}"),
+            other => panic!("ADD of {pod}: {other:?}"),
+        }
+    }
+    panic!("ADD of {pod} never succeeded")
+}
+
+/// Objects created in the API become a bound, allocated, compiled pod; a pod created later
+/// arrives as a watch event; a deleted pod is forgotten.
+#[test]
+fn objects_in_the_api_server_reach_the_loop_through_the_kubernetes_source() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!("{NAMESPACE}---{BASE}{}", pod("web", "backend")));
+    let lab = Lab::start(Duration::from_millis(300));
+    kube_source(&lab, &cluster);
+    let a = allocate_eventually(&lab, "c1", "web");
+    assert_eq!(a.network, "backend");
+    let t = ticket(lab.ask(Request::Attach(attachment("c1", "web"))));
+    assert!(
+        lab.published_endpoint(&t).is_some(),
+        "the pod's port is in the tables"
+    );
+    // A pod created after the initial list: a watch event.
+    cluster.create(&pod("api", "backend"));
+    let b = allocate_eventually(&lab, "c2", "api");
+    assert_ne!(a.ips, b.ips);
+    // A pod of another node is not watched (field selector spec.nodeName).
+    cluster.create(&pod("elsewhere", "backend").replace("nodeName: node-a", "nodeName: node-b"));
+    cluster.delete(&pod("api", "backend"));
+    let status = || lab.status.0.lock().unwrap().last().cloned().unwrap();
+    for _ in 0..200 {
+        let s = status();
+        if !s.pods.iter().any(|p| p.name == "api") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = status();
+    assert!(
+        !s.pods
+            .iter()
+            .any(|p| p.name == "api" || p.name == "elsewhere"),
+        "{:?}",
+        s.pods
+    );
+    assert!(s.pods.iter().any(|p| p.name == "web"));
+}
+
+/// A dropped watch that cannot resume (history compacted: 410) relists and converges; while
+/// the API server is down control keeps its state and answers DEL; when it returns, changes
+/// made meanwhile arrive.
+#[test]
+fn the_kubernetes_source_relists_after_gone_and_outlives_the_api_server() {
+    let mut cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!("{NAMESPACE}---{BASE}{}", pod("web", "backend")));
+    let lab = Lab::start(Duration::from_millis(300));
+    kube_source(&lab, &cluster);
+    allocate_eventually(&lab, "c1", "web");
+    // Forced relist.
+    cluster.server.drop_watches();
+    cluster.create(&pod("after-gone", "backend"));
+    cluster.server.compact();
+    allocate_eventually(&lab, "c2", "after-gone");
+    // The API server goes away: DEL is still answered, ADD of a known pod still works.
+    cluster.server.stop();
+    assert!(matches!(
+        lab.ask(Request::Release(attachment("c2", "after-gone"))),
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ..
+        })
+    ));
+    assert!(matches!(
+        refused(lab.ask(Request::Check(attachment("c2", "after-gone")))),
+        (ErrorCode::InvalidArgs, _, true)
+    ));
+    allocated(lab.ask(Request::Allocate(attachment("c3", "web"))));
+    // It returns (state kept); what was created meanwhile is seen.
+    cluster.server.start().unwrap();
+    cluster.create(&pod("back", "backend"));
+    allocate_eventually(&lab, "c4", "back");
+}

@@ -90,6 +90,32 @@ pub struct RunArgs {
     /// lace-cni's request timeout).
     #[arg(long, value_name = "MS", default_value_t = 3_000)]
     pub pod_wait_ms: u64,
+    /// Where the objects come from: `standalone` reads the manifests directory; `kubernetes`
+    /// watches an API server (the manifests directory then only holds control's own files).
+    #[arg(long, value_enum, default_value_t = SourceKind::Standalone)]
+    pub source: SourceKind,
+    /// The kubeconfig for `--source kubernetes`. Default: the in-cluster configuration, else
+    /// `$KUBECONFIG` / `~/.kube/config`.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// `--source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SourceKind {
+    /// The manifests directory.
+    Standalone,
+    /// A Kubernetes API server.
+    Kubernetes,
+}
+
+/// Where `run` reads its objects, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceConfig {
+    /// The manifests directory ([`NodePaths::manifests`]).
+    Standalone,
+    /// An API server.
+    Kubernetes(crate::source::kubernetes::KubernetesConfig),
 }
 
 /// `lace-control status`.
@@ -103,6 +129,11 @@ pub struct StatusArgs {
 /// A flag value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// `--kubeconfig` without `--source kubernetes`.
+    #[error(
+        "--kubeconfig is only used with --source kubernetes; add --source kubernetes or drop it"
+    )]
+    KubeconfigWithoutKubernetes,
     /// `--node` is not a valid node name.
     #[error("--node {value:?}: {reason}; use the Node's metadata.name, e.g. node-a")]
     Node {
@@ -294,6 +325,8 @@ pub struct RunConfig {
     pub attach_timeout: Duration,
     /// How long an ADD waits for its pod to be observed.
     pub pod_wait: Duration,
+    /// The source of the objects.
+    pub source: SourceConfig,
 }
 
 impl RunConfig {
@@ -348,6 +381,20 @@ impl RunConfig {
                 reason: "longer than the 107 bytes a unix socket path may have; use a shorter path",
             });
         }
+        let source = match a.source {
+            SourceKind::Standalone => {
+                if a.kubeconfig.is_some() {
+                    return Err(ConfigError::KubeconfigWithoutKubernetes);
+                }
+                SourceConfig::Standalone
+            }
+            SourceKind::Kubernetes => {
+                SourceConfig::Kubernetes(crate::source::kubernetes::KubernetesConfig {
+                    kubeconfig: a.kubeconfig.clone(),
+                    node: paths.node.clone(),
+                })
+            }
+        };
         if socket.file_name().is_none() {
             return Err(ConfigError::Socket {
                 path: socket,
@@ -365,6 +412,7 @@ impl RunConfig {
             },
             attach_timeout: Duration::from_millis(a.attach_timeout_ms),
             pod_wait: Duration::from_millis(a.pod_wait_ms),
+            source,
         })
     }
 
@@ -400,6 +448,23 @@ mod tests {
             panic!("not run")
         };
         RunConfig::from_args(&r)
+    }
+
+    #[test]
+    fn the_source_is_standalone_unless_kubernetes_is_asked_for() {
+        assert_eq!(run_config(&[]).unwrap().source, SourceConfig::Standalone);
+        let k = run_config(&["--source", "kubernetes", "--kubeconfig", "/etc/kc"]).unwrap();
+        assert_eq!(
+            k.source,
+            SourceConfig::Kubernetes(crate::source::kubernetes::KubernetesConfig {
+                kubeconfig: Some(PathBuf::from("/etc/kc")),
+                node: "node-a".into(),
+            })
+        );
+        assert_eq!(
+            run_config(&["--kubeconfig", "/etc/kc"]),
+            Err(ConfigError::KubeconfigWithoutKubernetes)
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  manifests dir ─StandaloneSource─► source thread ──SourceEvent──┐
+//!  (or an API server ─kube watchers─► source thread, --source kubernetes)
 //!  lace-cni ─unix socket─► connection threads ──CniCall/reply─────┼─► event loop (one thread)
 //!  signals ─────────────────────────────────────Stop──────────────┘        │
 //!        observe → plan → allocate → world → diff → compile → publish → report
@@ -44,10 +45,11 @@ use lace_shared::tables::TableWriter;
 use lace_shared::types::PortId;
 
 use crate::compile::Compiler;
+use crate::source::kubernetes;
 use crate::source::standalone::StandaloneSource;
 use crate::source::SourceError;
 
-use config::RunConfig;
+use config::{RunConfig, SourceConfig};
 use control::{Control, Event, LoopConfig, Published};
 use state::{AttachedMarks, SharedState, StateError};
 use status::{StatusError, StatusFile, StatusFileSink};
@@ -85,6 +87,9 @@ pub enum DaemonError {
         /// What went wrong and what to do.
         reason: String,
     },
+    /// The Kubernetes source's configuration is unusable.
+    #[error(transparent)]
+    Kubernetes(#[from] crate::source::kubernetes::KubernetesError),
     /// Signals could not be set up.
     #[error("signals: {0}")]
     Signals(nix::Error),
@@ -170,16 +175,29 @@ impl Daemon {
                 })
                 .map_err(|e| socket_err(format!("cannot start the signal thread: {e}")))?;
         }
-        let mut source = StandaloneSource::new(&self.cfg.paths.manifests)?;
-        {
-            let tx = tx.clone();
-            std::thread::Builder::new()
-                .name("source".into())
-                .spawn(move || {
+        let source_thread = std::thread::Builder::new().name("source".into());
+        let spawned = match &self.cfg.source {
+            SourceConfig::Standalone => {
+                let mut source = StandaloneSource::new(&self.cfg.paths.manifests)?;
+                let tx = tx.clone();
+                source_thread.spawn(move || {
                     crate::source::pump(&mut source, POLL, |e| tx.send(Event::Source(e)).is_ok())
                 })
-                .map_err(|e| socket_err(format!("cannot start the source thread: {e}")))?;
-        }
+            }
+            SourceConfig::Kubernetes(k) => {
+                kubernetes::check(k)?;
+                let k = k.clone();
+                let tx = tx.clone();
+                source_thread.spawn(move || {
+                    if let Err(e) = kubernetes::run(&k, |e| tx.send(Event::Source(e)).is_ok()) {
+                        // Without a source the loop would wait for a first snapshot forever.
+                        tracing::error!("{e}");
+                        let _ = tx.send(Event::Stop);
+                    }
+                })
+            }
+        };
+        spawned.map_err(|e| socket_err(format!("cannot start the source thread: {e}")))?;
         let listener = server::bind(&self.cfg.socket)?;
         tracing::info!(
             node = %self.cfg.paths.node,

@@ -5,12 +5,11 @@
 //! per-object [`Problem`]s found while reading them — and lets the daemon block until something
 //! may have changed. The daemon's event loop takes [`SourceEvent`]s: a whole [`Snapshot`] (a
 //! standalone reload, a relist) or one object [`SourceEvent::Applied`] / [`SourceEvent::Deleted`]
-//! (a watch event); [`pump`] turns a `Source` into snapshot events. Two implementations are
-//! planned:
+//! (a watch event); [`pump`] turns a `Source` into snapshot events. Two implementations:
 //!
-//! - [`standalone::StandaloneSource`] (here): a directory of YAML manifests, watched with
-//!   inotify. The embedded default, for a node or a laptop without an API server.
-//! - the Kubernetes watcher (a later issue), built on kube's reflectors.
+//! - [`standalone::StandaloneSource`]: a directory of YAML manifests, watched with inotify.
+//!   The embedded default, for a node or a laptop without an API server.
+//! - [`kubernetes`]: an API server, through kube-rs watchers (`--source kubernetes`).
 //!
 //! # What is guaranteed
 //!
@@ -40,19 +39,14 @@
 //! A Node without a usable underlay annotation is not a lace node: it is reported
 //! ([`ProblemKind::Node`]) and left out of [`Objects::nodes`].
 //!
-//! # A Kubernetes source
+//! # The Kubernetes source
 //!
-//! The Kubernetes watcher does not need [`Source`]'s polling shape: it runs one
-//! `kube::runtime::watcher` per kind (the lace kinds, `Pod` of this node by `spec.nodeName`,
-//! `Namespace`, `Node`, `Service`, `NetworkPolicy`) on a tokio runtime it owns and sends the
-//! event loop what it sees: after the initial list of every kind (`InitDone`), one
-//! [`SourceEvent::Snapshot`] — the loop allocates and forgets nothing before it — then one
-//! [`SourceEvent::Applied`] / [`SourceEvent::Deleted`] per watch event, and a new snapshot
-//! after a relist (410 Gone). Objects that fail to decode are reported as
-//! [`ProblemKind::Decode`] with `Problem::origin` `None`; Nodes go through
-//! [`Objects::insert`] (and so [`LaceNode::from_node`]) exactly as here. Duplicates cannot
-//! happen (the API server keeps names unique).
+//! It does not need [`Source`]'s polling shape: [`kubernetes::run`] runs one
+//! `kube::runtime::watcher` per kind and sends the event loop [`SourceEvent`]s directly — see
+//! its module docs. Nodes go through [`Objects::insert`] (and so [`LaceNode::from_node`])
+//! exactly as here; duplicates cannot happen (the API server keeps names unique).
 
+pub mod kubernetes;
 pub mod standalone;
 
 use std::collections::BTreeMap;

@@ -558,6 +558,16 @@ enum DocumentError {
     Broken(Box<(Option<ObjectRef>, ProblemKind)>),
 }
 
+/// Decodes one object as the standalone source does (kind, schema check with full field
+/// paths, then the typed decode): the object, or the problem.
+/// The Kubernetes source decodes what the API server sends through this too.
+pub(crate) fn decode_object(value: serde_yaml::Value) -> Result<Object, Box<ProblemKind>> {
+    parse_document(value).map_err(|e| match e {
+        DocumentError::Unknown(kind) => kind,
+        DocumentError::Broken(broken) => Box::new(broken.1),
+    })
+}
+
 fn parse_document(value: serde_yaml::Value) -> Result<Object, DocumentError> {
     let field = |name: &'static str, v: Option<&serde_yaml::Value>| {
         v.and_then(serde_yaml::Value::as_str)

@@ -1,0 +1,379 @@
+//! The Kubernetes source: control's input from an API server, through kube-rs watchers.
+//!
+//! One `kube::runtime::watcher` per [`ObjectKind`] — the lace kinds, `Pod`s of this node only
+//! (`spec.nodeName=<node>` field selector), `Namespace`, `Node`, `Service`, `NetworkPolicy` —
+//! on a single-threaded tokio runtime the source thread owns. The watchers list (paginated,
+//! with a resourceVersion), watch from it with bookmarks, relist after `410 Gone` and retry
+//! every other error with kube's default exponential backoff (0.8 s doubling to 30 s, reset
+//! after success), so an API server that goes away is retried until it returns.
+//!
+//! What the event loop receives ([`SourceEvent`]):
+//!
+//! - nothing until every kind has completed its first list; then one
+//!   [`SourceEvent::Snapshot`] of everything (the loop allocates and forgets nothing before
+//!   it);
+//! - then one [`SourceEvent::Applied`] / [`SourceEvent::Deleted`] per watch event;
+//! - a new full snapshot whenever a kind is relisted (after `410 Gone`, an API server
+//!   restart, a dropped watch the watcher could not resume) and whenever an object's problems
+//!   change.
+//!
+//! While the API server is unreachable nothing is sent: the loop keeps the state it has (the
+//! forwarder keeps its tables, CNI DEL keeps being answered). Objects are decoded exactly as
+//! the standalone source decodes a document ([`super::standalone`]'s decoder: the lace kinds
+//! checked against their CRD schema first); one that fails is reported as a
+//! [`ProblemKind::Decode`] with `Problem::origin` `None`, and its last good version stays in
+//! use ([`Consequence::KeptLastGood`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt as _;
+
+use super::standalone::decode_object;
+use super::{Consequence, Object, ObjectKind, ObjectRef, Objects, Problem, Snapshot, SourceEvent};
+use crate::api::{Network, NetworkBindingPolicy, NetworkRoutingPolicy};
+
+/// How control reaches the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesConfig {
+    /// A kubeconfig file; `None`: the in-cluster configuration (service account token and
+    /// `KUBERNETES_SERVICE_HOST`), else `$KUBECONFIG` / `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    /// This node (Pods are watched for it only).
+    pub node: String,
+}
+
+/// Why the Kubernetes source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KubernetesError {
+    /// The kubeconfig could not be read.
+    #[error(
+        "cannot read the kubeconfig {}: {source}; check --kubeconfig",
+        path.display()
+    )]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No configuration could be inferred (not in a cluster, no kubeconfig).
+    #[error(
+        "no Kubernetes configuration: {0}; run in a pod with a service account, or pass \
+         --kubeconfig"
+    )]
+    Infer(#[source] kube::config::InferConfigError),
+    /// The client could not be built from the configuration.
+    #[error(
+        "cannot build the Kubernetes client: {0}; check the kubeconfig's server and credentials"
+    )]
+    Client(#[source] kube::Error),
+    /// The runtime could not start.
+    #[error("cannot start the Kubernetes source's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Checks what can be checked before starting: the kubeconfig file reads and parses.
+pub fn check(config: &KubernetesConfig) -> Result<(), KubernetesError> {
+    if let Some(path) = &config.kubeconfig {
+        kube::config::Kubeconfig::read_from(path).map_err(|source| {
+            KubernetesError::Kubeconfig {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Builds a client from `config` (on the current tokio runtime).
+pub async fn client(config: &KubernetesConfig) -> Result<kube::Client, KubernetesError> {
+    let cfg = match &config.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                KubernetesError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|source| KubernetesError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                })?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(KubernetesError::Infer)?,
+    };
+    kube::Client::try_from(cfg).map_err(KubernetesError::Client)
+}
+
+fn api_resource(kind: ObjectKind) -> ApiResource {
+    match kind {
+        ObjectKind::Network => ApiResource::erase::<Network>(&()),
+        ObjectKind::NetworkBindingPolicy => ApiResource::erase::<NetworkBindingPolicy>(&()),
+        ObjectKind::NetworkRoutingPolicy => ApiResource::erase::<NetworkRoutingPolicy>(&()),
+        ObjectKind::Namespace => ApiResource::erase::<Namespace>(&()),
+        ObjectKind::Node => ApiResource::erase::<Node>(&()),
+        ObjectKind::Pod => ApiResource::erase::<Pod>(&()),
+        ObjectKind::Service => ApiResource::erase::<Service>(&()),
+        ObjectKind::NetworkPolicy => ApiResource::erase::<NetworkPolicy>(&()),
+    }
+}
+
+/// What the source knows: the objects as last seen, per-object problems, and which kinds have
+/// been listed. Pure (no I/O): [`KubeState::handle`] turns one watcher event into what the
+/// loop is to receive.
+#[derive(Debug, Default)]
+pub struct KubeState {
+    objects: Objects,
+    problems: BTreeMap<ObjectRef, Problem>,
+    listed: BTreeSet<ObjectKind>,
+    relisting: BTreeMap<ObjectKind, Vec<DynamicObject>>,
+    synced: bool,
+}
+
+impl KubeState {
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            objects: self.objects.clone(),
+            problems: self.problems.values().cloned().collect(),
+            origins: BTreeMap::new(),
+        }
+    }
+
+    /// Decodes `o`, recording or clearing its problem; the object when it decoded. Whether the
+    /// problems changed is returned too.
+    fn decode(&mut self, kind: ObjectKind, o: &DynamicObject) -> (Option<Object>, bool) {
+        let r = ObjectRef {
+            kind,
+            namespace: kind
+                .is_namespaced()
+                .then(|| o.metadata.namespace.clone().unwrap_or_default()),
+            name: o.metadata.name.clone().unwrap_or_default(),
+        };
+        // List items of built-in kinds carry no apiVersion/kind (the API server's JSON leaves
+        // them out); the watcher knows what it watches.
+        let mut typed = o.clone();
+        typed.types = Some(kube::api::TypeMeta {
+            api_version: kind.api_version().to_owned(),
+            kind: kind.as_str().to_owned(),
+        });
+        let value = serde_yaml::to_value(&typed).unwrap_or(serde_yaml::Value::Null);
+        match decode_object(value) {
+            Ok(object) => {
+                let changed = self.problems.remove(&r).is_some();
+                (Some(object), changed)
+            }
+            Err(problem) => {
+                let kept = has(&self.objects, &r);
+                self.problems.insert(
+                    r.clone(),
+                    Problem {
+                        origin: None,
+                        object: Some(r),
+                        kind: *problem,
+                        consequence: if kept {
+                            Consequence::KeptLastGood { objects: 1 }
+                        } else {
+                            Consequence::NothingKept
+                        },
+                    },
+                );
+                (None, true)
+            }
+        }
+    }
+
+    /// Inserts a decoded object; a Node without lace annotations becomes a problem. Whether
+    /// the problems changed.
+    fn insert(&mut self, object: Object) -> bool {
+        let r = object.reference();
+        match self.objects.insert(object) {
+            Ok(()) => false,
+            Err(e) => {
+                self.problems.insert(
+                    r.clone(),
+                    Problem {
+                        origin: None,
+                        object: Some(r),
+                        kind: super::ProblemKind::Node(e),
+                        consequence: Consequence::Skipped,
+                    },
+                );
+                true
+            }
+        }
+    }
+
+    /// One watcher event of `kind`: what to send the loop (nothing, one event, or a snapshot).
+    pub fn handle(
+        &mut self,
+        kind: ObjectKind,
+        event: watcher::Event<DynamicObject>,
+    ) -> Option<SourceEvent> {
+        match event {
+            watcher::Event::Init => {
+                self.relisting.insert(kind, Vec::new());
+                None
+            }
+            watcher::Event::InitApply(o) => {
+                self.relisting.entry(kind).or_default().push(o);
+                None
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relisting.remove(&kind).unwrap_or_default();
+                let fresh: BTreeSet<ObjectRef> = listed
+                    .iter()
+                    .map(|o| ObjectRef {
+                        kind,
+                        namespace: kind
+                            .is_namespaced()
+                            .then(|| o.metadata.namespace.clone().unwrap_or_default()),
+                        name: o.metadata.name.clone().unwrap_or_default(),
+                    })
+                    .collect();
+                // What the relist no longer has is gone; what fails to decode keeps its last
+                // good version.
+                for r in refs_of(&self.objects, kind) {
+                    if !fresh.contains(&r) {
+                        self.objects.remove(&r);
+                    }
+                }
+                self.problems
+                    .retain(|r, _| r.kind != kind || fresh.contains(r));
+                for o in &listed {
+                    if let (Some(object), _) = self.decode(kind, o) {
+                        self.insert(object);
+                    }
+                }
+                self.listed.insert(kind);
+                if self.listed.len() == ObjectKind::ALL.len() {
+                    self.synced = true;
+                    return Some(SourceEvent::Snapshot(self.snapshot()));
+                }
+                None
+            }
+            watcher::Event::Apply(o) => {
+                let (object, problems_changed) = self.decode(kind, &o);
+                let mut changed = problems_changed;
+                let applied = object.inspect(|object| {
+                    changed |= self.insert(object.clone());
+                });
+                if !self.synced {
+                    return None;
+                }
+                match (applied, changed) {
+                    (Some(object), false) => Some(SourceEvent::Applied(object)),
+                    _ => Some(SourceEvent::Snapshot(self.snapshot())),
+                }
+            }
+            watcher::Event::Delete(o) => {
+                let r = ObjectRef {
+                    kind,
+                    namespace: kind
+                        .is_namespaced()
+                        .then(|| o.metadata.namespace.clone().unwrap_or_default()),
+                    name: o.metadata.name.clone().unwrap_or_default(),
+                };
+                self.objects.remove(&r);
+                let had_problem = self.problems.remove(&r).is_some();
+                if !self.synced {
+                    return None;
+                }
+                Some(if had_problem {
+                    SourceEvent::Snapshot(self.snapshot())
+                } else {
+                    SourceEvent::Deleted(r)
+                })
+            }
+        }
+    }
+}
+
+fn has(objects: &Objects, r: &ObjectRef) -> bool {
+    refs_of(objects, r.kind).contains(r)
+}
+
+fn refs_of(objects: &Objects, kind: ObjectKind) -> BTreeSet<ObjectRef> {
+    let cluster = |names: Vec<&String>| {
+        names
+            .into_iter()
+            .map(|n| ObjectRef {
+                kind,
+                namespace: None,
+                name: n.clone(),
+            })
+            .collect()
+    };
+    let namespaced = |keys: Vec<&super::NamespacedName>| {
+        keys.into_iter()
+            .map(|k| ObjectRef {
+                kind,
+                namespace: Some(k.namespace.clone()),
+                name: k.name.clone(),
+            })
+            .collect()
+    };
+    match kind {
+        ObjectKind::Network => cluster(objects.networks.keys().collect()),
+        ObjectKind::NetworkBindingPolicy => cluster(objects.binding_policies.keys().collect()),
+        ObjectKind::NetworkRoutingPolicy => cluster(objects.routing_policies.keys().collect()),
+        ObjectKind::Namespace => cluster(objects.namespaces.keys().collect()),
+        ObjectKind::Node => cluster(objects.nodes.keys().collect()),
+        ObjectKind::Pod => namespaced(objects.pods.keys().collect()),
+        ObjectKind::Service => namespaced(objects.services.keys().collect()),
+        ObjectKind::NetworkPolicy => namespaced(objects.network_policies.keys().collect()),
+    }
+}
+
+/// Runs the source until `send` returns false: builds the client, starts every watcher and
+/// sends the loop what [`KubeState::handle`] decides. Fails only when the client cannot be
+/// built; the API server being unreachable is retried forever.
+pub fn run(
+    config: &KubernetesConfig,
+    mut send: impl FnMut(SourceEvent) -> bool,
+) -> Result<(), KubernetesError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(KubernetesError::Runtime)?;
+    runtime.block_on(async {
+        let client = client(config).await?;
+        let streams = ObjectKind::ALL.into_iter().map(|kind| {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(kind));
+            let mut wc = watcher::Config::default();
+            if kind == ObjectKind::Pod {
+                wc = wc.fields(&format!("spec.nodeName={}", config.node));
+            }
+            watcher(api, wc)
+                .default_backoff()
+                .map(move |event| (kind, event))
+                .boxed()
+        });
+        let mut all = futures_util::stream::select_all(streams);
+        let mut state = KubeState::default();
+        while let Some((kind, event)) = all.next().await {
+            match event {
+                Ok(event) => {
+                    if let Some(out) = state.handle(kind, event) {
+                        if !send(out) {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(%kind, "watch: {e}; retrying with backoff, keeping the last state"),
+            }
+        }
+        Ok(())
+    })
+}
