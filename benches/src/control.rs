@@ -69,7 +69,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    fn push(&mut self, f: Figure) -> Figure {
+    pub(crate) fn push(&mut self, f: Figure) -> Figure {
         self.figures.push(f.clone());
         f
     }
@@ -763,7 +763,7 @@ pub const KEEP_ENV: &str = "LACE_BENCH_KEEP";
 pub const CNI_FIGURE: &str = "cni.add_to_reachable.p99_ms";
 
 /// Whether this process runs as root (effective uid 0), from `/proc/self/status`.
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -840,11 +840,12 @@ pub fn cni_figures(scale: &Scale) -> Outcome {
 /// Nodes of the stack: (suffix, node name).
 const NODES: [(&str, &str); 2] = [("a", "node-a"), ("b", "node-b")];
 
-/// The two-node stack: namespaces, processes and files, all removed on drop.
+/// The two-node stack: namespaces, processes and files, all removed on drop. Also the lace
+/// shape of the pod-path comparison ([`crate::podpath`]).
 #[derive(Debug)]
-struct Stack {
-    tag: String,
-    bin: PathBuf,
+pub(crate) struct Stack {
+    pub(crate) tag: String,
+    pub(crate) bin: PathBuf,
     work: TempDir,
     /// The running daemons (lace-forwarder, lace-control of each node).
     procs: Vec<(String, Child)>,
@@ -854,7 +855,7 @@ struct Stack {
     attached: Vec<(String, &'static str, String)>,
 }
 
-fn run_ok(cmd: &mut Command) -> anyhow::Result<String> {
+pub(crate) fn run_ok(cmd: &mut Command) -> anyhow::Result<String> {
     let o = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !o.status.success() {
         bail!(
@@ -866,16 +867,16 @@ fn run_ok(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
-fn ip(args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn ip(args: &[&str]) -> anyhow::Result<String> {
     run_ok(Command::new("ip").args(args))
 }
 
 impl Stack {
-    fn node_ns(&self, n: &str) -> String {
+    pub(crate) fn node_ns(&self, n: &str) -> String {
         format!("lace-bench-{}-{n}", self.tag)
     }
 
-    fn start() -> anyhow::Result<Stack> {
+    pub(crate) fn start() -> anyhow::Result<Stack> {
         let bin = bin_dir()?;
         for b in ["lace-forwarder", "lace-control", "lace-cni"] {
             if !bin.join(b).is_file() {
@@ -966,7 +967,7 @@ impl Stack {
                 format!(
                     "name = \"lace-bench-{tag}-{n}\"\ntables_dir = \"/dev/shm\"\n[eal]\n\
                      memory = \"no-huge\"\nmemory_mb = 256\n[uplink]\n\
-                     device = \"net_af_packet0,iface=ul-{n}\"\naddress = \"fd00:100::{n}\"\n\
+                     device = \"ul-{n}\"\naddress = \"fd00:100::{n}\"\n\
                      mtu = 1500\n[workers]\ncount = 1\npolling = \"adaptive\"\n",
                     tag = self.tag
                 ),
@@ -977,7 +978,7 @@ impl Stack {
 
     /// Writes the pod manifests (before lace-control starts, as the API server would hold
     /// them before kubelet's ADD) and starts the daemons.
-    fn launch(&mut self, pods: usize, rounds: usize) -> anyhow::Result<()> {
+    pub(crate) fn launch(&mut self, pods: usize, rounds: usize) -> anyhow::Result<()> {
         let manifests = self.work.0.join("manifests");
         let mut yaml = String::new();
         let mut pod = |name: &str, node: &str| {
@@ -1059,7 +1060,7 @@ impl Stack {
         self.work.0.join(format!("control-{n}.sock"))
     }
 
-    fn check_alive(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn check_alive(&mut self) -> anyhow::Result<()> {
         for (name, c) in &mut self.procs {
             if let Some(st) = c.try_wait()? {
                 bail!("{name} exited ({st})");
@@ -1069,7 +1070,7 @@ impl Stack {
     }
 
     /// The last lines of every daemon's log, for error messages.
-    fn log_tails(&self) -> String {
+    pub(crate) fn log_tails(&self) -> String {
         let mut s = String::new();
         for (n, _) in NODES {
             for what in ["forwarder", "control"] {
@@ -1089,7 +1090,7 @@ impl Stack {
         }
     }
 
-    fn pod_ns(&self, pod: &str) -> String {
+    pub(crate) fn pod_ns(&self, pod: &str) -> String {
         format!("lace-bench-{}-{pod}", self.tag)
     }
 
@@ -1136,7 +1137,7 @@ impl Stack {
     }
 
     /// Creates the pod's netns and ADDs it on node `n`; returns (its IPv4 address, ADD time).
-    fn add(&mut self, n: &'static str, pod: &str) -> anyhow::Result<(String, Duration)> {
+    pub(crate) fn add(&mut self, n: &'static str, pod: &str) -> anyhow::Result<(String, Duration)> {
         let ns = self.pod_ns(pod);
         ip(&["netns", "add", &ns])?;
         self.pod_netns.push(ns);
@@ -1193,7 +1194,7 @@ impl Stack {
     }
 
     /// DELs the pod and removes its netns; returns the DEL time.
-    fn del(&mut self, pod: &str) -> anyhow::Result<Duration> {
+    pub(crate) fn del(&mut self, pod: &str) -> anyhow::Result<Duration> {
         let i = self
             .attached
             .iter()
@@ -1211,7 +1212,7 @@ impl Stack {
 
     /// Pings `dst` from `pod` every millisecond until the first reply (at most `deadline_s`);
     /// whether a reply came.
-    fn probe(&self, pod: &str, dst: &str, deadline_s: u32) -> anyhow::Result<bool> {
+    pub(crate) fn probe(&self, pod: &str, dst: &str, deadline_s: u32) -> anyhow::Result<bool> {
         let st = Command::new("nsenter")
             .arg(format!("--net=/var/run/netns/{}", self.pod_ns(pod)))
             .args(["ping", "-n", "-q", "-c", "1", "-i", "0.001", "-w"])

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use lace_forwarder::dpdk::{self as fwd, Burst, Mempool, Port, PortConfig, Ring};
-use lace_forwarder::engine::worker::{self, Command, Mailbox, WorkerSetup};
+use lace_forwarder::engine::worker::{self, Command, Mailbox, PortRx, PortTx, WorkerSetup};
 use lace_forwarder::engine::Polling;
 use lace_forwarder::pipeline::{Pipeline, Stage, UnderlayNeighbors};
 use lace_forwarder::wire::ethernet;
@@ -237,13 +237,13 @@ fn start(
                 Command::Tables(fwd.node.reader.register()?),
                 Command::AddPort {
                     port: POD_A,
-                    rx: vec![cables.pod.rx_queue(0)?],
-                    tx: cables.pod.tx_queue(0)?,
+                    rx: vec![PortRx::Dpdk(cables.pod.rx_queue(0)?)],
+                    tx: PortTx::Dpdk(cables.pod.tx_queue(0)?),
                 },
                 Command::AddPort {
                     port: PortId::UPLINK,
                     rx: Vec::new(),
-                    tx: cables.uplink.tx_queue(0)?,
+                    tx: PortTx::Dpdk(cables.uplink.tx_queue(0)?),
                 },
             ]);
             if let Err(e) = mailbox.wait_ack(generation, Duration::from_secs(5)) {

@@ -22,6 +22,8 @@
 //! * [`control`]: lace-control's binding, IPAM and table compiler in process, and the whole
 //!   stack (forwarders, controls, lace-cni in network namespaces) from a CNI ADD to the first
 //!   packet through.
+//! * [`podpath`]: pod-to-pod TCP, UDP and ping across two nodes, lace beside the kernel's own
+//!   SRv6 built on the same machine (`lace-bench --pod-path`, root).
 //!
 //! The `lace-bench` binary prints the whole report; the criterion benches under `benches/`
 //! reuse the same pieces. Timing figures are never asserted on.
@@ -34,6 +36,7 @@ pub mod latency;
 pub mod peer;
 pub mod peer_host;
 pub mod pipeline;
+pub mod podpath;
 pub mod report;
 pub mod sys;
 pub mod workload;

@@ -708,7 +708,7 @@ fn add_creates_the_configured_pod_interface() {
         "0"
     );
 
-    // The host end, and offloads off on both ends.
+    // The host end, and offloads on on both ends (ADR 0013: the forwarder takes large segments).
     let host = &sb.node.ip_json(&["link", "show", HOST_IF])[0];
     assert_eq!(host["mtu"], 1450);
     assert!(
@@ -727,10 +727,10 @@ fn add_creates_the_configured_pod_interface() {
     for (ns, ifname) in [(&sb.node, HOST_IF), (&sb.pod, "eth0")] {
         let features = ns.exec(&["ethtool", "-k", ifname]);
         for f in [
-            "tx-checksumming: off",
-            "tcp-segmentation-offload: off",
-            "generic-segmentation-offload: off",
-            "generic-receive-offload: off",
+            "tx-checksumming: on",
+            "tcp-segmentation-offload: on",
+            "generic-segmentation-offload: on",
+            "generic-receive-offload: on",
         ] {
             assert!(
                 features.contains(f),

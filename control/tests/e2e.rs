@@ -100,7 +100,7 @@ memory = "no-huge"
 memory_mb = 256
 
 [uplink]
-device = "net_af_packet0,iface=ul"
+device = "ul"
 address = "{ul}"
 mtu = 1500
 
@@ -112,7 +112,7 @@ count = 1
 polling = "adaptive"
 
 [pods]
-mechanism = "af_packet"
+mechanism = "packet_socket"
 "#,
                 name = self.tables_name(k),
                 ul = NODES[k].1

@@ -96,7 +96,7 @@ tables_dir = "/dev/shm"
 memory = "$memory"
 memory_mb = 256
 [uplink]
-device = "net_af_packet0,iface=ul-$n"
+device = "ul-$n"
 address = "fd00:100::$n"
 mtu = 1500
 [workers]

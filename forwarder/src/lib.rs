@@ -8,5 +8,7 @@
 
 pub mod dpdk;
 pub mod engine;
+pub mod kernel;
+pub mod offload;
 pub mod pipeline;
 pub mod wire;

@@ -679,15 +679,22 @@ fn pod_ports_hot_plug_fail_and_detach() {
 }
 
 #[test]
+fn pod_ports_hot_plug_packet_socket() {
+    require!(true);
+    hot_plug("packet_socket");
+}
+
+#[test]
 fn pod_ports_hot_plug_af_xdp() {
     require!(true);
     hot_plug("af_xdp");
 }
 
-/// Attach, fail, detach and re-attach pod ports with `mechanism`; for af_packet, also checks
-/// the kernel side: packet sockets on the interface exist exactly while the port is plugged.
+/// Attach, fail, detach and re-attach pod ports with `mechanism`; for af_packet and
+/// packet_socket, also checks the kernel side: packet sockets on the interface exist exactly
+/// while the port is plugged.
 fn hot_plug(mechanism: &str) {
-    let af_packet = mechanism == "af_packet";
+    let af_packet = mechanism != "af_xdp";
     let sockets = |ifindex| {
         if af_packet {
             packet_sockets_on(ifindex)

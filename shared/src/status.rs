@@ -242,6 +242,31 @@ pub enum PortCounter {
     TxBytes = 3,
     /// Packets the transmit queue refused (freed, also counted as [`DropReason::TxRefused`]).
     TxRefused = 4,
+    /// The device's `imissed`: frames it dropped because no receive descriptor was free.
+    DeviceRxMissed = 5,
+    /// The device's `ierrors`: erroneous frames it received.
+    DeviceRxErrors = 6,
+    /// The device's `rx_nombuf`: receive buffer allocation failures.
+    DeviceRxNoMbuf = 7,
+    /// The device's `oerrors`: frames it failed to send.
+    DeviceTxErrors = 8,
+    /// Frames the kernel dropped at the forwarder's packet socket (its buffer or ring full:
+    /// the worker fell behind); `PACKET_STATISTICS` `tp_drops`.
+    KernelRxDropped = 9,
+    /// The kernel interface's own receive drops (`rx_dropped` of the host-side veth or NIC).
+    IfaceRxDropped = 10,
+    /// The kernel interface's own transmit drops (`tx_dropped`; on a veth: frames its peer's
+    /// queue refused).
+    IfaceTxDropped = 11,
+    /// Large segments (GSO) received and cut into frames.
+    RxLargeSegments = 12,
+    /// Runs of segments sent as one large segment (GRO-like coalescing).
+    TxLargeSegments = 13,
+}
+
+impl PortCounter {
+    /// Counters per port.
+    pub const COUNT: usize = 14;
 }
 
 /// Per-worker counter indices.
@@ -270,8 +295,8 @@ const INFO_GENERATION: u64 = INFO + 32;
 const INFO_STAGES: u64 = INFO + 40;
 const INFO_NAMES: u64 = INFO + 64;
 const PORTS: u64 = INFO + 4096;
-/// Bytes per port slot: state, endpoint, then the [`PortCounter`]s.
-const PORT_SLOT: u64 = 64;
+/// Bytes per port slot: state, endpoint, then the [`PortCounter`]s (room for 14).
+const PORT_SLOT: u64 = 128;
 const PORT_STATE: u64 = 0;
 const PORT_ENDPOINT: u64 = 8;
 const PORT_COUNTERS: u64 = 16;
@@ -363,7 +388,7 @@ impl StatusWriter {
                 u64::from(workers),
                 u64::from(MAX_PORTS),
                 stages.len() as u64,
-                0,
+                PORT_SLOT,
             ],
         )?;
         if !region.try_lock(0, HEADER_SIZE)? {
@@ -457,7 +482,7 @@ impl StatusWriter {
     /// Zeroes a port's counters (when its id is bound to a new endpoint).
     pub fn reset_port_counters(&self, port: PortId) {
         if let Some(c) = self.port_counters(port) {
-            for i in 0..5 {
+            for i in 0..PortCounter::COUNT as u64 {
                 c.cell(i).store(0, Ordering::Relaxed);
             }
         }
@@ -514,6 +539,11 @@ impl PortCounters<'_> {
             self.cell(c as u64).fetch_add(n, Ordering::Relaxed);
         }
     }
+    /// Sets a counter the forwarder reads from elsewhere (the device's or the kernel's own
+    /// counters, which only their owner writes).
+    pub fn set(&self, c: PortCounter, v: u64) {
+        self.cell(c as u64).store(v, Ordering::Relaxed);
+    }
 }
 
 /// A read-only view of a forwarder's status (control, `lace-forwarder stats`, tests).
@@ -532,7 +562,7 @@ pub struct PortStatus {
     /// Endpoint id of the request the state answers.
     pub endpoint: u64,
     /// Counters, indexed by [`PortCounter`].
-    pub counters: [u64; 5],
+    pub counters: [u64; PortCounter::COUNT],
 }
 
 impl StatusReader {
@@ -540,6 +570,17 @@ impl StatusReader {
     pub fn open(path: &Path) -> Result<StatusReader> {
         let region = Region::open_ro(path, RegionKind::Status)?;
         let workers = region.header().params[0];
+        if region.header().params[3] != PORT_SLOT {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                what: format!(
+                    "port slots of {} bytes where this build reads {PORT_SLOT}: the region was \
+                     written by a different lace-forwarder version; use the matching \
+                     `lace-forwarder stats`",
+                    region.header().params[3]
+                ),
+            });
+        }
         if region_size(workers as u32) > region.len() as u64 || workers > 4096 {
             return Err(Error::Corrupt {
                 path: path.to_path_buf(),
@@ -616,7 +657,7 @@ impl StatusReader {
             return None;
         }
         let base = PORTS + PORT_SLOT * u64::from(port.0);
-        let mut counters = [0u64; 5];
+        let mut counters = [0u64; PortCounter::COUNT];
         for (i, c) in counters.iter_mut().enumerate() {
             *c = self.load(base + PORT_COUNTERS + 8 * i as u64);
         }

@@ -44,6 +44,19 @@
 //! | `cni.add_to_reachable.{p50,p99}_ms` | two-node stack in network namespaces: lace-cni ADD → first ping reply to a pod on the other node (root only) | `cni.reach_floor.*`: the same probe from an attached pod |
 //! | `cni.add.{p50,p99}_ms`, `cni.del.p50_ms` | ADD alone, DEL alone | none |
 //!
+//! `--pod-path` (root; not part of `--quick`) prints only the pod-path comparison
+//! (`lace_benches::podpath`): two nodes with a pod each, lace's demo shape beside the kernel's
+//! own SRv6 built on the same machine, measured back to back:
+//!
+//! | id | what | anchor |
+//! |---|---|---|
+//! | `podpath.tcp_1stream.gbps`, `podpath.tcp_4stream.gbps` | iperf3 TCP pod → remote pod | `podpath.kernel.*` (default offloads) |
+//! | `podpath.tcp_1stream.gbps.vs_offloads_off` | the same | `podpath.kernel_offloads_off.tcp_1stream.gbps` |
+//! | `podpath.udp64.mpps` | iperf3 UDP, 64 B payloads, received rate | `podpath.kernel.udp64.mpps` |
+//! | `podpath.rtt.{p50,p99}_us` | ping every 10 ms | `podpath.kernel.rtt.*` |
+//! | `podpath.tcp_1stream.retransmit_ratio` | RetransSegs / OutSegs | the kernel's |
+//! | `podpath.tcp_1stream.cpu_us_per_segment` | host CPU time per segment sent | the kernel's |
+//!
 //! The pipeline figures and their method are described in `lace_benches::pipeline`, the
 //! control-plane ones in `lace_benches::control`. The stack figure needs root and the
 //! workspace's binaries next to lace-bench (`cargo build --release --workspace --bins`); it
@@ -107,6 +120,10 @@ struct Args {
     /// Targets of figures not measured are not printed.
     #[arg(long, value_delimiter = ',', value_name = "SECTION")]
     only: Vec<Section>,
+    /// Only the pod-path comparison (root): lace's two nodes with pods through lace-cni beside
+    /// the kernel's own SRv6, iperf3 and ping, about two minutes.
+    #[arg(long, conflicts_with_all = ["quick", "smoke"])]
+    pod_path: bool,
 }
 
 /// A part of the report that `--only` can select.
@@ -142,8 +159,46 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--pod-path`: the pod-path figures alone.
+fn pod_path(args: &Args, started: Instant) -> anyhow::Result<()> {
+    println!(
+        "lace-bench: the pod path (kernel SRv6 shape, then lace's two-node stack) ... load {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    let out = lace_benches::podpath::figures();
+    let mut report = Report::new();
+    report.extend(out.figures);
+    for (id, t) in lace_benches::podpath::targets() {
+        report.set_target(id, t);
+    }
+    println!();
+    report.print_table(&mut std::io::stdout().lock())?;
+    for (id, why) in &out.not_measured {
+        println!("{id}  not measured: {why}");
+    }
+    for n in &out.notes {
+        println!("note: {n}");
+    }
+    if let Some(path) = &args.json {
+        report
+            .write_json(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("\nfigures written to {}", path.display());
+    }
+    println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
+    if !out.not_measured.is_empty() {
+        bail!("the pod path was not measured (see above)");
+    }
+    Ok(())
+}
+
 fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
+    if args.pod_path {
+        return pod_path(&args, started);
+    }
     let scale = if args.smoke {
         Scale::smoke()
     } else if args.quick {

@@ -3,7 +3,7 @@
 //!
 //! Everything here is netlink (`rtnetlink`), except two things that have no netlink interface:
 //! per-interface sysctls (`/proc/sys/net/ipv6/conf/<if>/…`) and offload features, which are
-//! switched off with the `ethtool` binary (the `ethtool` crate can read features but not set
+//! switched on with the `ethtool` binary (the `ethtool` crate can read features but not set
 //! them).
 //!
 //! Namespace handling: `setns` changes only the calling thread, so work inside the pod's
@@ -39,9 +39,14 @@ use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
 use crate::proto::Allocation;
 
-/// Offload features switched off on both ends. The forwarder attaches the host end with
-/// AF_PACKET and must see whole frames with their checksums filled in.
-pub const OFFLOADS_OFF: [&str; 8] = ["tx", "off", "tso", "off", "gso", "off", "gro", "off"];
+/// Offload features switched on on both ends (the kernel's defaults for a veth, set
+/// explicitly so a pod gets them whatever its namespace's defaults). The forwarder's packet
+/// socket port (ADR 0013) takes the pod's large segments whole with their offload metadata,
+/// completes partial checksums and cuts segments once, and sends runs of TCP segments back as
+/// one large segment with a partial checksum, which the pod end must accept: checksum offload
+/// (`tx`) and TSO on the host end keep the kernel from cutting them again, GRO on the pod end
+/// merges what lace did not.
+pub const OFFLOADS: [&str; 8] = ["tx", "on", "tso", "on", "gso", "on", "gro", "on"];
 
 /// Why link work failed.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +115,7 @@ pub enum LinkError {
         source: io::Error,
     },
     /// `ethtool` failed or is missing.
-    #[error("ethtool -K {ifname} {}: {detail}", OFFLOADS_OFF.join(" "))]
+    #[error("ethtool -K {ifname} {}: {detail}", OFFLOADS.join(" "))]
     Ethtool {
         /// The interface.
         ifname: String,
@@ -441,12 +446,12 @@ pub fn create_veth(spec: &PodLinkSpec, netns: &Path) -> Result<(), LinkError> {
 }
 
 /// Configures the host end in the calling thread's namespace: IPv6 off (the forwarder owns the
-/// addresses; the kernel must not answer NDP or send router solicitations on it), offloads off,
+/// addresses; the kernel must not answer NDP or send router solicitations on it), offloads on,
 /// up. Returns its MAC.
 pub fn configure_host_end(spec: &PodLinkSpec) -> Result<Vec<u8>, LinkError> {
     let name = &spec.host_interface;
     write_sysctl(&format!("net/ipv6/conf/{name}/disable_ipv6"), "1", true)?;
-    offloads_off(name)?;
+    offloads_on(name)?;
     with_netlink(|handle| async move {
         let link = find_link(&handle, name)
             .await?
@@ -464,7 +469,7 @@ pub fn configure_host_end(spec: &PodLinkSpec) -> Result<Vec<u8>, LinkError> {
     })
 }
 
-/// Configures the pod end inside `netns`: DAD off (addresses usable at once), offloads off,
+/// Configures the pod end inside `netns`: DAD off (addresses usable at once), offloads on,
 /// addresses, up, routes via the gateways, and a permanent neighbor entry per gateway.
 pub fn configure_pod_end(spec: &PodLinkSpec, netns: &Path) -> Result<(), LinkError> {
     in_netns(netns, |handle| async move {
@@ -472,7 +477,7 @@ pub fn configure_pod_end(spec: &PodLinkSpec, netns: &Path) -> Result<(), LinkErr
         let has_v6 = spec.addresses.iter().any(|(a, _)| a.addr().is_ipv6());
         // Missing only when IPv6 is off in the pod; then an IPv6 address fails below anyway.
         write_sysctl(&format!("net/ipv6/conf/{name}/accept_dad"), "0", !has_v6)?;
-        offloads_off(name)?;
+        offloads_on(name)?;
         let link = find_link(&handle, name)
             .await?
             .ok_or_else(|| LinkError::Missing {
@@ -717,13 +722,13 @@ fn write_sysctl(key: &str, value: &'static str, missing_ok: bool) -> Result<(), 
     }
 }
 
-/// Switches checksum and segmentation offloads off on `ifname`, in the calling thread's
+/// Switches checksum and segmentation offloads on on `ifname`, in the calling thread's
 /// namespace (a child process starts in its parent thread's namespace).
-fn offloads_off(ifname: &str) -> Result<(), LinkError> {
+fn offloads_on(ifname: &str) -> Result<(), LinkError> {
     let out = Command::new("ethtool")
         .arg("-K")
         .arg(ifname)
-        .args(OFFLOADS_OFF)
+        .args(OFFLOADS)
         .output()
         .map_err(|e| LinkError::Ethtool {
             ifname: ifname.to_string(),

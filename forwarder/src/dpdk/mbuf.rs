@@ -397,6 +397,19 @@ impl<const N: usize> Burst<N> {
         n
     }
 
+    /// Frees the first `n` mbufs (all of them when `n` exceeds the length) and moves the rest
+    /// to the front, in order.
+    #[inline]
+    pub fn free_front(&mut self, n: usize) {
+        let n = n.min(self.len);
+        // SAFETY: the first n slots hold owned mbufs; they are freed once here and then
+        // forgotten by forget_front, which moves the remaining ones to the front.
+        unsafe {
+            free_raw(self.mbufs.as_mut_ptr().cast(), n);
+            self.forget_front(n);
+        }
+    }
+
     /// The first `len` slots as DPDK's `struct rte_mbuf **` (for tx), and len.
     #[inline]
     pub(crate) fn filled_raw(&mut self) -> (*mut *mut sys::rte_mbuf, usize) {

@@ -46,8 +46,9 @@ impl Memory {
 pub enum Polling {
     /// Never sleep: lowest latency, one CPU per worker at 100% (production).
     Busy,
-    /// Sleep with backoff (10 µs up to 1 ms) after 100 empty polls; wake to busy polling when
-    /// packets arrive. For shared machines, tests and laptops.
+    /// After a short spin without packets, sleep until one arrives: on the packet sockets of
+    /// kernel-interface ports (epoll: no CPU while idle), with a backoff from 10 µs to 1 ms
+    /// when a DPDK port without wake-ups is polled too. For shared machines, tests, laptops.
     Adaptive,
 }
 
@@ -71,8 +72,16 @@ impl Polling {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Mechanism {
+    /// lace's own AF_PACKET socket port with the virtio-net header (ADR 0013): frames move
+    /// with one `recvmmsg`/`sendmmsg` per burst straight into and out of mbufs; large segments
+    /// (the pod's TSO/GSO) arrive whole and are cut once, runs of TCP segments toward the pod
+    /// leave as one large segment, partial checksums are completed; workers sleep on the
+    /// sockets (epoll) when adaptive. No DPDK hot-plug: attaching is a few system calls.
+    PacketSocket,
     /// `net_af_packet`: a PACKET_MMAP socket per queue on the host-side veth, fanned out over
-    /// the workers' queues; works on any kernel and interface.
+    /// the workers' queues; works on any kernel and interface, but only with the pod's
+    /// offloads off (2 KiB ring frames: a large segment arrives truncated) and without
+    /// wake-ups (the driver has no receive interrupts).
     AfPacket,
     /// `net_af_xdp`: an XDP socket per queue; needs the interface to have one queue per worker
     /// (veth created with `numrxqueues`/`numtxqueues`) and a kernel with AF_XDP. DPDK 22.11
@@ -85,15 +94,20 @@ impl Mechanism {
     /// The value as written in the configuration.
     pub const fn name(self) -> &'static str {
         match self {
+            Mechanism::PacketSocket => "packet_socket",
             Mechanism::AfPacket => "af_packet",
             Mechanism::AfXdp => "af_xdp",
         }
     }
 
     fn parse(s: &str) -> Option<Mechanism> {
-        [Mechanism::AfPacket, Mechanism::AfXdp]
-            .into_iter()
-            .find(|m| m.name() == s)
+        [
+            Mechanism::PacketSocket,
+            Mechanism::AfPacket,
+            Mechanism::AfXdp,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
     }
 }
 
@@ -116,7 +130,8 @@ pub struct EalConfig {
 /// `[uplink]`: the port to the underlay.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UplinkConfig {
-    /// vdev devargs (`net_…`) or a PCI address.
+    /// vdev devargs (`net_…`), a PCI address, or the name of a kernel interface (attached with
+    /// lace's own packet socket port, like pods: `ul0`).
     pub device: String,
     /// The node's underlay IPv6 address.
     pub address: Ipv6Addr,
@@ -130,6 +145,11 @@ impl UplinkConfig {
     /// Whether the device is a PCI address (allow-listed with `-a`) rather than a vdev.
     pub fn is_pci(&self) -> bool {
         is_pci_address(&self.device)
+    }
+
+    /// Whether the device is a kernel interface name (lace's packet socket port).
+    pub fn is_kernel_interface(&self) -> bool {
+        !self.is_pci() && !self.device.starts_with("net_")
     }
 }
 
@@ -390,12 +410,13 @@ impl Config {
                 fix: "set `device = \"net_…\"` (vdev devargs) or a PCI address under [uplink], \
                       or pass --uplink",
             })?;
-        if !(is_pci_address(&device) || device.starts_with("net_")) {
+        if !(is_pci_address(&device) || device.starts_with("net_") || is_iface_name(&device)) {
             return Err(ConfigError::Invalid {
                 field: "uplink.device",
                 value: device,
-                why: "is neither a PCI address (0000:03:00.1) nor vdev devargs starting with \
-                      \"net_\" (net_af_packet0,iface=eth1)"
+                why: "is neither a PCI address (0000:03:00.1), vdev devargs starting with \
+                      \"net_\" (net_af_packet0,iface=eth1), nor a kernel interface name (eth1: \
+                      1-15 characters, no '/', ':', ',', '=' or space)"
                     .to_owned(),
             });
         }
@@ -467,9 +488,11 @@ impl Config {
             Some(s) => Mechanism::parse(&s).ok_or_else(|| ConfigError::Invalid {
                 field: "pods.mechanism",
                 value: s,
-                why: "is not a pod-port mechanism: use \"af_packet\" or \"af_xdp\"".to_owned(),
+                why: "is not a pod-port mechanism: use \"packet_socket\", \"af_packet\" or \
+                      \"af_xdp\""
+                    .to_owned(),
             })?,
-            None => Mechanism::AfPacket,
+            None => Mechanism::PacketSocket,
         };
 
         Ok(Config {
@@ -589,6 +612,17 @@ pub fn parse_cpu_list(list: &str) -> Vec<u32> {
     cpus
 }
 
+/// A Linux interface name: 1 to 15 bytes, none of `/ : , =` or whitespace (and not a PCI
+/// address, which is checked first).
+pub fn is_iface_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 15
+        && !s.starts_with("net_")
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '/' | ':' | ',' | '='))
+}
+
 /// `0000:03:00.1` or `03:00.1`.
 pub fn is_pci_address(s: &str) -> bool {
     let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
@@ -670,7 +704,10 @@ mod tests {
         assert_eq!(c.srv6.hop_limit, 64);
         assert_eq!(c.workers.count, 1);
         assert_eq!(c.workers.polling, Polling::Adaptive);
-        assert_eq!(c.pods.mechanism, Mechanism::AfPacket);
+        assert_eq!(c.pods.mechanism, Mechanism::PacketSocket);
+        assert!(!c.uplink.is_kernel_interface());
+        let k = load(&MINIMAL.replace("net_null0", "ul-a")).unwrap();
+        assert!(k.uplink.is_kernel_interface());
         assert_eq!(c.uplink_rx_queues(), 1);
     }
 
@@ -691,7 +728,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("workers.polling") && e.contains("busy"), "{e}");
-        let e = load(&MINIMAL.replace("net_null0", "eth0"))
+        let e = load(&MINIMAL.replace("net_null0", "eth0,x=1"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("uplink.device"), "{e}");

@@ -40,8 +40,8 @@ use crate::dpdk::{self, Eal, Mempool, Port, PortConfig, Worker};
 use crate::pipeline::{self, Pipeline, Stage, UnderlayNeighbors};
 
 pub use config::{Config, ConfigError, Mechanism, Memory, Overrides, Polling};
-use ports::{PodPorts, Request};
-use worker::{Command, Mailbox, WorkerSetup};
+use ports::{Attached, KernelPort, NetDev, PodPorts, Request};
+use worker::{Command, Mailbox, PortRx, PortTx, WorkerSetup};
 
 /// How often the main thread wakes: heartbeat, signals, tables, pod ports. Short, because a
 /// new pod waits for its port on this tick (`cni.add_to_reachable`); a tick is one atomic load
@@ -49,6 +49,8 @@ use worker::{Command, Mailbox, WorkerSetup};
 pub const TICK: Duration = Duration::from_millis(5);
 /// How often the tables file is checked for replacement.
 const REPLACED_CHECK: Duration = Duration::from_secs(1);
+/// How often the devices' and the kernel's counters are copied into the status region.
+const COUNTER_REFRESH: Duration = Duration::from_millis(250);
 
 /// Registers SIGTERM and SIGINT: the first sets the returned flag (a clean stop), a second
 /// exits the process at once with status 1.
@@ -134,8 +136,9 @@ fn eal_error(e: dpdk::Error, config: &Config) -> anyhow::Error {
 fn mbufs_for(config: &Config) -> u32 {
     let workers = u32::from(config.workers.count);
     let rx = u32::from(config.uplink_rx_queues());
-    // RX rings of the uplink, bursts in flight per worker, TX rings, pod-port bursts.
-    let want = 8192 + 1024 * rx + 4096 * workers;
+    // RX rings of the uplink, bursts in flight per worker, TX rings, pod-port bursts, and the
+    // receive buffers packet-socket queues keep ready (32 per queue, for ~64 ports).
+    let want = 8192 + 1024 * rx + 4096 * workers + 2048 * workers;
     want.next_power_of_two() - 1
 }
 
@@ -171,8 +174,7 @@ fn run_with_eal(
     )
     .context("creating the packet buffer pool (raise eal.memory_mb)")?;
 
-    let mut uplink = open_uplink(config, &eal, &pool)?;
-    let uplink_mac = uplink.mac().context("reading the uplink's MAC")?;
+    let (mut uplink, uplink_queues, uplink_mac) = open_uplink(config, &eal, &pool)?;
     status.set_port(PortId::UPLINK, 0, PortState::Up);
 
     let flow_seed = config.srv6.flow_seed.unwrap_or_else(random_seed);
@@ -211,35 +213,59 @@ fn run_with_eal(
         }
     }
 
-    let result = give_uplink_queues(&uplink, config, &mailboxes).and_then(|()| {
+    let result = give_uplink_queues(uplink_queues, &mailboxes).and_then(|()| {
         status.set_state(RunState::Running);
         tracing::info!(
             name = %config.name,
             workers,
             polling = config.workers.polling.name(),
-            uplink = uplink.name(),
+            uplink = %config.uplink.device,
             mac = %uplink_mac,
             address = %config.uplink.address,
             "forwarding"
         );
         let mut pods = PodPorts::new(eal, config.pods.mechanism, workers, pool.clone());
-        let r = main_loop(config, status, &mailboxes, &mut pods, stop);
+        let r = main_loop(config, status, &mailboxes, &mut pods, &mut uplink, stop);
         status.set_state(RunState::Stopping);
         tracing::info!("stopping");
         let clean = stop_workers(&mailboxes, running);
         pods.detach_all(&[], status);
         r.and(clean)
     });
-    if let Err(e) = uplink.stop() {
-        tracing::debug!("uplink stop: {e}");
+    if let Attached::Dpdk(port) = &mut uplink {
+        if let Err(e) = port.stop() {
+            tracing::debug!("uplink stop: {e}");
+        }
     }
     drop(uplink);
     status.set_port(PortId::UPLINK, 0, PortState::Absent);
     result
 }
 
-fn open_uplink(config: &Config, eal: &Eal, pool: &Mempool) -> anyhow::Result<Port> {
+/// Each worker's uplink queues: the RX queues it polls and its TX queue.
+type WorkerQueues = Vec<(Vec<PortRx>, PortTx)>;
+
+/// Opens the uplink: a kernel interface with lace's packet sockets, or a DPDK device
+/// (configured and started). Returns it, each worker's queues, and its MAC.
+fn open_uplink(
+    config: &Config,
+    eal: &Eal,
+    pool: &Mempool,
+) -> anyhow::Result<(Attached, WorkerQueues, lace_shared::types::MacAddr)> {
     let dev = &config.uplink.device;
+    if config.uplink.is_kernel_interface() {
+        let (k, queues) = KernelPort::open(dev, config.workers.count, pool, false)
+            .with_context(|| format!("uplink.device {dev:?}"))?;
+        let mac = k.sockets[0]
+            .mac()
+            .with_context(|| format!("uplink.device {dev:?}: reading its MAC"))?;
+        let queues = queues.into_iter().map(|(rx, tx)| (vec![rx], tx)).collect();
+        return Ok((
+            Attached::Kernel(k),
+            queues,
+            lace_shared::types::MacAddr(mac),
+        ));
+    }
     let mut port = if config.uplink.is_pci() {
         Port::by_name(eal, dev)
     } else {
@@ -262,26 +288,27 @@ fn open_uplink(config: &Config, eal: &Eal, pool: &Mempool) -> anyhow::Result<Por
         .with_context(|| format!("uplink.device {dev:?}: configuring {pc:?}"))?;
     port.start()
         .with_context(|| format!("uplink.device {dev:?}: starting"))?;
-    Ok(port)
-}
-
-/// Worker `i` gets TX queue `i` and the RX queues `q` with `q % workers == i`.
-fn give_uplink_queues(
-    uplink: &Port,
-    config: &Config,
-    mailboxes: &[Arc<Mailbox>],
-) -> anyhow::Result<()> {
-    let workers = mailboxes.len() as u16;
+    let mac = port.mac().context("reading the uplink's MAC")?;
+    // Worker `i` gets TX queue `i` and the RX queues `q` with `q % workers == i`.
+    let workers = config.workers.count;
     let rx_queues = config.uplink_rx_queues();
-    let mut generations = Vec::new();
-    for (i, mb) in mailboxes.iter().enumerate() {
-        let i = i as u16;
+    let mut queues = Vec::new();
+    for i in 0..workers {
         let rx = (i..rx_queues)
             .step_by(usize::from(workers))
-            .map(|q| uplink.rx_queue(q))
+            .map(|q| port.rx_queue(q).map(PortRx::Dpdk))
             .collect::<Result<Vec<_>, _>>()
             .context("taking the uplink's RX queues")?;
-        let tx = uplink.tx_queue(i).context("taking the uplink's TX queue")?;
+        let tx = port.tx_queue(i).context("taking the uplink's TX queue")?;
+        queues.push((rx, PortTx::Dpdk(tx)));
+    }
+    Ok((Attached::Dpdk(port), queues, mac))
+}
+
+/// Hands each worker its uplink queues and waits for every acknowledgement.
+fn give_uplink_queues(queues: WorkerQueues, mailboxes: &[Arc<Mailbox>]) -> anyhow::Result<()> {
+    let mut generations = Vec::new();
+    for (mb, (rx, tx)) in mailboxes.iter().zip(queues) {
         generations.push(mb.post([Command::AddPort {
             port: PortId::UPLINK,
             rx,
@@ -322,9 +349,11 @@ fn main_loop(
     status: &StatusWriter,
     mailboxes: &[Arc<Mailbox>],
     pods: &mut PodPorts,
+    uplink: &mut Attached,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
     let tables_cfg = config.tables();
+    let mut next_counters = Instant::now();
     let tables_path = tables_cfg.tables_path();
     let mut tables: Option<Tables> = None;
     let mut last_error: Option<String> = None;
@@ -384,6 +413,14 @@ fn main_loop(
                 t.reconciled = Some(generation);
                 status.set_generation(generation);
             }
+        }
+        if Instant::now() >= next_counters {
+            next_counters = Instant::now() + COUNTER_REFRESH;
+            let net_dev = NetDev::read();
+            if let Some(c) = status.port_counters(PortId::UPLINK) {
+                uplink.refresh(&c, &net_dev);
+            }
+            pods.refresh_counters(status, &net_dev);
         }
         std::thread::sleep(TICK);
     }

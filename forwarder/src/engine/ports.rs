@@ -6,11 +6,17 @@
 //! acknowledges each in the status region: `Attaching` → `Up`, or `Failed(errno)` with the
 //! error logged, retried with exponential backoff. A failed port never disturbs the others.
 //!
-//! Attaching: probe the vdev (mechanism from the configuration), configure one queue pair per
-//! worker, start it, then hand worker `i` RX and TX queue `i` through its mailbox and wait for
-//! every acknowledgement. Detaching: ask every worker to drop the port's queues, wait for the
-//! acknowledgements, then stop, close and remove the device. No worker ever polls a stopped
-//! port, and no worker stops for it.
+//! Attaching (mechanism from the configuration): `packet_socket` opens one packet socket per
+//! worker on the interface (a few system calls, no DPDK hot-plug); `af_packet`/`af_xdp` probe
+//! the vdev, configure one queue pair per worker and start it. Then worker `i` gets its RX and
+//! TX queue through its mailbox and every acknowledgement is awaited. Detaching: ask every
+//! worker to drop the port's queues, wait for the acknowledgements, then close the sockets (or
+//! stop, close and remove the device). No worker ever polls a stopped port, and no worker
+//! stops for it.
+//!
+//! [`PodPorts::refresh_counters`] copies what the device and the kernel count for each port
+//! (drops where lace does not look: the driver's `imissed`/`ierrors`/`rx_nombuf`/`oerrors`,
+//! the packet sockets' `tp_drops`, the interface's own drop counters) into the status region.
 //!
 //! [`PortInfo`]: lace_shared::types::PortInfo
 
@@ -18,13 +24,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lace_shared::status::{PortState, StatusWriter, MAX_PORTS};
+use lace_shared::status::{PortCounter, PortCounters, PortState, StatusWriter, MAX_PORTS};
 use lace_shared::tables::Snapshot;
 use lace_shared::types::{PortId, PortKind};
 
 use super::config::Mechanism;
-use super::worker::{Command, Mailbox};
+use super::worker::{Command, Mailbox, PortRx, PortTx};
 use crate::dpdk::{Eal, Mempool, Port, PortConfig};
+use crate::kernel::{self, KernelError, PacketSocket};
 
 /// How long the main thread waits for a worker to take or drop queues.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -70,8 +77,152 @@ pub struct AttachError {
     pub message: String,
 }
 
+/// A port as attached: a DPDK device, or lace's packet sockets (one per worker).
+#[derive(Debug)]
+pub enum Attached {
+    /// A DPDK ethdev.
+    Dpdk(Port),
+    /// Packet sockets on a kernel interface, one per worker.
+    Kernel(KernelPort),
+}
+
+/// The main thread's side of a packet-socket port: the sockets (for their counters).
+#[derive(Debug)]
+pub struct KernelPort {
+    /// The interface.
+    pub iface: String,
+    /// One socket per worker.
+    pub sockets: Vec<Arc<PacketSocket>>,
+    /// Kernel socket drops counted so far (`PACKET_STATISTICS` resets on every read).
+    dropped: u64,
+}
+
+impl KernelPort {
+    /// Opens one socket per worker on `iface` (sharing its flows when there are several) and
+    /// builds each worker's queues; `coalesce`: merge TCP runs toward this interface.
+    pub fn open(
+        iface: &str,
+        workers: u16,
+        pool: &Mempool,
+        coalesce: bool,
+    ) -> Result<(KernelPort, Vec<(PortRx, PortTx)>), KernelError> {
+        let fanout = (workers > 1).then(kernel::fanout_group);
+        let mut sockets = Vec::with_capacity(usize::from(workers));
+        let mut queues = Vec::with_capacity(usize::from(workers));
+        for _ in 0..workers {
+            let s = PacketSocket::open(iface, true, fanout)?;
+            queues.push((
+                PortRx::Kernel(Box::new(kernel::RxQueue::new(Arc::clone(&s), pool.clone()))),
+                PortTx::Kernel(Box::new(kernel::TxQueue::new(Arc::clone(&s), coalesce))),
+            ));
+            sockets.push(s);
+        }
+        Ok((
+            KernelPort {
+                iface: iface.to_owned(),
+                sockets,
+                dropped: 0,
+            },
+            queues,
+        ))
+    }
+
+    /// Copies the sockets' and the interface's drop counters into `c`, and reads the
+    /// interface's offload settings again.
+    pub fn refresh(&mut self, c: &PortCounters<'_>, net_dev: &NetDev) {
+        for s in &self.sockets {
+            if let Ok(st) = s.take_stats() {
+                self.dropped += st.drops;
+            }
+            s.refresh_offloads();
+        }
+        c.set(PortCounter::KernelRxDropped, self.dropped);
+        if let Some(d) = net_dev.drops(&self.iface) {
+            c.set(PortCounter::IfaceRxDropped, d.0);
+            c.set(PortCounter::IfaceTxDropped, d.1);
+        }
+    }
+}
+
+impl Attached {
+    /// Copies the device's or the kernel's counters into the port's status slot.
+    pub fn refresh(&mut self, c: &PortCounters<'_>, net_dev: &NetDev) {
+        match self {
+            Attached::Dpdk(p) => {
+                if let Ok(st) = p.stats() {
+                    c.set(PortCounter::DeviceRxMissed, st.rx_missed);
+                    c.set(PortCounter::DeviceRxErrors, st.rx_errors);
+                    c.set(PortCounter::DeviceRxNoMbuf, st.rx_no_mbuf);
+                    c.set(PortCounter::DeviceTxErrors, st.tx_errors);
+                }
+                if let Some(iface) = p.info().ok().and_then(|i| i.if_index).and_then(if_name) {
+                    if let Some(d) = net_dev.drops(&iface) {
+                        c.set(PortCounter::IfaceRxDropped, d.0);
+                        c.set(PortCounter::IfaceTxDropped, d.1);
+                    }
+                }
+            }
+            Attached::Kernel(k) => k.refresh(c, net_dev),
+        }
+    }
+}
+
+/// The name of the interface with index `index` in this namespace.
+fn if_name(index: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: buf has IF_NAMESIZE bytes, as if_indextoname requires; it NUL-terminates.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success buf holds a NUL-terminated name.
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// The interfaces' drop counters of this network namespace (`/proc/self/net/dev`, which
+/// follows the namespace even where `/sys` was not remounted for it).
+#[derive(Debug, Default)]
+pub struct NetDev {
+    drops: BTreeMap<String, (u64, u64)>,
+}
+
+impl NetDev {
+    /// Reads the table now (empty when it cannot be read).
+    pub fn read() -> NetDev {
+        let text = std::fs::read_to_string("/proc/self/net/dev").unwrap_or_default();
+        NetDev::parse(&text)
+    }
+
+    /// Parses `/proc/net/dev`: per interface, receive `drop` (4th field) and transmit `drop`
+    /// (12th).
+    pub fn parse(text: &str) -> NetDev {
+        let drops = text
+            .lines()
+            .skip(2)
+            .filter_map(|l| {
+                let (name, rest) = l.split_once(':')?;
+                let f: Vec<u64> = rest
+                    .split_whitespace()
+                    .map(|x| x.parse().unwrap_or(0))
+                    .collect();
+                Some((name.trim().to_owned(), (*f.get(3)?, *f.get(11)?)))
+            })
+            .collect();
+        NetDev { drops }
+    }
+
+    /// (receive drops, transmit drops) of `iface`.
+    pub fn drops(&self, iface: &str) -> Option<(u64, u64)> {
+        self.drops.get(iface).copied()
+    }
+}
+
 enum Plugged {
-    Up(Port),
+    Up(Attached),
     Failed {
         error: AttachError,
         attempts: u32,
@@ -176,8 +327,12 @@ impl PodPorts {
             let plugged = match self.plug(id, &req.iface, mailboxes) {
                 Ok(port) => {
                     status.set_port(id, req.endpoint, PortState::Up);
-                    tracing::info!(port = id.0, iface = %req.iface, dpdk_port = port.id(),
-                        vdev = port.name(), "pod port up");
+                    match &port {
+                        Attached::Dpdk(p) => tracing::info!(port = id.0, iface = %req.iface,
+                            dpdk_port = p.id(), vdev = p.name(), "pod port up"),
+                        Attached::Kernel(k) => tracing::info!(port = id.0, iface = %req.iface,
+                            sockets = k.sockets.len(), "pod port up"),
+                    }
                     Plugged::Up(port)
                 }
                 Err(error) => {
@@ -207,6 +362,16 @@ impl PodPorts {
         }
     }
 
+    /// Copies the devices' and the kernel's counters of every attached port into the status
+    /// region.
+    pub fn refresh_counters(&mut self, status: &StatusWriter, net_dev: &NetDev) {
+        for (id, p) in &mut self.ports {
+            if let (Plugged::Up(a), Some(c)) = (&mut p.plugged, status.port_counters(*id)) {
+                a.refresh(&c, net_dev);
+            }
+        }
+    }
+
     /// Detaches every port (at shutdown, after the workers returned their queues).
     pub fn detach_all(&mut self, mailboxes: &[Arc<Mailbox>], status: &StatusWriter) {
         for (id, p) in std::mem::take(&mut self.ports) {
@@ -220,6 +385,8 @@ impl PodPorts {
     /// names `<driver><n>` (DPDK matches the driver by the name's prefix).
     pub fn devargs(mechanism: Mechanism, index: u32, iface: &str, workers: u16) -> String {
         match mechanism {
+            // No vdev: named for logs only.
+            Mechanism::PacketSocket => format!("packet_socket{index},iface={iface}"),
             Mechanism::AfPacket => {
                 format!(
                     "net_af_packet_pod{index},iface={iface},qpairs={workers},qdisc_bypass=1,\
@@ -240,7 +407,7 @@ impl PodPorts {
         id: PortId,
         iface: &str,
         mailboxes: &[Arc<Mailbox>],
-    ) -> Result<Port, AttachError> {
+    ) -> Result<Attached, AttachError> {
         if !interface_exists(iface) {
             return Err(AttachError {
                 errno: libc::ENODEV as u32,
@@ -252,6 +419,17 @@ impl PodPorts {
         }
         let devargs = Self::devargs(self.mechanism, self.next_vdev, iface, self.workers);
         self.next_vdev = self.next_vdev.wrapping_add(1);
+        if self.mechanism == Mechanism::PacketSocket {
+            let (k, queues) =
+                KernelPort::open(iface, self.workers, &self.pool, true).map_err(|e| {
+                    AttachError {
+                        errno: e.errno(),
+                        message: e.to_string(),
+                    }
+                })?;
+            hand_out(id, queues, mailboxes, &devargs)?;
+            return Ok(Attached::Kernel(k));
+        }
         let dpdk = |e: crate::dpdk::Error| AttachError {
             errno: e.errno().unsigned_abs(),
             message: e.to_string(),
@@ -270,36 +448,17 @@ impl PodPorts {
         let mut queues = Vec::with_capacity(mailboxes.len());
         for q in 0..mailboxes.len() as u16 {
             queues.push((
-                port.rx_queue(q).map_err(dpdk)?,
-                port.tx_queue(q).map_err(dpdk)?,
+                PortRx::Dpdk(port.rx_queue(q).map_err(dpdk)?),
+                PortTx::Dpdk(port.tx_queue(q).map_err(dpdk)?),
             ));
         }
-        let generations: Vec<u64> = mailboxes
-            .iter()
-            .zip(queues)
-            .map(|(mb, (rx, tx))| {
-                mb.post([Command::AddPort {
-                    port: id,
-                    rx: vec![rx],
-                    tx,
-                }])
-            })
-            .collect();
-        for (i, (mb, g)) in mailboxes.iter().zip(generations).enumerate() {
-            if let Err(e) = mb.wait_ack(g, ACK_TIMEOUT) {
-                remove_from_workers(id, mailboxes);
-                return Err(AttachError {
-                    errno: libc::ETIMEDOUT as u32,
-                    message: format!("worker {i} did not take the queues of {devargs}: {e}"),
-                });
-            }
-        }
-        Ok(port)
+        hand_out(id, queues, mailboxes, &devargs)?;
+        Ok(Attached::Dpdk(port))
     }
 
     fn unplug(&mut self, id: PortId, p: PodPort, mailboxes: &[Arc<Mailbox>], st: &StatusWriter) {
         match p.plugged {
-            Plugged::Up(port) => {
+            Plugged::Up(Attached::Dpdk(port)) => {
                 remove_from_workers(id, mailboxes);
                 let name = port.name().to_owned();
                 match port.detach() {
@@ -308,6 +467,12 @@ impl PodPorts {
                     Err(e) => tracing::error!(port = id.0, iface = %p.request.iface,
                         "pod port detach: {e}"),
                 }
+            }
+            Plugged::Up(Attached::Kernel(k)) => {
+                remove_from_workers(id, mailboxes);
+                // The workers dropped their queues: the sockets close with these handles.
+                drop(k);
+                tracing::info!(port = id.0, iface = %p.request.iface, "pod port detached");
             }
             Plugged::Failed { error, .. } => {
                 tracing::info!(port = id.0, iface = %p.request.iface,
@@ -330,6 +495,37 @@ fn interface_exists(iface: &str) -> bool {
             .any(|(name, _)| name.trim() == iface),
         Err(_) => true,
     }
+}
+
+/// Hands worker `i` the `i`th queue pair of port `id` and waits for every acknowledgement; on
+/// a timeout every worker drops the port again.
+pub fn hand_out(
+    id: PortId,
+    queues: Vec<(PortRx, PortTx)>,
+    mailboxes: &[Arc<Mailbox>],
+    what: &str,
+) -> Result<(), AttachError> {
+    let generations: Vec<u64> = mailboxes
+        .iter()
+        .zip(queues)
+        .map(|(mb, (rx, tx))| {
+            mb.post([Command::AddPort {
+                port: id,
+                rx: vec![rx],
+                tx,
+            }])
+        })
+        .collect();
+    for (i, (mb, g)) in mailboxes.iter().zip(generations).enumerate() {
+        if let Err(e) = mb.wait_ack(g, ACK_TIMEOUT) {
+            remove_from_workers(id, mailboxes);
+            return Err(AttachError {
+                errno: libc::ETIMEDOUT as u32,
+                message: format!("worker {i} did not take the queues of {what}: {e}"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Asks every worker to drop `id`'s queues and waits for them.
@@ -362,6 +558,18 @@ mod tests {
         assert_eq!(backoff(0), RETRY_MIN);
         assert_eq!(backoff(1), RETRY_MIN * 2);
         assert_eq!(backoff(40), RETRY_MAX);
+    }
+
+    #[test]
+    fn net_dev_drops_per_interface() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+            face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n \
+            lo: 100 2 0 0 0 0 0 0 100 2 0 0 0 0 0 0\n\
+            lace0a1b: 5000 40 0 7 0 0 0 0 9000 60 0 3 0 0 0 0\n";
+        let d = NetDev::parse(text);
+        assert_eq!(d.drops("lace0a1b"), Some((7, 3)));
+        assert_eq!(d.drops("lo"), Some((0, 0)));
+        assert_eq!(d.drops("eth9"), None);
     }
 
     #[test]

@@ -27,6 +27,38 @@ pub struct PortReport {
     pub tx_bytes: u64,
     /// Packets the NIC refused.
     pub tx_refused: u64,
+    /// The device's own counters (DPDK `rte_eth_stats`): imissed, ierrors, rx_nombuf, oerrors.
+    pub device_rx_missed: u64,
+    /// See `device_rx_missed`.
+    pub device_rx_errors: u64,
+    /// See `device_rx_missed`.
+    pub device_rx_no_mbuf: u64,
+    /// See `device_rx_missed`.
+    pub device_tx_errors: u64,
+    /// Frames the kernel dropped at the forwarder's packet sockets (worker behind).
+    pub kernel_rx_dropped: u64,
+    /// The kernel interface's receive drops.
+    pub iface_rx_dropped: u64,
+    /// The kernel interface's transmit drops (a veth: its peer's queue was full).
+    pub iface_tx_dropped: u64,
+    /// Large segments received and cut.
+    pub rx_large_segments: u64,
+    /// Runs of segments sent as one large segment.
+    pub tx_large_segments: u64,
+}
+
+impl PortReport {
+    /// Every loss outside lace's pipeline on this port: the device's, the socket's, the
+    /// interface's.
+    pub fn outside_drops(&self) -> u64 {
+        self.device_rx_missed
+            + self.device_rx_errors
+            + self.device_rx_no_mbuf
+            + self.device_tx_errors
+            + self.kernel_rx_dropped
+            + self.iface_rx_dropped
+            + self.iface_tx_dropped
+    }
 }
 
 /// One worker in a [`Report`].
@@ -65,9 +97,20 @@ pub struct Report {
     pub drops: BTreeMap<String, u64>,
     /// Per-worker poll figures.
     pub workers: Vec<WorkerReport>,
+    /// Frames the kernel dropped because a CPU's input backlog was full (`/proc/net/softnet_stat`,
+    /// all CPUs; veth delivers through it), host-wide.
+    pub softnet_dropped: u64,
     /// The stages in pipeline order (for the table).
     #[serde(skip)]
     pub stage_order: Vec<(String, u64)>,
+}
+
+/// Sum of the `dropped` column (the second) of `/proc/net/softnet_stat` over all CPUs.
+pub fn softnet_dropped(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|h| u64::from_str_radix(h, 16).ok())
+        .sum()
 }
 
 /// The name of a run state in reports.
@@ -112,6 +155,15 @@ impl Report {
                 tx_packets: p.counters[PortCounter::TxPackets as usize],
                 tx_bytes: p.counters[PortCounter::TxBytes as usize],
                 tx_refused: p.counters[PortCounter::TxRefused as usize],
+                device_rx_missed: p.counters[PortCounter::DeviceRxMissed as usize],
+                device_rx_errors: p.counters[PortCounter::DeviceRxErrors as usize],
+                device_rx_no_mbuf: p.counters[PortCounter::DeviceRxNoMbuf as usize],
+                device_tx_errors: p.counters[PortCounter::DeviceTxErrors as usize],
+                kernel_rx_dropped: p.counters[PortCounter::KernelRxDropped as usize],
+                iface_rx_dropped: p.counters[PortCounter::IfaceRxDropped as usize],
+                iface_tx_dropped: p.counters[PortCounter::IfaceTxDropped as usize],
+                rx_large_segments: p.counters[PortCounter::RxLargeSegments as usize],
+                tx_large_segments: p.counters[PortCounter::TxLargeSegments as usize],
             })
             .collect();
         let stage_order: Vec<(String, u64)> = r
@@ -145,6 +197,9 @@ impl Report {
             stages,
             drops,
             workers,
+            softnet_dropped: softnet_dropped(
+                &std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default(),
+            ),
             stage_order,
         }
     }
@@ -168,8 +223,17 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "\n{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10}",
-            "PORT", "STATE", "ENDPOINT", "RX_PKTS", "RX_BYTES", "TX_PKTS", "TX_BYTES", "REFUSED"
+            "\n{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10} {:>9} {:>9}",
+            "PORT",
+            "STATE",
+            "ENDPOINT",
+            "RX_PKTS",
+            "RX_BYTES",
+            "TX_PKTS",
+            "TX_BYTES",
+            "REFUSED",
+            "RX_LARGE",
+            "TX_LARGE"
         );
         for p in &self.ports {
             let state = match p.errno {
@@ -178,7 +242,7 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10}",
+                "{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10} {:>9} {:>9}",
                 p.port,
                 state,
                 p.endpoint,
@@ -186,9 +250,36 @@ impl Report {
                 p.rx_bytes,
                 p.tx_packets,
                 p.tx_bytes,
-                p.tx_refused
+                p.tx_refused,
+                p.rx_large_segments,
+                p.tx_large_segments
             );
         }
+        let _ = writeln!(
+            s,
+            "\nLOSSES OUTSIDE THE PIPELINE (device: imissed ierrors rx_nombuf oerrors; kernel: \
+             socket drops; interface: rx/tx dropped)\n{:>5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}",
+            "PORT", "IMISSED", "IERRORS", "NOMBUF", "OERRORS", "SOCK_DROP", "IF_RXDROP", "IF_TXDROP"
+        );
+        for p in &self.ports {
+            let _ = writeln!(
+                s,
+                "{:>5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}",
+                p.port,
+                p.device_rx_missed,
+                p.device_rx_errors,
+                p.device_rx_no_mbuf,
+                p.device_tx_errors,
+                p.kernel_rx_dropped,
+                p.iface_rx_dropped,
+                p.iface_tx_dropped
+            );
+        }
+        let _ = writeln!(
+            s,
+            "host: {} frames dropped at full CPU input backlogs (softnet_stat)",
+            self.softnet_dropped
+        );
         let _ = writeln!(s, "\n{:<26} {:>14}", "STAGE", "PACKETS");
         for (name, n) in &self.stage_order {
             let _ = writeln!(s, "{name:<26} {n:>14}");
@@ -210,5 +301,17 @@ impl Report {
             );
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softnet_drops_sum_over_cpus() {
+        let t = "0000a000 00000002 00000000 00000000\n00000010 0000000f 00000000 00000000\n";
+        assert_eq!(softnet_dropped(t), 17);
+        assert_eq!(softnet_dropped(""), 0);
     }
 }

@@ -11,6 +11,7 @@
 //! [`Mailbox`] with one atomic load; only when the main thread has posted something does it
 //! take the mailbox lock, apply the commands and acknowledge them.
 
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -22,17 +23,54 @@ use lace_shared::tables::ReaderHandle;
 use lace_shared::types::PortId;
 
 use super::config::Polling;
-use crate::dpdk::{tsc, Burst, Mbuf, Mempool, RxQueue, TxQueue, BURST_SIZE};
+use crate::dpdk::{self, tsc, Burst, Mbuf, Mempool, BURST_SIZE};
+use crate::kernel::{self, Epoll, EventFd, PortCounts};
 use crate::pipeline::{Io, Pipeline, Stage};
 
-/// Empty rounds before an adaptive worker starts sleeping.
+/// Empty rounds before an adaptive worker starts sleeping (and at least [`IDLE_SPIN`]).
 pub const IDLE_ROUNDS_BEFORE_SLEEP: u32 = 100;
+/// How long an adaptive worker keeps polling after its last packet before it sleeps: long
+/// enough to catch the reply of a round trip through the other node without a wake-up.
+pub const IDLE_SPIN: Duration = Duration::from_micros(200);
+/// Packets a worker takes from one receive call at most (the pipeline's vector).
+const RX_LIMIT: usize = 256;
+/// The epoll token of the mailbox's eventfd.
+const MAILBOX_TOKEN: u64 = u64::MAX;
 /// First sleep of an adaptive worker.
 pub const MIN_SLEEP: Duration = Duration::from_micros(10);
 /// Longest sleep of an adaptive worker (and of any worker without tables).
 pub const MAX_SLEEP: Duration = Duration::from_millis(1);
 /// Busy rounds between two flushes of the poll counters when no packet arrived.
 const COUNTER_FLUSH_ROUNDS: u64 = 1024;
+
+/// A receive queue a worker polls: a DPDK ethdev queue, or lace's own packet socket.
+#[derive(Debug)]
+pub enum PortRx {
+    /// An ethdev queue (`rte_eth_rx_burst`).
+    Dpdk(dpdk::RxQueue),
+    /// A packet socket (`recvmmsg`), which the worker can also sleep on.
+    Kernel(Box<kernel::RxQueue>),
+}
+
+/// A transmit queue a worker sends on.
+#[derive(Debug)]
+pub enum PortTx {
+    /// An ethdev queue (`rte_eth_tx_burst`).
+    Dpdk(dpdk::TxQueue),
+    /// A packet socket (`sendmmsg`).
+    Kernel(Box<kernel::TxQueue>),
+}
+
+impl PortTx {
+    /// Sends from the front of `burst`; what is left was refused. Returns (sent, counts).
+    #[inline]
+    fn tx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> (usize, PortCounts) {
+        match self {
+            PortTx::Dpdk(q) => (q.tx_burst(burst), PortCounts::default()),
+            PortTx::Kernel(q) => q.tx_burst(burst),
+        }
+    }
+}
 
 /// What the main thread asks a worker to do.
 #[derive(Debug)]
@@ -44,9 +82,9 @@ pub enum Command {
         /// The port's id in the tables.
         port: PortId,
         /// RX queues to poll.
-        rx: Vec<RxQueue>,
+        rx: Vec<PortRx>,
         /// This worker's TX queue on the port.
-        tx: TxQueue,
+        tx: PortTx,
     },
     /// Drop every queue handle of `port` (after sending what is buffered for it).
     RemovePort {
@@ -55,15 +93,32 @@ pub enum Command {
     },
 }
 
-/// The command channel of one worker: a rarely taken lock around a command list, and two
-/// generation counters that make the worker's check between rounds one atomic load.
-#[derive(Debug, Default)]
+/// The command channel of one worker: a rarely taken lock around a command list, two
+/// generation counters that make the worker's check between rounds one atomic load, and an
+/// eventfd that wakes the worker when it sleeps.
+#[derive(Debug)]
 pub struct Mailbox {
     posted: AtomicU64,
     acked: AtomicU64,
     commands: Mutex<Vec<Command>>,
     stop: AtomicBool,
     exited: AtomicBool,
+    /// `None` when no eventfd could be created: the worker then sleeps at most
+    /// [`MAX_SLEEP`] at a time.
+    wake: Option<EventFd>,
+}
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        Mailbox {
+            posted: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            commands: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            exited: AtomicBool::new(false),
+            wake: EventFd::new().ok(),
+        }
+    }
 }
 
 /// Why a worker did not acknowledge a command.
@@ -85,9 +140,15 @@ impl Mailbox {
 
     /// Posts commands; returns the generation to wait for with [`Mailbox::wait_ack`].
     pub fn post(&self, cmds: impl IntoIterator<Item = Command>) -> u64 {
-        let mut list = self.lock();
-        list.extend(cmds);
-        self.posted.fetch_add(1, Ordering::AcqRel) + 1
+        let g = {
+            let mut list = self.lock();
+            list.extend(cmds);
+            self.posted.fetch_add(1, Ordering::AcqRel) + 1
+        };
+        if let Some(w) = &self.wake {
+            w.notify();
+        }
+        g
     }
 
     /// Waits until the worker applied everything posted up to `generation`.
@@ -110,6 +171,9 @@ impl Mailbox {
     /// Asks the worker to return from its loop.
     pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(w) = &self.wake {
+            w.notify();
+        }
     }
 
     /// Whether the worker's job has returned (or unwound).
@@ -158,7 +222,7 @@ pub struct WorkerSetup {
 
 /// A TX queue and the packets buffered for it this round.
 struct TxSlot {
-    queue: TxQueue,
+    queue: PortTx,
     buf: Burst<BURST_SIZE>,
     dirty: bool,
 }
@@ -222,17 +286,20 @@ fn flush(slot: &mut TxSlot, port: PortId, status: &StatusWriter) -> u64 {
     }
     let bytes = |b: &Burst<BURST_SIZE>| b.iter().map(|m| m.pkt_len() as u64).sum::<u64>();
     let before = bytes(&slot.buf);
-    let sent = slot.queue.tx_burst(&mut slot.buf) as u64;
+    let (taken, k) = slot.queue.tx_burst(&mut slot.buf);
     let after = if slot.buf.is_empty() {
         0
     } else {
         bytes(&slot.buf)
     };
-    let refused = slot.buf.clear() as u64;
+    // Packets the kernel rejected are dropped and counted like refused ones.
+    let refused = slot.buf.clear() as u64 + k.malformed;
+    let sent = taken as u64 - k.malformed;
     if let Some(c) = status.port_counters(port) {
         c.add(PortCounter::TxPackets, sent);
         c.add(PortCounter::TxBytes, before - after);
         c.add(PortCounter::TxRefused, refused);
+        c.add(PortCounter::TxLargeSegments, k.large);
     }
     refused
 }
@@ -268,6 +335,55 @@ fn flush_pipeline(pipeline: &mut Pipeline<Mbuf>, w: &WorkerCounters<'_>) {
     }
 }
 
+/// A receive queue with the port it belongs to.
+struct RxEntry {
+    port: PortId,
+    queue: PortRx,
+}
+
+/// The worker's epoll set and whether every port it polls can wake it.
+struct Sleeper {
+    epoll: Option<Epoll>,
+}
+
+impl Sleeper {
+    fn new(mailbox: &Mailbox) -> Sleeper {
+        let epoll = Epoll::new().ok().filter(|e| match &mailbox.wake {
+            Some(w) => e.add(w.as_raw_fd(), MAILBOX_TOKEN).is_ok(),
+            None => false,
+        });
+        Sleeper { epoll }
+    }
+
+    fn watch(&self, q: &PortRx, port: PortId) {
+        if let (Some(e), PortRx::Kernel(k)) = (&self.epoll, q) {
+            if let Err(err) = e.add(k.socket().as_raw_fd(), u64::from(port.0)) {
+                tracing::warn!(port = port.0, "cannot sleep on the port's socket: {err}");
+            }
+        }
+    }
+
+    fn unwatch(&self, q: &PortRx) {
+        if let (Some(e), PortRx::Kernel(k)) = (&self.epoll, q) {
+            e.remove(k.socket().as_raw_fd());
+        }
+    }
+
+    /// Sleeps until a watched socket is readable or the mailbox is written, at most `timeout`
+    /// (`None`: no limit); without an epoll set, for `timeout` (or [`MAX_SLEEP`]).
+    fn sleep(&mut self, timeout: Option<Duration>, mailbox: &Mailbox) {
+        match &mut self.epoll {
+            Some(e) => {
+                let _ = e.wait(timeout);
+                if let Some(w) = &mailbox.wake {
+                    w.clear();
+                }
+            }
+            None => std::thread::sleep(timeout.unwrap_or(MAX_SLEEP)),
+        }
+    }
+}
+
 /// The worker's job: polls until asked to stop. Returns 0.
 pub fn run(setup: WorkerSetup) -> i32 {
     let WorkerSetup {
@@ -283,23 +399,25 @@ pub fn run(setup: WorkerSetup) -> i32 {
     let Some(wc) = status.worker(index) else {
         return -1;
     };
+    let mut sleeper = Sleeper::new(&mailbox);
     let mut tables: Option<ReaderHandle> = None;
-    let mut rx: Vec<(PortId, RxQueue)> = Vec::with_capacity(64);
+    let mut rx: Vec<RxEntry> = Vec::with_capacity(64);
     let mut tx: Vec<Option<TxSlot>> = Vec::new();
     let mut dirty: Vec<u32> = Vec::with_capacity(MAX_PORTS as usize);
     let mut burst: Burst<BURST_SIZE> = Burst::new();
-    let mut pkts: Vec<Mbuf> = Vec::with_capacity(BURST_SIZE);
+    let mut pkts: Vec<Mbuf> = Vec::with_capacity(2 * RX_LIMIT);
     let mut local = LocalCounters::default();
     let mut seen = 0u64;
     let mut last_generation = u64::MAX;
     let mut idle_rounds = 0u32;
+    let mut last_busy_ns = 0u64;
     let mut sleep = MIN_SLEEP;
     let tsc_hz = u128::from(tsc_hz.max(1));
 
     while !mailbox.stop.load(Ordering::Relaxed) {
         if let Some((generation, cmds)) = mailbox.take(seen) {
             for cmd in cmds {
-                apply(cmd, &mut tables, &mut rx, &mut tx, &status);
+                apply(cmd, &mut tables, &mut rx, &mut tx, &status, &sleeper);
             }
             seen = generation;
             mailbox.acked.store(generation, Ordering::Release);
@@ -309,7 +427,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
             // Nothing can be forwarded without tables: wait for them without spinning.
             local.sleeps += 1;
             local.flush(&wc);
-            std::thread::sleep(MAX_SLEEP);
+            sleeper.sleep(Some(MAX_SLEEP), &mailbox);
             continue;
         };
 
@@ -330,23 +448,41 @@ pub fn run(setup: WorkerSetup) -> i32 {
                 last_generation = snap.generation();
                 local.reloads += 1;
             }
-            for (port, queue) in rx.iter_mut() {
-                let n = queue.rx_burst(&mut burst);
+            for entry in rx.iter_mut() {
+                let port = entry.port;
+                let (n, bytes) = match &mut entry.queue {
+                    PortRx::Dpdk(queue) => {
+                        let n = queue.rx_burst(&mut burst);
+                        let mut bytes = 0u64;
+                        for m in burst.drain() {
+                            bytes += m.pkt_len() as u64;
+                            pkts.push(m);
+                        }
+                        (n as u64, bytes)
+                    }
+                    PortRx::Kernel(queue) => {
+                        let before = pkts.len();
+                        let k = queue.rx_burst(&mut pkts, RX_LIMIT);
+                        pipeline.count_drop(DropReason::Malformed, k.malformed);
+                        pipeline.count_drop(DropReason::NoBuffer, k.no_buffer);
+                        if k.large != 0 {
+                            if let Some(c) = status.port_counters(port) {
+                                c.add(PortCounter::RxLargeSegments, k.large);
+                            }
+                        }
+                        ((pkts.len() - before) as u64, k.bytes)
+                    }
+                };
                 if n == 0 {
                     continue;
                 }
-                received += n as u64;
-                let mut bytes = 0u64;
-                for m in burst.drain() {
-                    bytes += m.pkt_len() as u64;
-                    pkts.push(m);
-                }
-                if let Some(c) = status.port_counters(*port) {
-                    c.add(PortCounter::RxPackets, n as u64);
+                received += n;
+                if let Some(c) = status.port_counters(port) {
+                    c.add(PortCounter::RxPackets, n);
                     c.add(PortCounter::RxBytes, bytes);
                 }
                 while !pkts.is_empty() {
-                    pipeline.process(&snap, *port, &mut pkts, &mut io);
+                    pipeline.process(&snap, port, &mut pkts, &mut io);
                 }
             }
         }
@@ -368,6 +504,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
             local.flush(&wc);
             flush_pipeline(&mut pipeline, &wc);
             idle_rounds = 0;
+            last_busy_ns = now_ns;
             sleep = MIN_SLEEP;
             continue;
         }
@@ -381,13 +518,21 @@ pub fn run(setup: WorkerSetup) -> i32 {
             }
             Polling::Adaptive => {
                 idle_rounds = idle_rounds.saturating_add(1);
-                if idle_rounds >= IDLE_ROUNDS_BEFORE_SLEEP {
+                let spun = now_ns.saturating_sub(last_busy_ns) >= IDLE_SPIN.as_nanos() as u64;
+                if idle_rounds >= IDLE_ROUNDS_BEFORE_SLEEP && spun {
                     local.sleeps += 1;
                     local.flush(&wc);
                     flush_pipeline(&mut pipeline, &wc);
                     handle.offline();
-                    std::thread::sleep(sleep);
-                    sleep = (sleep * 2).min(MAX_SLEEP);
+                    // Every port wakes the worker: sleep until traffic (or a command). A port
+                    // without wake-ups (a DPDK driver) is polled with backoff.
+                    let all_wake = rx.iter().all(|e| matches!(e.queue, PortRx::Kernel(_)));
+                    if all_wake {
+                        sleeper.sleep(None, &mailbox);
+                    } else {
+                        sleeper.sleep(Some(sleep), &mailbox);
+                        sleep = (sleep * 2).min(MAX_SLEEP);
+                    }
                 }
             }
         }
@@ -415,9 +560,10 @@ pub fn run(setup: WorkerSetup) -> i32 {
 fn apply(
     cmd: Command,
     tables: &mut Option<ReaderHandle>,
-    rx: &mut Vec<(PortId, RxQueue)>,
+    rx: &mut Vec<RxEntry>,
     tx: &mut Vec<Option<TxSlot>>,
     status: &StatusWriter,
+    sleeper: &Sleeper,
 ) {
     match cmd {
         Command::Tables(h) => {
@@ -430,8 +576,11 @@ fn apply(
             rx: queues,
             tx: queue,
         } => {
-            rx.retain(|(p, _)| *p != port);
-            rx.extend(queues.into_iter().map(|q| (port, q)));
+            remove_rx(rx, port, sleeper);
+            for q in queues {
+                sleeper.watch(&q, port);
+                rx.push(RxEntry { port, queue: q });
+            }
             let i = port.0 as usize;
             if tx.len() <= i {
                 tx.resize_with(i + 1, || None);
@@ -443,7 +592,7 @@ fn apply(
             });
         }
         Command::RemovePort { port } => {
-            rx.retain(|(p, _)| *p != port);
+            remove_rx(rx, port, sleeper);
             if let Some(slot) = tx.get_mut(port.0 as usize) {
                 if let Some(mut s) = slot.take() {
                     flush(&mut s, port, status);
@@ -451,4 +600,14 @@ fn apply(
             }
         }
     }
+}
+
+fn remove_rx(rx: &mut Vec<RxEntry>, port: PortId, sleeper: &Sleeper) {
+    rx.retain(|e| {
+        let keep = e.port != port;
+        if !keep {
+            sleeper.unwatch(&e.queue);
+        }
+        keep
+    });
 }

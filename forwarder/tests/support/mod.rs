@@ -499,6 +499,12 @@ pub struct Lab {
     pub pods: Vec<Pod>,
     /// Networks in the tables.
     pub nets: Vec<u32>,
+    /// `[pods] mechanism` of the forwarders (`packet_socket`, the default, or `af_packet`,
+    /// which also attaches the uplink with DPDK's af_packet driver).
+    pub mechanism: &'static str,
+    /// Whether pods keep the kernel's checksum and segmentation offloads (large segments);
+    /// off, they send MTU-sized frames with complete checksums.
+    pub pod_offloads: bool,
     netns: Vec<String>,
     shm: Vec<PathBuf>,
 }
@@ -523,6 +529,8 @@ impl Lab {
             linux: Vec::new(),
             pods: Vec::new(),
             nets: vec![1],
+            mechanism: "packet_socket",
+            pod_offloads: false,
             netns: Vec::new(),
             shm: Vec::new(),
         };
@@ -631,12 +639,17 @@ impl Lab {
                 "net.ipv6.conf.all.accept_ra=0",
             ],
         );
-        // The af_packet mechanism receives what the pod's kernel hands to the veth: have it
-        // checksum and segment in software so frames leave eth0 complete and MTU-sized.
-        nsx(ns, "ethtool -K eth0 tx off tso off gso off gro off");
+        // Off: the pod's kernel checksums and segments in software, so frames leave eth0
+        // complete and MTU-sized (what the af_packet mechanism needs). On: large segments
+        // with partial checksums both ways (the packet_socket mechanism takes them).
+        let state = if self.pod_offloads { "on" } else { "off" };
+        nsx(
+            ns,
+            &format!("ethtool -K eth0 tx {state} tso {state} gso {state} gro {state}"),
+        );
         nsx(
             host_ns,
-            &format!("ethtool -K {host_if} tx off tso off gso off gro off"),
+            &format!("ethtool -K {host_if} tx {state} tso {state} gso {state} gro {state}"),
         );
         ipn(ns, "link set eth0 up");
         ipn(host_ns, &format!("link set dev {host_if} up"));
@@ -690,6 +703,27 @@ impl Lab {
         );
         self.pods.push(pod.clone());
         pod
+    }
+
+    /// Removes pod `pod` from its node: its port and routes leave the tables (published: the
+    /// forwarder unplugs it) and its namespace goes, taking the veth along.
+    pub fn remove_pod(&mut self, pod: &Pod) {
+        let k = pod.node;
+        let node = self.node_mut(k);
+        let w = node.writer.as_mut().expect("tables written");
+        let net = NetworkId(pod.net);
+        w.remove_port(pod.port)
+            .unwrap_or_else(|e| panic!("remove port {}: {e}", pod.port.0));
+        let _ = w.remove_route(net, IpAddr::V4(pod.ip4), 32);
+        let _ = w.remove_route(net, IpAddr::V6(pod.ip6), 128);
+        w.publish()
+            .unwrap_or_else(|e| panic!("publish tables of node {k}: {e}"));
+        self.pods.retain(|p| p.ns != pod.ns);
+        kill_netns_pids(&pod.ns);
+        if let Err(e) = run_capture(&["ip", "netns", "del", &pod.ns]) {
+            panic!("removing {}: {e}", pod.ns);
+        }
+        self.netns.retain(|n| *n != pod.ns);
     }
 
     /// Adds Linux node k: the kernel's SRv6 on the underlay (address `underlay(k)`), with
@@ -915,7 +949,7 @@ memory = "no-huge"
 memory_mb = 256
 
 [uplink]
-device = "net_af_packet0,iface=ul"
+device = "{device}"
 address = "{ul}"
 mtu = {UNDERLAY_MTU}
 
@@ -927,10 +961,16 @@ count = 1
 polling = "adaptive"
 
 [pods]
-mechanism = "af_packet"
+mechanism = "{mechanism}"
 "#,
             name = node.name,
             ul = underlay(k),
+            mechanism = self.mechanism,
+            device = if self.mechanism == "packet_socket" {
+                "ul"
+            } else {
+                "net_af_packet0,iface=ul"
+            },
         );
         fs::write(&path, text).expect("write config");
         path

@@ -1,0 +1,660 @@
+//! The pod path as a user feels it: pod-to-pod TCP throughput, small-packet rate and round-trip
+//! time across two nodes, lace beside the Linux kernel's own SRv6 measured in the same run.
+//!
+//! Two shapes are built on this machine, one after the other, and the same probes run in each:
+//!
+//! - **kernel**: two node namespaces joined by an underlay veth (`fd00:200::/64`), one pod
+//!   behind each on a veth; `encap seg6 mode encap.red` on the sending node, `seg6local
+//!   End.DX4` on the receiving one (the shape of `shared/peers/kernel-srv6.md`), pod MTU 1460.
+//!   Measured with the veths' default offloads, then once more with TSO/GSO/GRO (and checksum
+//!   offload) off on every veth.
+//! - **lace**: the two-node stack of the demo ([`crate::control`]'s stack: a lace-forwarder and
+//!   a lace-control per node namespace, underlay veth, pods created through lace-cni exactly as
+//!   kubelet would), one pod on each node, default configuration (packet-socket ports,
+//!   adaptive polling), underlay MTU 1500.
+//!
+//! Probes, each in the client pod's namespace toward the server pod on the other node:
+//! `iperf3` TCP, one stream and four, [`TCP_SECONDS`] each (receiver's rate; retransmitted ÷
+//! sent segments from the client namespace's `/proc/net/snmp`); `iperf3` UDP with 64-byte
+//! payloads at full speed (packets the server received per second); `ping` every 10 ms
+//! ([`PINGS`] replies; p50/p99). Host CPU time (all CPUs, `/proc/stat`) over the one-stream
+//! run divided by the segments sent gives the CPU cost per 1,448-byte segment in each shape:
+//! what bounds the throughput on a machine whose CPUs run the pods as well. Every lace figure
+//! is printed as a ratio to the kernel's; lace's drop counters (pipeline drop reasons and every
+//! loss the forwarders see outside it) are printed as notes.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use serde_json::Value;
+
+use crate::control::{ip, is_root, run_ok, Outcome, Stack};
+use crate::report::{Figure, Target};
+
+/// Seconds per TCP probe (the issue's `iperf3 -t 6`).
+pub const TCP_SECONDS: u32 = 6;
+/// Seconds of the UDP probe.
+pub const UDP_SECONDS: u32 = 4;
+/// Ping replies per RTT probe.
+pub const PINGS: u32 = 300;
+/// The first figure id, for "not measured" lines.
+pub const FIGURE: &str = "podpath.tcp_1stream.gbps";
+
+/// Targets of the pod-path figures (report-only).
+pub fn targets() -> Vec<(String, Target)> {
+    [
+        ("podpath.tcp_1stream.gbps", Target::RatioAtLeast(1.0)),
+        ("podpath.tcp_4stream.gbps", Target::RatioAtLeast(1.0)),
+        ("podpath.udp64.mpps", Target::RatioAtLeast(2.0)),
+        ("podpath.rtt.p50_us", Target::RatioAtMost(1.0)),
+        (
+            "podpath.tcp_1stream.retransmit_ratio",
+            Target::RatioAtMost(1.0),
+        ),
+    ]
+    .into_iter()
+    .map(|(id, t)| (id.to_owned(), t))
+    .collect()
+}
+
+/// Where the probes run: the client's and server's network namespaces (names under
+/// `/var/run/netns`) and the server's address.
+#[derive(Debug, Clone)]
+struct Endpoints {
+    client: String,
+    server: String,
+    server_ip: String,
+}
+
+/// What one shape measured.
+#[derive(Debug, Clone, Default)]
+struct Measured {
+    tcp1_gbps: f64,
+    tcp1_retransmit_ratio: f64,
+    tcp1_cpu_us_per_segment: f64,
+    tcp4_gbps: f64,
+    udp64_mpps: f64,
+    rtt_p50_us: f64,
+    rtt_p99_us: f64,
+}
+
+fn in_ns(ns: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]);
+    c
+}
+
+/// (OutSegs, RetransSegs) of the namespace's TCP (`/proc/net/snmp`).
+fn tcp_segments(ns: &str) -> anyhow::Result<(u64, u64)> {
+    let text = run_ok(in_ns(ns).args(["cat", "/proc/net/snmp"]))?;
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next(), tcp.next());
+    let (Some(names), Some(values)) = (names, values) else {
+        bail!("no Tcp lines in {ns}'s /proc/net/snmp");
+    };
+    let get = |key: &str| -> anyhow::Result<u64> {
+        let i = names
+            .split_whitespace()
+            .position(|n| n == key)
+            .ok_or_else(|| anyhow!("no {key} in /proc/net/snmp"))?;
+        values
+            .split_whitespace()
+            .nth(i)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow!("bad {key} in /proc/net/snmp"))
+    };
+    Ok((get("OutSegs")?, get("RetransSegs")?))
+}
+
+/// Busy CPU time of the whole host so far, in seconds (`/proc/stat`: user, nice, system, irq,
+/// softirq, steal).
+fn host_cpu_seconds() -> f64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum();
+    // USER_HZ is 100 on Linux.
+    busy as f64 / 100.0
+}
+
+/// Starts a one-shot iperf3 server in `ns` on `port`.
+fn iperf_server(ns: &str, port: u16) -> anyhow::Result<Child> {
+    let child = in_ns(ns)
+        .args(["iperf3", "-s", "-1", "-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s (install iperf3: .ci/install-deps)")?;
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(child)
+}
+
+/// Runs the iperf3 client with `args` and returns its JSON report.
+fn iperf_client(ep: &Endpoints, port: u16, args: &[&str]) -> anyhow::Result<Value> {
+    let mut server = iperf_server(&ep.server, port)?;
+    let out = in_ns(&ep.client)
+        .args(["iperf3", "-c", &ep.server_ip, "-p", &port.to_string(), "-J"])
+        .args(args)
+        .output()
+        .context("running iperf3 -c")?;
+    let _ = server.kill();
+    let _ = server.wait();
+    let v: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "iperf3 -c {} {args:?}: no JSON report ({})",
+            ep.server_ip,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })?;
+    if let Some(e) = v["error"].as_str() {
+        bail!("iperf3 -c {} {args:?}: {e}", ep.server_ip);
+    }
+    Ok(v)
+}
+
+/// TCP with `streams` streams: (receiver's Gbit/s, retransmit ratio, host CPU µs per segment).
+fn tcp(ep: &Endpoints, streams: u32) -> anyhow::Result<(f64, f64, f64)> {
+    let (out0, re0) = tcp_segments(&ep.client)?;
+    let cpu0 = host_cpu_seconds();
+    let v = iperf_client(
+        ep,
+        5301,
+        &["-t", &TCP_SECONDS.to_string(), "-P", &streams.to_string()],
+    )?;
+    let cpu = host_cpu_seconds() - cpu0;
+    let (out1, re1) = tcp_segments(&ep.client)?;
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .ok_or_else(|| anyhow!("iperf3 report without end.sum_received: {v}"))?;
+    let sent = out1.saturating_sub(out0).max(1) as f64;
+    let retrans = re1.saturating_sub(re0) as f64;
+    Ok((bps / 1e9, retrans / sent, cpu * 1e6 / sent))
+}
+
+/// UDP, 64-byte payloads, as fast as the sender goes: packets received per second, in Mpps.
+fn udp64(ep: &Endpoints) -> anyhow::Result<f64> {
+    let v = iperf_client(
+        ep,
+        5302,
+        &["-u", "-b", "0", "-l", "64", "-t", &UDP_SECONDS.to_string()],
+    )?;
+    let r = &v["end"]["sum_received"];
+    let bytes = r["bytes"]
+        .as_f64()
+        .ok_or_else(|| anyhow!("iperf3 UDP report without end.sum_received: {v}"))?;
+    let secs = r["seconds"].as_f64().unwrap_or(f64::from(UDP_SECONDS));
+    Ok(bytes / 64.0 / secs / 1e6)
+}
+
+/// Ping round trips: (p50, p99) in µs.
+fn rtt(ep: &Endpoints) -> anyhow::Result<(f64, f64)> {
+    let text = run_ok(in_ns(&ep.client).args([
+        "ping",
+        "-n",
+        "-c",
+        &PINGS.to_string(),
+        "-i",
+        "0.01",
+        "-W",
+        "1",
+        &ep.server_ip,
+    ]))
+    .or_else(|e| {
+        // Lost replies make ping exit 1; what it printed still counts.
+        if e.to_string().contains("exit status: 1") {
+            Ok(String::new())
+        } else {
+            Err(e)
+        }
+    })?;
+    let mut us: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next())
+        .filter_map(|t| t.parse::<f64>().ok())
+        .map(|ms| ms * 1000.0)
+        .collect();
+    if us.is_empty() {
+        bail!("ping {} from {}: no replies", ep.server_ip, ep.client);
+    }
+    us.sort_by(f64::total_cmp);
+    let at = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize];
+    Ok((at(0.50), at(0.99)))
+}
+
+/// Every probe, in order.
+fn measure(ep: &Endpoints) -> anyhow::Result<Measured> {
+    let (tcp1_gbps, tcp1_retransmit_ratio, tcp1_cpu_us_per_segment) =
+        tcp(ep, 1).context("TCP, one stream")?;
+    let (tcp4_gbps, _, _) = tcp(ep, 4).context("TCP, four streams")?;
+    let udp64_mpps = udp64(ep).context("UDP, 64 B")?;
+    let (rtt_p50_us, rtt_p99_us) = rtt(ep).context("ping")?;
+    Ok(Measured {
+        tcp1_gbps,
+        tcp1_retransmit_ratio,
+        tcp1_cpu_us_per_segment,
+        tcp4_gbps,
+        udp64_mpps,
+        rtt_p50_us,
+        rtt_p99_us,
+    })
+}
+
+/// The kernel's shape: namespaces removed on drop.
+#[derive(Debug)]
+struct KernelShape {
+    tag: String,
+}
+
+impl KernelShape {
+    fn ns(&self, what: &str) -> String {
+        format!("lpp-{}-{what}", self.tag)
+    }
+
+    fn endpoints(&self) -> Endpoints {
+        Endpoints {
+            client: self.ns("pa"),
+            server: self.ns("pb"),
+            server_ip: "10.90.1.2".to_owned(),
+        }
+    }
+
+    fn sysctl(ns: &str, keys: &[&str]) -> anyhow::Result<()> {
+        run_ok(in_ns(ns).arg("sysctl").arg("-qw").args(keys)).map(drop)
+    }
+
+    /// Builds the shape of `shared/peers/kernel-srv6.md`: node namespaces `a`/`b` joined by
+    /// `ul-a`/`ul-b`, pods `pa` (10.90.0.2) and `pb` (10.90.1.2) on veths `vpa`/`vpb`.
+    fn build() -> anyhow::Result<KernelShape> {
+        let k = KernelShape {
+            tag: std::process::id().to_string(),
+        };
+        let (a, b, pa, pb) = (k.ns("a"), k.ns("b"), k.ns("pa"), k.ns("pb"));
+        for ns in [&a, &b, &pa, &pb] {
+            let _ = ip(&["netns", "del", ns]);
+            ip(&["netns", "add", ns])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        ip(&[
+            "link", "add", "ul-a", "netns", &a, "type", "veth", "peer", "name", "ul-b", "netns", &b,
+        ])?;
+        ip(&[
+            "-n",
+            &a,
+            "addr",
+            "add",
+            "fd00:200::a/64",
+            "dev",
+            "ul-a",
+            "nodad",
+        ])?;
+        ip(&[
+            "-n",
+            &b,
+            "addr",
+            "add",
+            "fd00:200::b/64",
+            "dev",
+            "ul-b",
+            "nodad",
+        ])?;
+        for (x, node, pod, addr) in [("a", &a, &pa, "10.90.0.2"), ("b", &b, &pb, "10.90.1.2")] {
+            let vp = format!("vp{x}");
+            let ul = format!("ul-{x}");
+            ip(&[
+                "link", "add", &vp, "netns", node, "type", "veth", "peer", "name", "eth0", "netns",
+                pod,
+            ])?;
+            Self::sysctl(
+                node,
+                &[
+                    "net.ipv4.ip_forward=1",
+                    "net.ipv6.conf.all.forwarding=1",
+                    "net.ipv6.conf.all.seg6_enabled=1",
+                    &format!("net.ipv6.conf.{ul}.seg6_enabled=1"),
+                    "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv4.conf.default.rp_filter=0",
+                ],
+            )?;
+            ip(&["-n", node, "link", "set", &ul, "up"])?;
+            ip(&["-n", node, "link", "set", &vp, "up"])?;
+            Self::sysctl(
+                node,
+                &[
+                    &format!("net.ipv4.conf.{vp}.proxy_arp=1"),
+                    &format!("net.ipv4.conf.{vp}.rp_filter=0"),
+                ],
+            )?;
+            ip(&["-n", node, "addr", "add", "169.254.1.1/32", "dev", &vp])?;
+            ip(&[
+                "-n",
+                node,
+                "route",
+                "add",
+                &format!("{addr}/32"),
+                "dev",
+                &vp,
+            ])?;
+            ip(&["-n", pod, "link", "set", "eth0", "mtu", "1460", "up"])?;
+            ip(&[
+                "-n",
+                pod,
+                "addr",
+                "add",
+                &format!("{addr}/32"),
+                "dev",
+                "eth0",
+            ])?;
+            ip(&["-n", pod, "route", "add", "169.254.1.1", "dev", "eth0"])?;
+            ip(&["-n", pod, "route", "add", "default", "via", "169.254.1.1"])?;
+        }
+        for (node, peer_sid, peer_ul, peer_block, own_sid, own_pod, vp) in [
+            (
+                &a,
+                "fc00:b::/64",
+                "fd00:200::b",
+                "10.90.1.0/24",
+                "fc00:a::e/128",
+                "10.90.0.2",
+                "vpa",
+            ),
+            (
+                &b,
+                "fc00:a::/64",
+                "fd00:200::a",
+                "10.90.0.0/24",
+                "fc00:b::e/128",
+                "10.90.1.2",
+                "vpb",
+            ),
+        ] {
+            let ul = if node == &a { "ul-a" } else { "ul-b" };
+            let seg = if node == &a { "fc00:b::e" } else { "fc00:a::e" };
+            ip(&[
+                "-n", node, "-6", "route", "add", peer_sid, "via", peer_ul, "dev", ul,
+            ])?;
+            ip(&[
+                "-n",
+                node,
+                "route",
+                "add",
+                peer_block,
+                "encap",
+                "seg6",
+                "mode",
+                "encap.red",
+                "segs",
+                seg,
+                "dev",
+                ul,
+            ])?;
+            ip(&[
+                "-n",
+                node,
+                "-6",
+                "route",
+                "add",
+                own_sid,
+                "encap",
+                "seg6local",
+                "action",
+                "End.DX4",
+                "nh4",
+                own_pod,
+                "dev",
+                vp,
+            ])?;
+        }
+        Ok(k)
+    }
+
+    /// Switches TSO, GSO, GRO and checksum offload on or off on every veth of the shape.
+    fn offloads(&self, on: bool) -> anyhow::Result<()> {
+        let state = if on { "on" } else { "off" };
+        for (ns, dev) in [
+            (self.ns("a"), "ul-a"),
+            (self.ns("a"), "vpa"),
+            (self.ns("b"), "ul-b"),
+            (self.ns("b"), "vpb"),
+            (self.ns("pa"), "eth0"),
+            (self.ns("pb"), "eth0"),
+        ] {
+            run_ok(in_ns(&ns).args([
+                "ethtool", "-K", dev, "tx", state, "tso", state, "gso", state, "gro", state,
+            ]))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for KernelShape {
+    fn drop(&mut self) {
+        for what in ["pa", "pb", "a", "b"] {
+            let _ = ip(&["netns", "del", &self.ns(what)]);
+        }
+    }
+}
+
+/// Waits until `ep`'s client reaches the server (ping), at most 20 s.
+fn reachable(ep: &Endpoints) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let ok = in_ns(&ep.client)
+            .args(["ping", "-n", "-q", "-c", "1", "-W", "1", &ep.server_ip])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(());
+        }
+    }
+    bail!("{} never reached {} (20 s)", ep.client, ep.server_ip)
+}
+
+/// The kernel's figures: default offloads, then offloads off (one stream only).
+fn kernel() -> anyhow::Result<(Measured, f64)> {
+    let k = KernelShape::build().context("building the kernel SRv6 shape")?;
+    let ep = k.endpoints();
+    reachable(&ep)?;
+    let on = measure(&ep)?;
+    k.offloads(false)?;
+    let (off_gbps, _, _) = tcp(&ep, 1).context("TCP, one stream, offloads off")?;
+    Ok((on, off_gbps))
+}
+
+/// lace's figures, and the forwarders' counters afterwards.
+fn lace() -> anyhow::Result<(Measured, Vec<String>)> {
+    let mut stack = Stack::start()?;
+    let r = (|| {
+        stack.launch(0, 0)?;
+        let (target, _) = stack.add("b", "bench-target")?;
+        stack.add("a", "bench-resident")?;
+        let ep = Endpoints {
+            client: stack.pod_ns("bench-resident"),
+            server: stack.pod_ns("bench-target"),
+            server_ip: target,
+        };
+        reachable(&ep)?;
+        let m = measure(&ep)?;
+        let mut notes = Vec::new();
+        for n in ["a", "b"] {
+            notes.push(counters(&stack, n)?);
+        }
+        Ok((m, notes))
+    })();
+    r.map_err(|e: anyhow::Error| anyhow!("{e:#}; {}", stack.log_tails()))
+}
+
+/// One forwarder's drops after the run, as a note: pipeline drop reasons, and per port the
+/// losses outside the pipeline.
+fn counters(stack: &Stack, n: &str) -> anyhow::Result<String> {
+    let name = format!("lace-bench-{}-{n}", stack.tag);
+    let text = run_ok(Command::new(stack.bin.join("lace-forwarder")).args([
+        "stats",
+        "--name",
+        &name,
+        "--tables-dir",
+        "/dev/shm",
+        "--json",
+    ]))?;
+    let v: Value = serde_json::from_str(text.trim()).context("lace-forwarder stats --json")?;
+    let drops: Vec<String> = v["drops"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, n)| n.as_u64().unwrap_or(0) != 0)
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    let keys = [
+        "device_rx_missed",
+        "device_rx_errors",
+        "device_rx_no_mbuf",
+        "device_tx_errors",
+        "kernel_rx_dropped",
+        "iface_rx_dropped",
+        "iface_tx_dropped",
+    ];
+    let ports: Vec<String> = v["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let losses: Vec<String> = keys
+                .iter()
+                .filter(|k| p[**k].as_u64().unwrap_or(0) != 0)
+                .map(|k| format!("{k} {}", p[*k]))
+                .collect();
+            format!(
+                "port {}: rx {} tx {} refused {} large rx/tx {}/{} losses [{}]",
+                p["port"],
+                p["rx_packets"],
+                p["tx_packets"],
+                p["tx_refused"],
+                p["rx_large_segments"],
+                p["tx_large_segments"],
+                losses.join(", ")
+            )
+        })
+        .collect();
+    Ok(format!(
+        "podpath: node-{n} forwarder after the probes: pipeline drops [{}]; {}; host softnet \
+         drops {}",
+        drops.join(", "),
+        ports.join("; "),
+        v["softnet_dropped"]
+    ))
+}
+
+/// The pod-path figures. Never fails: what cannot be measured is returned in
+/// [`Outcome::not_measured`] with the reason.
+pub fn figures() -> Outcome {
+    let mut out = Outcome::default();
+    if !is_root() {
+        out.not_measured.push((
+            FIGURE.to_owned(),
+            "needs root (network namespaces, veth pairs, the forwarders); run lace-bench as root"
+                .to_owned(),
+        ));
+        return out;
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let kernel = match kernel() {
+        Ok(k) => k,
+        Err(e) => {
+            out.not_measured
+                .push((FIGURE.to_owned(), format!("kernel shape: {e:#}")));
+            return out;
+        }
+    };
+    let (lace, notes) = match lace() {
+        Ok(l) => l,
+        Err(e) => {
+            out.not_measured
+                .push((FIGURE.to_owned(), format!("lace shape: {e:#}")));
+            return out;
+        }
+    };
+    let (k, k_off) = kernel;
+    let anchor = |id: &str, v: f64, unit: &str| Figure::new(id, v, unit);
+    let k1 = out.push(anchor(
+        "podpath.kernel.tcp_1stream.gbps",
+        k.tcp1_gbps,
+        "Gbit/s",
+    ));
+    let k1off = out.push(anchor(
+        "podpath.kernel_offloads_off.tcp_1stream.gbps",
+        k_off,
+        "Gbit/s",
+    ));
+    let k4 = out.push(anchor(
+        "podpath.kernel.tcp_4stream.gbps",
+        k.tcp4_gbps,
+        "Gbit/s",
+    ));
+    let ku = out.push(anchor("podpath.kernel.udp64.mpps", k.udp64_mpps, "Mpps"));
+    let kr50 = out.push(anchor("podpath.kernel.rtt.p50_us", k.rtt_p50_us, "µs"));
+    let kr99 = out.push(anchor("podpath.kernel.rtt.p99_us", k.rtt_p99_us, "µs"));
+    let kre = out.push(anchor(
+        "podpath.kernel.tcp_1stream.retransmit_ratio",
+        k.tcp1_retransmit_ratio,
+        "retransmitted/sent",
+    ));
+    let kcpu = out.push(anchor(
+        "podpath.kernel.tcp_1stream.cpu_us_per_segment",
+        k.tcp1_cpu_us_per_segment,
+        "µs/segment",
+    ));
+    out.push(Figure::versus(FIGURE, lace.tcp1_gbps, &k1));
+    out.push(Figure::versus(
+        "podpath.tcp_1stream.gbps.vs_offloads_off",
+        lace.tcp1_gbps,
+        &k1off,
+    ));
+    out.push(Figure::versus(
+        "podpath.tcp_4stream.gbps",
+        lace.tcp4_gbps,
+        &k4,
+    ));
+    out.push(Figure::versus("podpath.udp64.mpps", lace.udp64_mpps, &ku));
+    out.push(Figure::versus("podpath.rtt.p50_us", lace.rtt_p50_us, &kr50));
+    out.push(Figure::versus("podpath.rtt.p99_us", lace.rtt_p99_us, &kr99));
+    out.push(Figure::versus(
+        "podpath.tcp_1stream.retransmit_ratio",
+        lace.tcp1_retransmit_ratio,
+        &kre,
+    ));
+    out.push(Figure::versus(
+        "podpath.tcp_1stream.cpu_us_per_segment",
+        lace.tcp1_cpu_us_per_segment,
+        &kcpu,
+    ));
+    out.notes.push(format!(
+        "podpath: kernel shape then lace shape, back to back; iperf3 TCP {TCP_SECONDS} s (1 and \
+         4 streams, receiver's rate), UDP 64 B {UDP_SECONDS} s (server's received packets), \
+         ping -i 0.01 x{PINGS}; retransmit ratio = RetransSegs/OutSegs of the client pod; CPU \
+         per segment = host busy CPU time (all CPUs, /proc/stat) over the one-stream run / \
+         segments sent; load average at the start: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    out.notes.extend(notes);
+    if k.tcp1_retransmit_ratio == 0.0 {
+        out.notes.push(
+            "podpath: the kernel retransmitted nothing, so the retransmit ratio's target (≤ the \
+             kernel's) reads as met only at 0"
+                .to_owned(),
+        );
+    }
+    out
+}
