@@ -94,18 +94,18 @@ impl<'a> Mem<'a> {
         Some(unsafe { std::slice::from_raw_parts(self.base.add(off).cast::<T>(), n) })
     }
 
-    /// Hints the CPU to fetch the cache line at `off` (no effect if out of bounds).
+    /// Hints the CPU to fetch the cache line at `off` (whatever `off`: a prefetch is only a
+    /// hint and never faults).
     #[inline(always)]
     pub fn prefetch(&self, off: u64) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if (off as usize) < self.len {
-            // SAFETY: prefetch never faults; the address is inside the mapping anyway.
-            unsafe {
-                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                    self.base.add(off as usize).cast::<i8>(),
-                )
-            };
-        }
+        // SAFETY: a prefetch reads nothing the program sees and never faults, whatever the
+        // address; `wrapping_add` computes it without claiming it is in bounds.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                self.base.wrapping_add(off as usize).cast::<i8>(),
+            )
+        };
         #[cfg(any(not(target_arch = "x86_64"), miri))]
         let _ = off;
     }
