@@ -192,6 +192,14 @@ impl Arena {
 
     /// Allocates a zeroed block of at least `size` bytes.
     pub fn alloc(&mut self, size: usize) -> Result<u64> {
+        let off = self.alloc_dirty(size)?;
+        self.mem.zero(off, block_size(size) as usize);
+        Ok(off)
+    }
+
+    /// Allocates a block of at least `size` bytes holding whatever it held before (for
+    /// blocks the caller overwrites whole).
+    fn alloc_dirty(&mut self, size: usize) -> Result<u64> {
         let s = block_size(size);
         let off = if s <= SMALL_MAX {
             match self.small[(s / GRANULE - 1) as usize].pop() {
@@ -204,17 +212,21 @@ impl Arena {
         } else {
             self.carve(s)?
         };
-        self.mem.zero(off, s as usize);
         self.fresh.insert(off, s);
         self.live_bytes += s;
         self.high_water = self.high_water.max(off + s);
         Ok(off)
     }
 
-    /// Allocates a block and copies `size` bytes of `src` into it.
+    /// Allocates a block and copies `size` bytes of `src` into it (the rest of the block, up
+    /// to the granule, is zeroed).
     pub fn alloc_copy(&mut self, src: u64, size: usize) -> Result<u64> {
-        let off = self.alloc(size)?;
+        let off = self.alloc_dirty(size)?;
         self.mem.copy(src, off, size);
+        let s = block_size(size) as usize;
+        if s > size {
+            self.mem.zero(off + size as u64, s - size);
+        }
         Ok(off)
     }
 

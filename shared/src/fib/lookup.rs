@@ -3,8 +3,8 @@
 use std::marker::PhantomData;
 
 use super::{
-    block_of, chunk_size, leaf_shift, n_chunks, popcnt_upto, records_size, root_of, sub_info,
-    visit_routes, ChunkTail, FibHdr, LpmKey, Node, Single, Skip, CHUNK_BITS, CHUNK_ENTRIES_BYTES,
+    block_of, leaf_shift, n_chunks, popcnt_upto, records_size, root_of, sub_info, visit_routes,
+    ChunkTail, FibHdr, LpmKey, Node, Single, Skip, CHUNK_BITS, CHUNK_BYTES, CHUNK_ENTRIES_BYTES,
     CHUNK_SLOTS, LEAF16, NODE, ROOT2, SKIPPED, SUBTREE, UNIFORM,
 };
 use crate::mem::Mem;
@@ -340,15 +340,17 @@ impl<K: LpmKey> Fib<K> {
             let Some(tail) = mem.get::<ChunkTail>(d + CHUNK_ENTRIES_BYTES) else {
                 continue;
             };
-            out.push((d, chunk_size::<K>(tail.n_short)));
+            out.push((d, CHUNK_BYTES));
+            if tail.shorts != 0 {
+                out.push((tail.shorts, records_size::<K>(tail.n_short)));
+            }
             let Some(entries) = mem.slice::<u32>(d, CHUNK_SLOTS) else {
                 continue;
             };
             for &e in entries {
                 if e & SUBTREE != 0 {
-                    if let Some((h, l)) = sub_info(mem, e) {
+                    if let Some((_, l)) = sub_info::<K>(mem, e) {
                         out.push((block_of(e), l.size));
-                        out.push((h.routes, records_size::<K>(h.n_routes)));
                     }
                 }
             }

@@ -7,7 +7,8 @@
 //!    │ dir ──► chunk directory [u64; 2^(TOP-8)]   one word per 256 top slots:
 //!    │           │                                 UNIFORM|nh = every slot nh, no subtree,
 //!    │           ▼                                 else the offset of a chunk block
-//!    │         chunk block  [u32; 256] top entries, ChunkTail, the short routes that start in it
+//!    │         chunk block  [u32; 256] top entries, ChunkTail ──► the short routes that start
+//!    │           │                                                   in the chunk
 //!    │           │  top entry: next hop (the slot's best route, all of length <= TOP)
 //!    │           │             or SUBTREE|flags|offset/64
 //!    │           ▼
@@ -73,7 +74,7 @@ const SUB_OFFSET: u32 = LEAF16 - 1;
 /// Directory-word flag: the whole chunk maps to the next hop in the low 32 bits.
 const UNIFORM: u64 = 1 << 63;
 /// Top slots per chunk (log2).
-const CHUNK_BITS: u32 = 8;
+const CHUNK_BITS: u32 = 6;
 const CHUNK_SLOTS: usize = 1 << CHUNK_BITS;
 /// Bytes of a chunk's top entries.
 const CHUNK_ENTRIES_BYTES: u64 = (CHUNK_SLOTS * 4) as u64;
@@ -273,16 +274,20 @@ pub struct FibHdr {
 unsafe impl Pod for FibHdr {}
 crate::assert_layout!(FibHdr, 24, 8);
 
-/// After a chunk's top entries: how many short-route records follow.
+/// After a chunk's top entries: the block of the short routes that start in the chunk (kept
+/// apart: a chunk is copied whenever one of its slots changes, its short routes only change
+/// with themselves).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 struct ChunkTail {
+    /// Offset of the short-route records (0 = none).
+    shorts: u64,
     n_short: u32,
     _pad: u32,
 }
-// SAFETY: repr(C), integers only, every bit pattern valid.
+// SAFETY: repr(C), integers only, no padding (8+4+4), every bit pattern valid.
 unsafe impl Pod for ChunkTail {}
-crate::assert_layout!(ChunkTail, 8, 4);
+crate::assert_layout!(ChunkTail, 16, 8);
 
 /// A trie node: 64 positions (six key bits). A subtree's root node keeps its slot default in
 /// `base0`: its leaves are always right after it.
@@ -313,13 +318,10 @@ struct SubHdr {
     n_routes: u32,
     /// Number of [`Single`] records.
     n_singles: u32,
-    /// Offset of the block holding the subtree's route records (kept apart, so the blocks
-    /// lookups read are dense).
-    routes: u64,
 }
-// SAFETY: repr(C), integers only, no padding (4×4+8), every bit pattern valid.
+// SAFETY: repr(C), integers only, every bit pattern valid.
 unsafe impl Pod for SubHdr {}
-crate::assert_layout!(SubHdr, 24, 8);
+crate::assert_layout!(SubHdr, 16, 4);
 
 /// Path compression: a node whose only business is one deeper route. Marked by a [`Node`]
 /// with both bitmaps zero (a real node always has a child or a leaf run), whose `base0` points
@@ -417,13 +419,15 @@ struct SubLayout {
     /// Leaves other than the root's.
     leaves: u64,
     singles: u64,
+    /// The route records the subtree was built from (after everything lookups read).
+    routes: u64,
     size: u64,
 }
 
 impl SubLayout {
     /// The layout of a subtree with (or without) a root skip, `root_leaves` leaves in its root
     /// node, leaves of `1 << shift` bytes, and the counts of `h`.
-    fn new(skip: bool, root_leaves: u32, shift: u32, h: &SubHdr) -> SubLayout {
+    fn new<K: LpmKey>(skip: bool, root_leaves: u32, shift: u32, h: &SubHdr) -> SubLayout {
         let root = if skip {
             std::mem::size_of::<Skip>() as u64
         } else {
@@ -434,20 +438,24 @@ impl SubLayout {
         let leaves = nodes + NODE * (h.n_nodes as u64).saturating_sub(1);
         let other_leaves = (h.n_leaves as u64).saturating_sub(root_leaves as u64);
         let singles = (leaves + (other_leaves << shift)).div_ceil(8) * 8;
-        let end = singles + std::mem::size_of::<Single>() as u64 * h.n_singles as u64;
+        let ra = std::mem::align_of::<K::Rec>() as u64;
+        let routes =
+            (singles + std::mem::size_of::<Single>() as u64 * h.n_singles as u64).div_ceil(ra) * ra;
+        let end = routes + h.n_routes as u64 * std::mem::size_of::<K::Rec>() as u64;
         SubLayout {
             root,
             hdr,
             nodes,
             leaves,
             singles,
+            routes,
             size: end.div_ceil(SUB_ALIGN) * SUB_ALIGN,
         }
     }
 }
 
 /// A subtree's description and layout, read from its block (`e`: its top entry).
-fn sub_info(mem: Mem<'_>, e: u32) -> Option<(SubHdr, SubLayout)> {
+fn sub_info<K: LpmKey>(mem: Mem<'_>, e: u32) -> Option<(SubHdr, SubLayout)> {
     let block = block_of(e);
     let root = root_of(e);
     let n = mem.read::<Node>(block + root)?;
@@ -456,33 +464,23 @@ fn sub_info(mem: Mem<'_>, e: u32) -> Option<(SubHdr, SubLayout)> {
     let h = mem.read::<SubHdr>(block + hdr_at)?;
     Some((
         h,
-        SubLayout::new(e & SKIPPED != 0, root_leaves, leaf_shift(e), &h),
+        SubLayout::new::<K>(e & SKIPPED != 0, root_leaves, leaf_shift(e), &h),
     ))
 }
 
 /// The routes a subtree was built from (`e`: its top entry).
 fn sub_routes<K: LpmKey>(mem: Mem<'_>, e: u32) -> &[K::Rec] {
-    sub_info(mem, e)
-        .and_then(|(h, _)| mem.slice::<K::Rec>(h.routes, h.n_routes as usize))
+    sub_info::<K>(mem, e)
+        .and_then(|(h, l)| mem.slice::<K::Rec>(block_of(e) + l.routes, h.n_routes as usize))
         .unwrap_or(&[])
 }
 
-/// Bytes of the record block of a subtree with `n` routes.
+/// Size of a chunk block.
+const CHUNK_BYTES: u64 = CHUNK_ENTRIES_BYTES + std::mem::size_of::<ChunkTail>() as u64;
+
+/// Bytes of `n` route records.
 fn records_size<K: LpmKey>(n: u32) -> u64 {
     n as u64 * std::mem::size_of::<K::Rec>() as u64
-}
-
-/// Size of a chunk block holding `n_short` short-route records.
-fn chunk_size<K: LpmKey>(n_short: u32) -> u64 {
-    CHUNK_ENTRIES_BYTES
-        + std::mem::size_of::<ChunkTail>() as u64
-        + n_short as u64 * std::mem::size_of::<K::Rec>() as u64
-}
-
-/// Offset of the short-route records in a chunk.
-fn chunk_shorts<K: LpmKey>() -> u64 {
-    let ra = std::mem::align_of::<K::Rec>() as u64;
-    (CHUNK_ENTRIES_BYTES + std::mem::size_of::<ChunkTail>() as u64).div_ceil(ra) * ra
 }
 
 /// Number of directory words of a `K` FIB.
@@ -514,7 +512,10 @@ fn visit_routes<K: LpmKey>(mem: Mem<'_>, hdr: &FibHdr, f: &mut dyn FnMut(K, u8, 
         let Some(tail) = mem.get::<ChunkTail>(d + CHUNK_ENTRIES_BYTES) else {
             continue;
         };
-        if let Some(rs) = mem.slice::<K::Rec>(d + chunk_shorts::<K>(), tail.n_short as usize) {
+        if let (true, Some(rs)) = (
+            tail.shorts != 0,
+            mem.slice::<K::Rec>(tail.shorts, tail.n_short as usize),
+        ) {
             for r in rs {
                 let (p, l, nh) = K::unrec(r);
                 f(p, l, nh);

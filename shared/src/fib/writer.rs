@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::build::{build, Built};
 use super::{
-    block_of, chunk_shorts, chunk_size, leaf_shift, mask, n_chunks, records_size, root_of,
-    sub_info, sub_routes, visit_routes, ChunkTail, Fib, FibHdr, LpmKey, Node, SubHdr, SubLayout,
-    CHUNK_BITS, CHUNK_ENTRIES_BYTES, CHUNK_SLOTS, LEAF16, MAX_NEXT_HOP, NODE, ROOT2, SKIPPED,
-    SUBTREE, SUB_ALIGN, SUB_OFFSET, UNIFORM,
+    block_of, leaf_shift, mask, n_chunks, records_size, root_of, sub_info, sub_routes,
+    visit_routes, ChunkTail, Fib, FibHdr, LpmKey, Node, SubHdr, SubLayout, CHUNK_BITS, CHUNK_BYTES,
+    CHUNK_ENTRIES_BYTES, CHUNK_SLOTS, LEAF16, MAX_NEXT_HOP, NODE, ROOT2, SKIPPED, SUBTREE,
+    SUB_ALIGN, SUB_OFFSET, UNIFORM,
 };
 use crate::arena::Arena;
 use crate::error::{Error, Result};
@@ -33,6 +33,8 @@ pub struct FibWriter<K: LpmKey> {
     per_len: Vec<u32>,
     /// Non-wide short routes of each chunk, shortest first (the order they are painted in).
     by_chunk: FastMap<u32, BTreeSet<(u8, K)>>,
+    /// The wide routes (covering whole chunks), in the order of the header's list.
+    wide: BTreeMap<(K, u8), u32>,
     /// Scratch buffers reused by every subtree rebuild (no allocation per route).
     routes_buf: Routes<K>,
     built: Built,
@@ -44,6 +46,7 @@ impl<K: LpmKey> Default for FibWriter<K> {
             short: FastMap::default(),
             per_len: vec![0; K::TOP as usize + 1],
             by_chunk: FastMap::default(),
+            wide: BTreeMap::new(),
             routes_buf: Vec::new(),
             built: Built::default(),
         }
@@ -198,6 +201,12 @@ impl<K: LpmKey> FibWriter<K> {
             Some(nh) => self.short.insert((prefix, len), nh),
             None => self.short.remove(&(prefix, len)),
         };
+        if is_wide::<K>(len) {
+            match nh {
+                Some(nh) => self.wide.insert((prefix, len), nh),
+                None => self.wide.remove(&(prefix, len)),
+            };
+        }
         match (old.is_some(), nh.is_some()) {
             (false, true) => {
                 self.per_len[len as usize] += 1;
@@ -302,26 +311,21 @@ impl<K: LpmKey> FibWriter<K> {
             *arena.mem_mut().get_mut::<u64>(dir + 8 * c as u64) = UNIFORM | base as u64;
             return Ok(());
         }
-        let n_short = shorts.map_or(0, |s| s.len() as u32);
-        let off = Self::own_chunk(arena, dir, c, own.then_some(n_short))?;
+        let off = Self::own_chunk(arena, dir, c)?;
         let mut vals = [base; CHUNK_SLOTS];
+        let mut recs: Routes<K> = Vec::new();
         if let Some(set) = self.by_chunk.get(&c) {
-            let recs = if own {
-                let at = off + chunk_shorts::<K>();
-                Some(arena.mem_mut().slice_mut::<K::Rec>(at, set.len()))
-            } else {
-                None
-            };
             for &(l, p) in set {
                 let nh = self.short[&(p, l)];
                 let first = (p.top() & (CHUNK_SLOTS as u32 - 1)) as usize;
                 vals[first..first + (1usize << (K::TOP - l as u32))].fill(nh);
-            }
-            if let Some(recs) = recs {
-                for (r, &(l, p)) in recs.iter_mut().zip(set) {
-                    *r = K::rec(p, l, self.short[&(p, l)]);
+                if own {
+                    recs.push((p, l, nh));
                 }
             }
+        }
+        if own {
+            write_chunk_shorts::<K>(arena, off, &recs)?;
         }
         for (i, v) in vals.into_iter().enumerate() {
             if touched[i / 64] & (1 << (i % 64)) != 0 {
@@ -332,23 +336,15 @@ impl<K: LpmKey> FibWriter<K> {
     }
 
     fn write_wide(&mut self, arena: &mut Arena, hdr: &mut FibHdr) -> Result<()> {
-        let mut recs: Routes<K> = self
-            .short
-            .iter()
-            .filter(|((_, l), _)| is_wide::<K>(*l))
-            .map(|((p, l), nh)| (*p, *l, *nh))
-            .collect();
-        recs.sort_unstable();
-        let rs = std::mem::size_of::<K::Rec>();
         if hdr.wide != 0 {
-            arena.retire(hdr.wide, hdr.n_wide as usize * rs);
+            arena.retire(hdr.wide, records_size::<K>(hdr.n_wide) as usize);
         }
-        hdr.n_wide = recs.len() as u32;
+        hdr.n_wide = self.wide.len() as u32;
         hdr.wide = 0;
-        if !recs.is_empty() {
-            let off = arena.alloc(recs.len() * rs)?;
-            let out = arena.mem_mut().slice_mut::<K::Rec>(off, recs.len());
-            for (r, (p, l, nh)) in out.iter_mut().zip(recs) {
+        if !self.wide.is_empty() {
+            let off = arena.alloc(records_size::<K>(hdr.n_wide) as usize)?;
+            let out = arena.mem_mut().slice_mut::<K::Rec>(off, self.wide.len());
+            for (r, (&(p, l), &nh)) in out.iter_mut().zip(&self.wide) {
                 *r = K::rec(p, l, nh);
             }
             hdr.wide = off;
@@ -383,38 +379,18 @@ impl<K: LpmKey> FibWriter<K> {
     }
 
     /// Makes chunk `c` (directory at `dir`, writable) a writable block and returns its offset.
-    /// A uniform chunk is expanded. With `n_short`, the block gets room for exactly that many
-    /// short-route records, for the caller to write; without, they are kept.
-    fn own_chunk(arena: &mut Arena, dir: u64, c: u32, n_short: Option<u32>) -> Result<u64> {
+    /// A uniform chunk is expanded.
+    fn own_chunk(arena: &mut Arena, dir: u64, c: u32) -> Result<u64> {
         let d = Self::dir_word(arena, dir, c)?;
-        let tail = d + CHUNK_ENTRIES_BYTES;
         let off = if d & UNIFORM != 0 {
-            let n = n_short.unwrap_or(0);
-            let off = arena.alloc(chunk_size::<K>(n) as usize)?;
-            let m = arena.mem_mut();
-            m.slice_mut::<u32>(off, CHUNK_SLOTS)
+            let off = arena.alloc(CHUNK_BYTES as usize)?;
+            arena
+                .mem_mut()
+                .slice_mut::<u32>(off, CHUNK_SLOTS)
                 .fill(d as u32 & !SUBTREE);
-            m.get_mut::<ChunkTail>(off + CHUNK_ENTRIES_BYTES).n_short = n;
             off
         } else {
-            let old_n = arena
-                .mem()
-                .get::<ChunkTail>(tail)
-                .ok_or_else(corrupt)?
-                .n_short;
-            let n = n_short.unwrap_or(old_n);
-            if n == old_n {
-                arena.cow(d, chunk_size::<K>(n) as usize)?
-            } else {
-                let off = arena.alloc(chunk_size::<K>(n) as usize)?;
-                arena.mem_mut().copy(d, off, CHUNK_ENTRIES_BYTES as usize);
-                arena
-                    .mem_mut()
-                    .get_mut::<ChunkTail>(off + CHUNK_ENTRIES_BYTES)
-                    .n_short = n;
-                arena.retire(d, chunk_size::<K>(old_n) as usize);
-                off
-            }
+            arena.cow(d, CHUNK_BYTES as usize)?
         };
         *arena.mem_mut().get_mut::<u64>(dir + 8 * c as u64) = off;
         Ok(off)
@@ -427,11 +403,10 @@ impl<K: LpmKey> FibWriter<K> {
             return Ok(());
         }
         let mem = arena.mem();
-        let n_short = mem
+        let tail = *mem
             .get::<ChunkTail>(d + CHUNK_ENTRIES_BYTES)
-            .ok_or_else(corrupt)?
-            .n_short;
-        if n_short != 0 {
+            .ok_or_else(corrupt)?;
+        if tail.n_short != 0 {
             return Ok(());
         }
         let es = mem.slice::<u32>(d, CHUNK_SLOTS).ok_or_else(corrupt)?;
@@ -439,7 +414,7 @@ impl<K: LpmKey> FibWriter<K> {
         if v & SUBTREE != 0 || es.iter().any(|&e| e != v) {
             return Ok(());
         }
-        arena.retire(d, chunk_size::<K>(0) as usize);
+        arena.retire(d, CHUNK_BYTES as usize);
         *arena.mem_mut().get_mut::<u64>(dir + 8 * c as u64) = UNIFORM | v as u64;
         Ok(())
     }
@@ -461,7 +436,7 @@ impl<K: LpmKey> FibWriter<K> {
         if old.base0 == v {
             return Ok(());
         }
-        let (_, l) = sub_info(arena.mem(), e).ok_or_else(corrupt)?;
+        let (_, l) = sub_info::<K>(arena.mem(), e).ok_or_else(corrupt)?;
         let nb = arena.cow(block_of(e), l.size as usize)?;
         arena.mem_mut().get_mut::<Node>(nb + root).base0 = v;
         *arena.mem_mut().get_mut::<u32>(a) = sub_ref(e, nb)?;
@@ -484,9 +459,7 @@ impl<K: LpmKey> FibWriter<K> {
     }
 
     /// Applies the long-route changes (`long`: (slot, index into `changes`, masked prefix),
-    /// sorted by slot then index), rebuilding each slot's subtree once. The new subtrees' route
-    /// records are written after all of them, so that a table loaded in one batch has its
-    /// subtree blocks side by side.
+    /// sorted by slot then index), rebuilding each slot's subtree once.
     fn apply_long(
         &mut self,
         arena: &mut Arena,
@@ -496,9 +469,6 @@ impl<K: LpmKey> FibWriter<K> {
         routes: &mut Routes<K>,
         olds: &mut [Option<u32>],
     ) -> Result<()> {
-        // The routes of every new subtree, and per subtree its SubHdr and its range in them.
-        let mut kept: Routes<K> = Vec::new();
-        let mut pending: Vec<(u64, usize)> = Vec::new();
         let mut at = 0;
         while at < long.len() {
             let slot = long[at].0;
@@ -531,33 +501,15 @@ impl<K: LpmKey> FibWriter<K> {
                 olds[i] = old;
             }
             if changed {
-                if let Some(sub_hdr) = self.write_slot(arena, hdr, slot, e, default, routes)? {
-                    pending.push((sub_hdr, kept.len()));
-                    kept.extend_from_slice(routes);
-                }
+                self.write_slot(arena, hdr, slot, e, default, routes)?;
             }
             at = end;
-        }
-        for (j, &(sub_hdr, from)) in pending.iter().enumerate() {
-            let to = pending.get(j + 1).map_or(kept.len(), |p| p.1);
-            let rs = &kept[from..to];
-            let off = arena.alloc(records_size::<K>(rs.len() as u32) as usize)?;
-            for (r, &(p, len, nh)) in arena
-                .mem_mut()
-                .slice_mut::<K::Rec>(off, rs.len())
-                .iter_mut()
-                .zip(rs)
-            {
-                *r = K::rec(p, len, nh);
-            }
-            arena.mem_mut().get_mut::<SubHdr>(sub_hdr).routes = off;
         }
         Ok(())
     }
 
     /// Replaces top slot `slot` (`old`: its current entry, `default`: its best short route)
     /// by a subtree built from `routes` (sorted by prefix and length; none: no subtree).
-    /// Returns where the new subtree's SubHdr is, for the caller to add its route records.
     fn write_slot(
         &mut self,
         arena: &mut Arena,
@@ -566,34 +518,69 @@ impl<K: LpmKey> FibWriter<K> {
         old: u32,
         default: u32,
         routes: &[(K, u8, u32)],
-    ) -> Result<Option<u64>> {
+    ) -> Result<()> {
         let c = slot >> CHUNK_BITS;
         let dir = Self::ensure_dir(arena, hdr)?;
-        let (new, sub_hdr) = if routes.is_empty() {
-            (default, None)
+        let new = if routes.is_empty() {
+            default
         } else {
             let mut built = std::mem::take(&mut self.built);
             build::<K>(routes, &mut built);
-            let r = write_subtree(arena, routes.len() as u32, &built, default);
+            let r = write_subtree::<K>(arena, routes, &built, default);
             self.built = built;
-            let (e, h) = r?;
-            (e, Some(h))
+            r?
         };
-        let off = Self::own_chunk(arena, dir, c, None)?;
+        let off = Self::own_chunk(arena, dir, c)?;
         *arena
             .mem_mut()
             .get_mut::<u32>(off + 4 * (slot as u64 & (CHUNK_SLOTS as u64 - 1))) = new;
         if old & SUBTREE != 0 {
-            if let Some((h, l)) = sub_info(arena.mem(), old) {
+            if let Some((_, l)) = sub_info::<K>(arena.mem(), old) {
                 arena.retire(block_of(old), l.size as usize);
-                arena.retire(h.routes, records_size::<K>(h.n_routes) as usize);
             }
         }
         if new & SUBTREE == 0 {
             Self::maybe_uniform(arena, dir, c)?;
         }
-        Ok(sub_hdr)
+        Ok(())
     }
+}
+
+/// Replaces the short-route records of the (writable) chunk at `chunk` by `recs`.
+fn write_chunk_shorts<K: LpmKey>(
+    arena: &mut Arena,
+    chunk: u64,
+    recs: &[(K, u8, u32)],
+) -> Result<()> {
+    let tail = *arena
+        .mem()
+        .get::<ChunkTail>(chunk + CHUNK_ENTRIES_BYTES)
+        .ok_or_else(corrupt)?;
+    if tail.shorts != 0 {
+        arena.retire(tail.shorts, records_size::<K>(tail.n_short) as usize);
+    }
+    let shorts = if recs.is_empty() {
+        0
+    } else {
+        let off = arena.alloc(records_size::<K>(recs.len() as u32) as usize)?;
+        for (r, &(p, l, nh)) in arena
+            .mem_mut()
+            .slice_mut::<K::Rec>(off, recs.len())
+            .iter_mut()
+            .zip(recs)
+        {
+            *r = K::rec(p, l, nh);
+        }
+        off
+    };
+    *arena
+        .mem_mut()
+        .get_mut::<ChunkTail>(chunk + CHUNK_ENTRIES_BYTES) = ChunkTail {
+        shorts,
+        n_short: recs.len() as u32,
+        _pad: 0,
+    };
+    Ok(())
 }
 
 /// The top entry of subtree `e` moved to block `block`.
@@ -625,27 +612,26 @@ fn edit<K: LpmKey>(routes: &mut Routes<K>, prefix: K, len: u8, nh: Option<u32>) 
     }
 }
 
-/// Writes a built subtree of `n_routes` routes with its slot default into a new block;
-/// returns its top entry and the offset of its SubHdr (whose record block is still to come).
-fn write_subtree(
+/// Writes a built subtree, its slot default and its routes into a new block; returns its top
+/// entry.
+fn write_subtree<K: LpmKey>(
     arena: &mut Arena,
-    n_routes: u32,
+    routes: &[(K, u8, u32)],
     built: &Built,
     default: u32,
-) -> Result<(u32, u64)> {
+) -> Result<u32> {
     let h = SubHdr {
         n_nodes: built.nodes.len() as u32,
         n_leaves: built.leaves.len() as u32,
-        n_routes,
+        n_routes: routes.len() as u32,
         n_singles: built.singles.len() as u32,
-        routes: 0,
     };
     let mut flags = SUBTREE;
     if built.leaves.iter().all(|&v| v <= u16::MAX as u32) {
         flags |= LEAF16;
     }
     let sh = leaf_shift(flags);
-    let l = SubLayout::new(built.skip.is_some(), built.root_leaves, sh, &h);
+    let l = SubLayout::new::<K>(built.skip.is_some(), built.root_leaves, sh, &h);
     let off = arena.alloc(l.size as usize)?;
     if built.skip.is_some() {
         flags |= SKIPPED;
@@ -709,5 +695,12 @@ fn write_subtree(
     *m.get_mut::<SubHdr>(off + l.hdr) = h;
     m.slice_mut::<super::Single>(off + l.singles, built.singles.len())
         .copy_from_slice(&built.singles);
-    Ok((e, off + l.hdr))
+    for (r, &(p, len, nh)) in m
+        .slice_mut::<K::Rec>(off + l.routes, routes.len())
+        .iter_mut()
+        .zip(routes)
+    {
+        *r = K::rec(p, len, nh);
+    }
+    Ok(e)
 }
