@@ -256,7 +256,13 @@ impl Arena {
     /// Marks the end of a batch: everything allocated so far becomes immutable and everything
     /// retired in the batch waits for readers to pass `epoch`.
     pub fn published(&mut self, epoch: u64) {
+        // Clearing costs the map's capacity: after a big batch (a table load), give the room
+        // back instead of paying for it at every small batch that follows.
+        let n = self.fresh.len();
         self.fresh.clear();
+        if self.fresh.capacity() > 4 * n.max(1024) {
+            self.fresh.shrink_to(n.max(1024));
+        }
         for (off, s) in self.pending.drain(..) {
             self.retired.push_back((epoch, off, s));
         }

@@ -88,9 +88,11 @@ pub(super) fn build<K: LpmKey>(routes: &[(K, u8, u32)], out: &mut Built) {
                 continue;
             }
         }
-        // Paint the positions (the longest route wins whatever the order), note the children.
+        // Paint the positions, note the children. A route comes after every route covering it
+        // (sorted by prefix, then length), so painting in order leaves the longest match.
+        // `edges`: the positions where the painted value may change (a range starts or ends).
         let mut leaf = [t.default; 64];
-        let mut painted = [0u8; 64];
+        let mut edges = 1u64;
         let mut vector = 0u64;
         for &(p, l, nh) in own {
             let l = l as u32;
@@ -101,12 +103,9 @@ pub(super) fn build<K: LpmKey>(routes: &[(K, u8, u32)], out: &mut Built) {
             if l <= t.depth + 6 {
                 let span = 1usize << (t.depth + 6 - l);
                 let s = pos & !(span - 1);
-                for q in s..s + span {
-                    if painted[q] < l as u8 {
-                        painted[q] = l as u8;
-                        leaf[q] = nh;
-                    }
-                }
+                leaf[s..s + span].fill(nh);
+                edges |= 1 << s;
+                edges |= (1u64 << (s + span - 1)) << 1;
             } else {
                 vector |= 1 << pos;
             }
@@ -139,9 +138,15 @@ pub(super) fn build<K: LpmKey>(routes: &[(K, u8, u32)], out: &mut Built) {
             });
             next_index += 1;
         }
+        // Leaf runs: a run can only start at an edge or right after a child (elsewhere a
+        // position holds what the one before it holds).
         let mut last = None;
-        for (pos, &value) in leaf.iter().enumerate() {
-            if vector >> pos & 1 == 0 && last != Some(value) {
+        let mut starts = (edges | vector << 1) & !vector;
+        while starts != 0 {
+            let pos = starts.trailing_zeros();
+            starts &= starts - 1;
+            let value = leaf[pos as usize];
+            if last != Some(value) {
                 node.leafvec |= 1 << pos;
                 out.leaves.push(value);
                 last = Some(value);

@@ -152,22 +152,33 @@ impl<K: LpmKey> FibWriter<K> {
         hdr: &mut FibHdr,
         changes: &[(K, u8, Option<u32>)],
     ) -> Result<Vec<Option<u32>>> {
+        if u32::try_from(changes.len()).is_err() {
+            return Err(Error::Invalid {
+                what: format!(
+                    "{} FIB batch of {} route changes: at most {} per apply; split it",
+                    K::NAME,
+                    changes.len(),
+                    u32::MAX
+                ),
+            });
+        }
         let mut olds = vec![None; changes.len()];
-        let mut long: Vec<(u32, usize, K)> = Vec::new();
+        // Long changes as (slot << 32 | index): sorted, they group by slot in batch order.
+        let mut long: Vec<u64> = Vec::new();
         let mut short = Vec::new();
         for (i, &(p, l, nh)) in changes.iter().enumerate() {
             let p = Self::check(p, l, nh)?;
             if l as u32 <= K::TOP {
                 short.push((i, p));
             } else {
-                long.push((p.top(), i, p));
+                long.push((p.top() as u64) << 32 | i as u64);
             }
         }
         if !short.is_empty() {
             self.apply_shorts(arena, hdr, changes, &short, &mut olds)?;
         }
         if !long.is_empty() {
-            long.sort_unstable_by_key(|x| (x.0, x.1));
+            long.sort_unstable();
             let mut routes = std::mem::take(&mut self.routes_buf);
             let r = self.apply_long(arena, hdr, changes, &long, &mut routes, &mut olds);
             self.routes_buf = routes;
@@ -465,15 +476,19 @@ impl<K: LpmKey> FibWriter<K> {
         arena: &mut Arena,
         hdr: &mut FibHdr,
         changes: &[(K, u8, Option<u32>)],
-        long: &[(u32, usize, K)],
+        long: &[u64],
         routes: &mut Routes<K>,
         olds: &mut [Option<u32>],
     ) -> Result<()> {
+        // The writable directory and the chunk last made writable (slots come in order, so
+        // the slots of one chunk follow each other).
+        let mut dir = None;
+        let mut chunk = None;
         let mut at = 0;
         while at < long.len() {
-            let slot = long[at].0;
+            let slot = (long[at] >> 32) as u32;
             let mut end = at;
-            while end < long.len() && long[end].0 == slot {
+            while end < long.len() && (long[end] >> 32) as u32 == slot {
                 end += 1;
             }
             let e = Self::slot_entry(arena, hdr, slot)?;
@@ -489,9 +504,10 @@ impl<K: LpmKey> FibWriter<K> {
                 e
             };
             let mut changed = false;
-            for &(_, i, p) in &long[at..end] {
-                let (_, l, nh) = changes[i];
-                let old = edit(routes, p, l, nh);
+            for &key in &long[at..end] {
+                let i = key as u32 as usize;
+                let (p, l, nh) = changes[i];
+                let old = edit(routes, mask(p, l), l, nh);
                 changed |= old != nh;
                 match (old.is_some(), nh.is_some()) {
                     (false, true) => hdr.routes += 1,
@@ -501,7 +517,11 @@ impl<K: LpmKey> FibWriter<K> {
                 olds[i] = old;
             }
             if changed {
-                self.write_slot(arena, hdr, slot, e, default, routes)?;
+                let d = match dir {
+                    Some(d) => d,
+                    None => *dir.insert(Self::ensure_dir(arena, hdr)?),
+                };
+                chunk = self.write_slot(arena, d, chunk, slot, e, default, routes)?;
             }
             at = end;
         }
@@ -509,18 +529,21 @@ impl<K: LpmKey> FibWriter<K> {
     }
 
     /// Replaces top slot `slot` (`old`: its current entry, `default`: its best short route)
-    /// by a subtree built from `routes` (sorted by prefix and length; none: no subtree).
+    /// by a subtree built from `routes` (sorted by prefix and length; none: no subtree), under
+    /// the writable directory `dir`. `chunk`: a chunk already writable (number, offset), which
+    /// is returned updated.
+    #[allow(clippy::too_many_arguments)]
     fn write_slot(
         &mut self,
         arena: &mut Arena,
-        hdr: &mut FibHdr,
+        dir: u64,
+        chunk: Option<(u32, u64)>,
         slot: u32,
         old: u32,
         default: u32,
         routes: &[(K, u8, u32)],
-    ) -> Result<()> {
+    ) -> Result<Option<(u32, u64)>> {
         let c = slot >> CHUNK_BITS;
-        let dir = Self::ensure_dir(arena, hdr)?;
         let new = if routes.is_empty() {
             default
         } else {
@@ -530,7 +553,10 @@ impl<K: LpmKey> FibWriter<K> {
             self.built = built;
             r?
         };
-        let off = Self::own_chunk(arena, dir, c)?;
+        let off = match chunk {
+            Some((cc, off)) if cc == c => off,
+            _ => Self::own_chunk(arena, dir, c)?,
+        };
         *arena
             .mem_mut()
             .get_mut::<u32>(off + 4 * (slot as u64 & (CHUNK_SLOTS as u64 - 1))) = new;
@@ -541,8 +567,10 @@ impl<K: LpmKey> FibWriter<K> {
         }
         if new & SUBTREE == 0 {
             Self::maybe_uniform(arena, dir, c)?;
+            // The chunk may have collapsed to a directory word.
+            return Ok(None);
         }
-        Ok(())
+        Ok(Some((c, off)))
     }
 }
 
