@@ -1,8 +1,10 @@
 //! Many networks: 1,000 pod networks of 1,000 routes each (`pod_networks_v4`) in one arena,
-//! their FIB headers in an array. `multi/single`: a random network per address, one
-//! `Fib::lookup` each; `multi/grouped32`: a random network per burst of 32, bulk lookup. The
-//! 1k-route pod table alone (`pod1k/single`, `pod1k/bulk32`) is the yardstick, as in the
-//! `lace-bench` report (`multi.*.lookup_cycles` against `fib4.1k.lookup_cycles[.single]`).
+//! their FIB headers in an array. `multi/mixed32`: a random network per address, bursts of 32
+//! through `Fib::lookup_bulk_mixed` (`lace-bench`'s `multi.*.lookup_cycles`, reported there
+//! against `fib4.900k.lookup_cycles`); `multi/single`: the same stream, one `Fib::lookup` each;
+//! `multi/grouped32`: a random network per burst of 32, bulk lookup. The 1k-route pod table
+//! alone (`pod1k/single`, `pod1k/bulk32`) is the yardstick of the last two, as in the report
+//! (`multi.*.lookup_cycles.single`, `.grouped32` against `fib4.1k.lookup_cycles[.single]`).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -45,7 +47,20 @@ fn multi(c: &mut Criterion) {
             black_box(acc)
         })
     });
+    let mixed_keys: Vec<u32> = stream.iter().map(|&(_, a)| a).collect();
+    let mixed_hdrs: Vec<_> = stream
+        .iter()
+        .map(|&(n, _)| multi.hdr(n).expect("every network of the stream is loaded"))
+        .collect();
     let mut out = [0u32; BURST];
+    group.bench_function(format!("multi/mixed{BURST}"), |b| {
+        b.iter(|| {
+            for (keys, hdrs) in mixed_keys.chunks(BURST).zip(mixed_hdrs.chunks(BURST)) {
+                multi.lookup_bulk_mixed(black_box(hdrs), black_box(keys), &mut out[..keys.len()]);
+                black_box(&out);
+            }
+        })
+    });
     group.bench_function(format!("multi/grouped{BURST}"), |b| {
         b.iter(|| {
             for (&n, keys) in gnets.iter().zip(gaddrs.chunks(BURST)) {

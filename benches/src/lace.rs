@@ -277,6 +277,18 @@ impl MultiFib {
         }
     }
 
+    /// The FIB header of network `net`.
+    pub fn hdr(&self, net: u32) -> Option<&FibHdr> {
+        self.hdrs.get(net as usize)
+    }
+
+    /// Bulk lookup of keys of different networks: `out[i]` for `keys[i]` in the FIB whose
+    /// header is `hdrs[i]` (from [`MultiFib::hdr`]), as a burst of several networks' packets.
+    #[inline]
+    pub fn lookup_bulk_mixed(&self, hdrs: &[&FibHdr], keys: &[u32], out: &mut [u32]) {
+        Fib::<u32>::lookup_bulk_mixed(self.arena.mem(), hdrs, keys, out)
+    }
+
     /// Networks held.
     pub fn networks(&self) -> usize {
         self.hdrs.len()

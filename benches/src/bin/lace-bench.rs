@@ -28,7 +28,8 @@
 //! | `publish.{p50,p99,p999,max}_us` | `publish()` → reader on another core sees the generation (`set_neighbor`) | none |
 //! | `publish.route.*` | the same with one route added or removed per publication | none |
 //! | `multi.<n>x<r>.bytes`, `.load_s` | `n` pod networks of `r` routes in one arena | none |
-//! | `multi.<n>x<r>.lookup_cycles` | random network per address, single `lookup` | `fib4.1k.lookup_cycles.single` (same run) |
+//! | `multi.<n>x<r>.lookup_cycles`, `.mlookups_per_s` | random network per address, bursts of the first burst size, `Fib::lookup_bulk_mixed` | `fib4.<t>.lookup_cycles` (lace's BGP-like table, same run) |
+//! | `multi.<n>x<r>.lookup_cycles.single` | random network per address, single `lookup` | `fib4.1k.lookup_cycles.single` (same run) |
 //! | `multi.<n>x<r>.lookup_cycles.grouped<b>` | random network per burst, bulk | `fib4.1k.lookup_cycles` (same run) |
 //! | `pipeline.{l3_local,l3_encap,l3_decap,arp_reply}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
 //! | `pipeline.<path>.above_floor` | the path's cycles minus the I/O floor of the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` (rx, the frame written, tx) |
@@ -331,6 +332,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     report.extend(stack.figures);
     notes.extend(stack.notes);
     set_targets(&mut report, &Ids::new(&scale, &workloads));
+    notes.extend(fib_misses(&report, &Ids::new(&scale, &workloads)));
 
     println!();
     report.print_table(&mut std::io::stdout().lock())?;
@@ -542,7 +544,13 @@ fn lace_figures(
     let ids = Ids::new(scale, w);
     let mut out = Out::default();
     fib4_bgp(&mut out, eal, scale, w, anchors, &ids).context("fib4 (BGP-like table)")?;
-    pods_and_multi(&mut out, eal, scale, w, &ids).context("fib4 pod table and multi")?;
+    let big = out
+        .figures
+        .iter()
+        .find(|f| f.id == format!("{}.lookup_cycles", ids.fib4))
+        .cloned()
+        .ok_or_else(|| anyhow!("{}.lookup_cycles was not measured", ids.fib4))?;
+    pods_and_multi(&mut out, eal, scale, w, &ids, &big).context("fib4 pod table and multi")?;
     fib6_bgp(&mut out, eal, scale, w, anchors, &ids).context("fib6")?;
     fdb(&mut out, eal, scale, w, anchors, &ids).context("fdb")?;
     neigh(&mut out, eal, scale, w, anchors, &ids).context("neigh")?;
@@ -779,12 +787,14 @@ fn fib4_bgp(
 
 /// The pod table (bulk and single lookups, against rte_fib) and the multi-network tables
 /// (against lace's own pod table), all measured round-robin in one go.
+/// `big`: lace's `fib4.<t>.lookup_cycles` of this run, the anchor of `multi.*.lookup_cycles`.
 fn pods_and_multi(
     out: &mut Out,
     eal: Eal,
     scale: &Scale,
     w: &Workloads,
     ids: &Ids,
+    big: &Figure,
 ) -> anyhow::Result<()> {
     let (id, aid, mid) = (ids.pod.as_str(), ids.rte_pod.as_str(), ids.multi.as_str());
     let (pod, _) = LaceFib::<u32>::load("fib4-pod", REGION_BYTES, &w.pod4)?;
@@ -828,8 +838,30 @@ fn pods_and_multi(
         }
     }
 
+    // The mixed stream: each address with its network's FIB header.
+    let mixed_keys: Vec<u32> = stream.iter().map(|&(_, a)| a).collect();
+    let mixed_hdrs = stream
+        .iter()
+        .map(|&(n, _)| multi.hdr(n).ok_or_else(|| anyhow!("{mid}: no network {n}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for (i, (ks, hs)) in mixed_keys
+        .chunks(burst)
+        .zip(mixed_hdrs.chunks(burst))
+        .take(64)
+        .enumerate()
+    {
+        multi.lookup_bulk_mixed(hs, ks, &mut gout[..ks.len()]);
+        for (j, g) in gout[..ks.len()].iter().enumerate() {
+            let (n, a) = stream[i * burst + j];
+            if *g != multi.lookup(n, a) {
+                bail!("{mid}: mixed bulk and single lookups of network {n} differ");
+            }
+        }
+    }
+
     let dests = &w.pod4_destinations;
     let (mut o_dpdk, mut o_lace, mut o_multi) = (vec![0u64; burst], vec![0u32; burst], gout);
+    let mut o_mixed = vec![0u32; burst];
     let mut rte_bulk = || bulk_pass(dests, &mut o_dpdk, &|k, o| dpdk.lookup_bulk(k, o));
     let mut lace_bulk = || bulk_pass(dests, &mut o_lace, &|k, o| pod.lookup_bulk(k, o));
     let mut rte_one = || {
@@ -862,6 +894,13 @@ fn pods_and_multi(
             black_box(&*o);
         }
     };
+    let mut multi_mixed = || {
+        for (ks, hs) in mixed_keys.chunks(burst).zip(mixed_hdrs.chunks(burst)) {
+            let o = &mut o_mixed[..ks.len()];
+            multi.lookup_bulk_mixed(black_box(hs), black_box(ks), o);
+            black_box(&*o);
+        }
+    };
     let ops = [
         dests.len(),
         dests.len(),
@@ -869,6 +908,7 @@ fn pods_and_multi(
         dests.len(),
         stream.len(),
         gaddrs.len(),
+        mixed_keys.len(),
     ]
     .map(|n| n as u64);
     let c = interleaved_cycles_per_op(
@@ -881,10 +921,11 @@ fn pods_and_multi(
             &mut lace_one,
             &mut multi_one,
             &mut multi_grouped,
+            &mut multi_mixed,
         ],
     );
-    let (rte_bulk, lace_bulk, rte_one, lace_one, multi_one, multi_grouped) =
-        (c[0], c[1], c[2], c[3], c[4], c[5]);
+    let (rte_bulk, lace_bulk, rte_one, lace_one, multi_one, multi_grouped, multi_mixed) =
+        (c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
 
     push_lookup_pair(out, id, aid, "", lace_bulk, rte_bulk);
     let a1 = out.push(Figure::new(
@@ -927,11 +968,26 @@ fn pods_and_multi(
     ));
     out.push(Figure::versus(
         format!("{mid}.lookup_cycles"),
+        multi_mixed,
+        big,
+    ));
+    let big_rate = Figure::new(
+        big.id.replace("lookup_cycles", "mlookups_per_s"),
+        mlookups(big.value),
+        "M/s",
+    );
+    out.push(Figure::versus(
+        format!("{mid}.mlookups_per_s"),
+        mlookups(multi_mixed),
+        &big_rate,
+    ));
+    out.push(Figure::versus(
+        format!("{mid}.lookup_cycles.single"),
         multi_one,
         &l1,
     ));
     out.push(Figure::versus(
-        format!("{mid}.mlookups_per_s"),
+        format!("{mid}.mlookups_per_s.single"),
         mlookups(multi_one),
         &lm1,
     ));
@@ -952,10 +1008,13 @@ fn pods_and_multi(
     out.note(format!(
         "{mid}: {} pod networks of {} routes (pod_routes_v4, each network's node blocks moved to \
          its own part of 10/8), one FibWriter per network, all in one arena, FibHdrs in an array \
-         (bytes include them); lookup_cycles: a random network per address, one Fib::lookup each, \
-         vs {id}.lookup_cycles.single; lookup_cycles.grouped{burst}: a random network per burst \
-         of {burst}, Fib::lookup_bulk, vs {id}.lookup_cycles — all six measured round-robin",
-        scale.multi_networks, scale.pod_routes
+         (bytes include them); lookup_cycles: a random network per address, bursts of {burst} \
+         through Fib::lookup_bulk_mixed (the addresses and their networks' headers as input), vs \
+         {} of this run (lace's big table, bulk, measured paired with rte_fib before); \
+         lookup_cycles.single: the same stream, one Fib::lookup each, vs {id}.lookup_cycles.single; \
+         lookup_cycles.grouped{burst}: a random network per burst of {burst}, Fib::lookup_bulk, vs \
+         {id}.lookup_cycles — the multi and pod figures measured round-robin",
+        scale.multi_networks, scale.pod_routes, big.id
     ));
     Ok(())
 }
@@ -1295,6 +1354,56 @@ fn publish(
 
 /// Goals from the issue, printed beside the figures (never asserted). A target whose figure
 /// was not measured is not shown.
+/// Why a FIB figure missed its target, for each one that did (from this run's figures).
+fn fib_misses(report: &Report, ids: &Ids) -> Vec<String> {
+    let missed = |id: &str| {
+        let f = report.get(id)?;
+        let t = report.target(id)?;
+        (t.met(f) == Some(false)).then(|| f.clone())
+    };
+    let value = |id: String| report.get(&id).map_or(f64::NAN, |f| f.value);
+    let mut out = Vec::new();
+    let id = format!("{}.lookup_cycles", ids.fib4);
+    if let Some(f) = missed(&id) {
+        out.push(format!(
+            "{id} MISSED ({:.1} vs {:.1} cycles): both tables live in L3 on 4 KiB pages \
+             ({:.1} MB for lace's lookup structures, {:.1} MB for rte_fib's tbl24 + tbl8), so \
+             each side pays one table line and a page walk per lookup; lace also reads a \
+             directory word and a top entry (L2) before it can prefetch that line, and its \
+             accesses are bounds-checked — that dependent L2 read and those instructions are \
+             the difference",
+            f.value,
+            f.anchor_value.unwrap_or(f64::NAN),
+            value(format!("{}.dataplane_bytes", ids.fib4)) / 1e6,
+            value(format!("{}.dataplane_bytes", ids.rte_fib)) / 1e6,
+        ));
+    }
+    let id = format!("{}.insert_per_s", ids.fib4);
+    if let Some(f) = missed(&id) {
+        out.push(format!(
+            "{id} MISSED ({:.0} ns per route): the 1,000 random BGP routes of a batch land in \
+             ~1,000 different slots, so a batch rebuilds ~1,000 subtrees (each once) and copies \
+             ~1,000 chunks and the directory — copy-on-write, so the forwarder keeps reading \
+             the old table — and every route pays a subtree build, two block allocations and \
+             two retirements; rte_fib_add changes its tables in place, unsafe under readers",
+            1e9 / f.value
+        ));
+    }
+    let id = format!("{}.lookup_cycles", ids.multi);
+    if let Some(f) = missed(&id) {
+        out.push(format!(
+            "{id} MISSED ({:.1} vs {:.1} cycles): a pod network's /32s under /24s under an /18 \
+             take three node levels below the top entry (a BGP lookup: one), and every network \
+             has its own directory and chunk lines ({:.1} MB in all), so a burst of random \
+             networks reads about four L3 lines per address where the big table reads one",
+            f.value,
+            f.anchor_value.unwrap_or(f64::NAN),
+            value(format!("{}.bytes", ids.multi)) / 1e6,
+        ));
+    }
+    out
+}
+
 fn set_targets(report: &mut Report, ids: &Ids) {
     let targets = [
         (
@@ -1355,7 +1464,7 @@ fn set_targets(report: &mut Report, ids: &Ids) {
         ),
         (
             format!("{}.lookup_cycles", ids.multi),
-            Target::RatioAtMost(1.5),
+            Target::RatioAtMost(1.2),
         ),
     ];
     for (id, target) in targets {

@@ -271,3 +271,115 @@ proptest! {
         model_check::<u128>(&ops, &probes, narrow);
     }
 }
+
+/// Large batches (hundreds of changes, many to the same slots and chunks) into three FIBs that
+/// share one arena, published and reclaimed between batches: every lookup flavour (single,
+/// bulk, bulk across the three FIBs) against the linear scan, the routes read back, and the
+/// arena's live bytes equal to what the FIBs trace.
+#[test]
+fn large_batches_in_shared_arena_match_linear_scan() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0xf1b4);
+    let (_b, mut a) = test_arena(if cfg!(miri) { 4 << 20 } else { 64 << 20 });
+    let mut hdrs = [FibHdr::default(); 3];
+    let mut writers: Vec<FibWriter<u32>> = (0..3).map(|_| FibWriter::default()).collect();
+    let mut models: Vec<HashMap<(u32, u8), u32>> = vec![HashMap::new(); 3];
+    // Four /14s: prefixes collide in slots, chunks and subtrees; a few routes anywhere.
+    let key = |rng: &mut rand::rngs::StdRng| -> u32 {
+        let x: u32 = rng.gen();
+        if x % 16 == 0 {
+            x
+        } else {
+            0x0a00_0000 | ((x % 4) << 18) | (x >> 14 & 0x3_ffff)
+        }
+    };
+    let rounds = if cfg!(miri) { 2 } else { 12 };
+    let per_batch = if cfg!(miri) { 20 } else { 400 };
+    for round in 0..rounds {
+        for f in 0..3 {
+            let changes: Vec<(u32, u8, Option<u32>)> = (0..per_batch)
+                .map(|_| {
+                    let len = match rng.gen_range(0..10) {
+                        0 => rng.gen_range(0..=12),
+                        1 | 2 => rng.gen_range(13..=18),
+                        3..=6 => rng.gen_range(19..=24),
+                        _ => rng.gen_range(25..=32),
+                    };
+                    let p = mask(key(&mut rng), len);
+                    // Removals mostly of routes that exist.
+                    if rng.gen_bool(0.3) {
+                        let existing = models[f]
+                            .keys()
+                            .nth(rng.gen_range(0..models[f].len().max(1)));
+                        let (p, len) = existing.copied().unwrap_or((p, len));
+                        (p, len, None)
+                    } else {
+                        (p, len, Some(rng.gen_range(1..70_000)))
+                    }
+                })
+                .collect();
+            let olds = writers[f].apply(&mut a, &mut hdrs[f], &changes).unwrap();
+            for (&(p, len, nh), old) in changes.iter().zip(olds) {
+                let want = match nh {
+                    Some(v) => models[f].insert((p, len), v),
+                    None => models[f].remove(&(p, len)),
+                };
+                assert_eq!(
+                    old, want,
+                    "fib {f} round {round}: change {p:#x}/{len} -> {nh:?}"
+                );
+            }
+            assert_eq!(hdrs[f].routes as usize, models[f].len());
+        }
+        a.published(round + 2);
+        a.reclaim(None);
+        let probes: Vec<(usize, u32)> = (0..if cfg!(miri) { 50 } else { 3000 })
+            .map(|_| (rng.gen_range(0..3), key(&mut rng)))
+            .collect();
+        let keys: Vec<u32> = probes.iter().map(|p| p.1).collect();
+        let hs: Vec<&FibHdr> = probes.iter().map(|p| &hdrs[p.0]).collect();
+        let mut mixed = vec![0; keys.len()];
+        Fib::lookup_bulk_mixed(a.mem(), &hs, &keys, &mut mixed);
+        let mut bulk = vec![0; keys.len()];
+        Fib::lookup_bulk(a.mem(), &hdrs[1], &keys, &mut bulk);
+        for (i, &(f, k)) in probes.iter().enumerate() {
+            let want = naive(&models[f], k);
+            assert_eq!(
+                Fib::lookup(a.mem(), &hdrs[f], k),
+                want,
+                "fib {f} key {k:#x}"
+            );
+            assert_eq!(mixed[i], want, "mixed bulk, fib {f} key {k:#x}");
+            assert_eq!(bulk[i], naive(&models[1], k), "bulk, fib 1 key {k:#x}");
+        }
+        let mut traced = 0;
+        for (f, h) in hdrs.iter().enumerate() {
+            let mut got = Fib::<u32>::routes(a.mem(), h);
+            got.sort();
+            let mut want: Vec<(u32, u8, u32)> =
+                models[f].iter().map(|(&(p, l), &nh)| (p, l, nh)).collect();
+            want.sort();
+            assert_eq!(got, want, "fib {f} reads back its routes");
+            let mut blocks = Vec::new();
+            Fib::<u32>::trace(a.mem(), h, &mut blocks);
+            traced += blocks
+                .iter()
+                .map(|b| crate::arena::block_size(b.1 as usize))
+                .sum::<u64>();
+        }
+        assert_eq!(
+            traced,
+            a.stats().live_bytes,
+            "round {round}: live bytes = traced blocks"
+        );
+        assert_eq!(
+            a.stats().retired_bytes,
+            0,
+            "everything retired was reclaimed"
+        );
+    }
+    for (w, h) in writers.iter_mut().zip(&mut hdrs) {
+        w.clear(&mut a, h);
+    }
+    assert_eq!(a.stats().live_bytes, 0);
+}
