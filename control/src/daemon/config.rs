@@ -98,6 +98,10 @@ pub struct RunArgs {
     /// `$KUBECONFIG` / `~/.kube/config`.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
+    /// With `--source kubernetes`: the namespace control keeps its allocation state in (the
+    /// ConfigMap `lace-ipam`), the same for every node.
+    #[arg(long, value_name = "NAMESPACE", default_value = "lace-system")]
+    pub namespace: String,
 }
 
 /// `--source`.
@@ -327,6 +331,8 @@ pub struct RunConfig {
     pub pod_wait: Duration,
     /// The source of the objects.
     pub source: SourceConfig,
+    /// Kubernetes mode: the namespace of the allocation state.
+    pub namespace: String,
 }
 
 impl RunConfig {
@@ -413,6 +419,7 @@ impl RunConfig {
             attach_timeout: Duration::from_millis(a.attach_timeout_ms),
             pod_wait: Duration::from_millis(a.pod_wait_ms),
             source,
+            namespace: a.namespace.clone(),
         })
     }
 

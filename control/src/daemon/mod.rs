@@ -27,6 +27,7 @@
 //! writes nothing that did not change and nothing is reallocated.
 
 pub mod allocate;
+pub mod cluster_state;
 pub mod config;
 pub mod control;
 pub mod core;
@@ -99,15 +100,22 @@ pub enum DaemonError {
 #[derive(Debug)]
 pub struct Daemon {
     cfg: RunConfig,
-    control: Control<SharedState, StatusFileSink>,
+    control: Loop,
     published: Arc<Published>,
+}
+
+/// The loop with the allocation store of its mode: the shared state file (standalone) or the
+/// API server ([`cluster_state::ClusterState`], Kubernetes mode).
+#[derive(Debug)]
+enum Loop {
+    Standalone(Box<Control<SharedState, StatusFileSink>>),
+    Kubernetes(Box<Control<cluster_state::ClusterState, StatusFileSink>>),
 }
 
 impl Daemon {
     /// Opens the state, the marks and the tables. Nothing is published until [`Daemon::run`].
     pub fn open(cfg: RunConfig) -> Result<Daemon, DaemonError> {
         let p = &cfg.paths;
-        let state = SharedState::open(&p.state, &p.lock_file(), cfg.ipam)?;
         let marks = AttachedMarks::open(&p.attached_file())?;
         let tables = p.tables();
         let writer =
@@ -123,20 +131,35 @@ impl Daemon {
             }
         };
         let published = Arc::new(Published::default());
-        let control = Control::new(
-            core::Core::new(&p.node),
-            LoopConfig {
-                pod_wait: cfg.pod_wait,
-                tick: POLL,
-                pod_mtu: cfg.compile().pod_mtu(),
-            },
-            state,
-            marks,
-            compiler,
-            writer,
-            StatusFileSink::new(p.status_file()),
-            published.clone(),
-        );
+        let loop_config = LoopConfig {
+            pod_wait: cfg.pod_wait,
+            tick: POLL,
+            pod_mtu: cfg.compile().pod_mtu(),
+        };
+        let core = core::Core::new(&p.node);
+        let sink = StatusFileSink::new(p.status_file());
+        let control = match &cfg.source {
+            SourceConfig::Standalone => Loop::Standalone(Box::new(Control::new(
+                core,
+                loop_config,
+                SharedState::open(&p.state, &p.lock_file(), cfg.ipam)?,
+                marks,
+                compiler,
+                writer,
+                sink,
+                published.clone(),
+            ))),
+            SourceConfig::Kubernetes(k) => Loop::Kubernetes(Box::new(Control::new(
+                core,
+                loop_config,
+                cluster_state::ClusterState::open(k, &cfg.namespace, cfg.ipam)?,
+                marks,
+                compiler,
+                writer,
+                sink,
+                published.clone(),
+            ))),
+        };
         Ok(Daemon {
             cfg,
             control,
@@ -221,7 +244,10 @@ impl Daemon {
                 .map_err(|e| socket_err(format!("cannot start the server thread: {e}")))?;
         }
         drop(tx);
-        self.control.run(&rx);
+        match &mut self.control {
+            Loop::Standalone(c) => c.run(&rx),
+            Loop::Kubernetes(c) => c.run(&rx),
+        }
         let _ = std::fs::remove_file(&self.cfg.socket);
         tracing::info!("stopped (the forwarder keeps the tables)");
         Ok(())

@@ -64,6 +64,31 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// The allocation state in the API server could not be read or written (Kubernetes mode).
+    #[error(
+        "allocation state (ConfigMap {namespace}/lace-ipam): cannot {op}: {reason}; check that \
+         the API server is reachable and that lace-control may get, create and update it"
+    )]
+    Api {
+        /// Control's namespace.
+        namespace: String,
+        /// What was being done.
+        op: &'static str,
+        /// The error.
+        reason: String,
+    },
+    /// The allocation state in the API server is not a state this build can read.
+    #[error(
+        "allocation state (ConfigMap {namespace}/lace-ipam) is not a valid lace-control state \
+         ({reason}); restore it from a backup — deleting it makes control hand out addresses \
+         and ids that may still be in use"
+    )]
+    ApiCorrupt {
+        /// Control's namespace.
+        namespace: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The attachment marks could not be read or written.
     #[error("{op} {path}: {reason}; the file lists this node's attached interfaces — fix its directory's permissions, or delete a corrupt file (the node's pods must then be re-added)")]
     Attached {
