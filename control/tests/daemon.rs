@@ -546,6 +546,11 @@ fn objects_in_the_api_server_reach_the_loop_through_the_kubernetes_source() {
         s.pods
     );
     assert!(s.pods.iter().any(|p| p.name == "web"));
+    // Its lease went with it (no DEL came): GC by the pod list.
+    assert!(matches!(
+        refused(lab.ask(Request::Check(attachment("c2", "api")))),
+        (ErrorCode::InvalidArgs, _, true)
+    ));
 }
 
 /// A dropped watch that cannot resume (history compacted: 410) relists and converges; while

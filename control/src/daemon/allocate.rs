@@ -27,6 +27,9 @@ pub struct IpamActions {
     pub ensure_nodes: Vec<String>,
     /// Nodes IPAM holds that the source no longer has.
     pub remove_nodes: Vec<String>,
+    /// This node's leases whose pod the source no longer has (deleted, maybe while control
+    /// was down): released, as a DEL would.
+    pub release_pods_gone: Vec<AttachmentKey>,
 }
 
 impl IpamActions {
@@ -36,6 +39,7 @@ impl IpamActions {
             && self.remove_networks.is_empty()
             && self.ensure_nodes.is_empty()
             && self.remove_nodes.is_empty()
+            && self.release_pods_gone.is_empty()
     }
 }
 
@@ -94,7 +98,7 @@ pub struct AllocOutcome {
     pub ensured: Vec<EnsuredNetwork>,
     /// Networks and nodes forgotten.
     pub removed: Vec<String>,
-    /// Leases released because their network or node went.
+    /// Leases released because their network, node or pod went.
     pub released: Vec<EndpointLease>,
     /// Nodes IPAM could not register.
     pub node_errors: Vec<IpamError>,
@@ -126,6 +130,9 @@ pub fn allocate(ipam: &mut Ipam, actions: &IpamActions, requests: &[IpamRequest]
     for name in &actions.remove_nodes {
         out.released.extend(ipam.remove_node(name));
         out.removed.push(format!("Node {name}"));
+    }
+    for key in &actions.release_pods_gone {
+        out.released.extend(ipam.release(key));
     }
     for r in requests {
         out.answers.push(match r {

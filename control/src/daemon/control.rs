@@ -1119,7 +1119,7 @@ fn log_outcome(o: &AllocOutcome) {
     }
     for l in &o.released {
         tracing::warn!(
-            "pod {}/{} ({}) released: its network or node is gone",
+            "pod {}/{} ({}) released: its pod, network or node is gone",
             l.pod.namespace,
             l.pod.name,
             l.network

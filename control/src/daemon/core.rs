@@ -436,6 +436,14 @@ impl Core {
                 a.remove_nodes.push(name.clone());
             }
         }
+        // GC by listing: the source's pods are the truth (in Kubernetes mode, every pod of
+        // this node), so a lease of a pod that is gone is released even if no DEL came.
+        for l in ipam.leases().filter(|l| l.node == self.node) {
+            let pod = NamespacedName::new(&l.pod.namespace, &l.pod.name);
+            if !self.objects.pods.contains_key(&pod) {
+                a.release_pods_gone.push(l.key.clone());
+            }
+        }
         a
     }
 
@@ -1204,7 +1212,7 @@ spec: {podSelector: {}}
     fn local_endpoints_appear_once_attached_and_one_pod_is_one_change() {
         let mut core = Core::new("node-a");
         let mut ipam = new_ipam();
-        core.observe(snapshot(&[NETWORKS]));
+        core.observe(snapshot(&[NETWORKS, POD_C1]));
         batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
         let (_, answers) = batch(
             &mut core,
@@ -1228,6 +1236,35 @@ spec: {podSelector: {}}
             &[IpamRequest::Renew(key("c1"))],
         );
         assert_eq!(changes, vec![Change::Endpoint(key("c1"))]);
+    }
+
+    /// The pod `alloc("c1", …)` allocates for.
+    const POD_C1: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: c1, namespace: shop}
+spec: {nodeName: node-a, containers: [{name: app, image: x}]}
+"#;
+
+    #[test]
+    fn a_lease_whose_pod_is_gone_is_released_without_a_del() {
+        let mut core = Core::new("node-a");
+        let mut ipam = new_ipam();
+        core.observe(snapshot(&[NETWORKS, POD_C1]));
+        batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        batch(
+            &mut core,
+            &mut ipam,
+            &BTreeSet::new(),
+            &[alloc("c1", "backend")],
+        );
+        assert!(core.ipam_actions(&ipam).release_pods_gone.is_empty());
+        // The pod is deleted (maybe while control was down): the next snapshot lacks it.
+        core.observe(snapshot(&[NETWORKS]));
+        core.plan();
+        assert_eq!(core.ipam_actions(&ipam).release_pods_gone, [key("c1")]);
+        batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        assert!(ipam.lease(&key("c1")).is_none());
     }
 
     #[test]
