@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lace_control::compile::{CompileConfig, Compiler};
 use lace_control::daemon::control::{
-    Answer, AttachTicket, CniCall, Control, Event, LoopConfig, Published, Reply,
+    Answer, AttachTicket, CniCall, Control, Event, IpamStore, LoopConfig, Published, Reply,
 };
 use lace_control::daemon::core::Core;
 use lace_control::daemon::state::AttachedMarks;
@@ -77,13 +77,14 @@ impl StatusSink for Recorder {
     }
 }
 
-type Loop = Control<SharedIpam, Recorder>;
+/// Starts a paused loop's thread.
+type Starter = Box<dyn FnOnce() -> JoinHandle<()> + Send>;
 
 /// The loop on its thread, its tables in /dev/shm (removed on drop).
 struct Lab {
     events: Sender<Event>,
     thread: Option<JoinHandle<()>>,
-    paused: Option<(Loop, Receiver<Event>)>,
+    paused: Option<Starter>,
     tables: TablesConfig,
     status: Recorder,
 }
@@ -97,13 +98,27 @@ impl Lab {
 
     /// Starts the loop's thread: everything sent so far is its first batch.
     fn resume(&mut self) {
-        if let Some((mut control, rx)) = self.paused.take() {
-            self.thread = Some(std::thread::spawn(move || control.run(&rx)));
+        if let Some(start) = self.paused.take() {
+            self.thread = Some(start());
         }
     }
 
     /// A loop that does not run until [`Lab::resume`].
     fn paused(pod_wait: Duration) -> Lab {
+        Lab::paused_with(
+            pod_wait,
+            SharedIpam::in_memory(Ipam::new(IpamConfig::default()).unwrap()),
+        )
+    }
+
+    /// A running loop over `store`.
+    fn start_with<S: IpamStore + Send + 'static>(pod_wait: Duration, store: S) -> Lab {
+        let mut lab = Lab::paused_with(pod_wait, store);
+        lab.resume();
+        lab
+    }
+
+    fn paused_with<S: IpamStore + Send + 'static>(pod_wait: Duration, store: S) -> Lab {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut tables = TablesConfig::new(&format!("ltd-{}-{n}", std::process::id()));
@@ -118,7 +133,7 @@ impl Lab {
                 tick: Duration::from_millis(20),
                 pod_mtu: cfg.pod_mtu(),
             },
-            SharedIpam::in_memory(Ipam::new(IpamConfig::default()).unwrap()),
+            store,
             AttachedMarks::in_memory(),
             Compiler::new("node-a", cfg),
             writer,
@@ -126,10 +141,13 @@ impl Lab {
             Arc::new(Published::default()),
         );
         let (events, rx): (Sender<Event>, Receiver<Event>) = mpsc::channel();
+        let mut control = control;
         Lab {
             events,
             thread: None,
-            paused: Some((control, rx)),
+            paused: Some(Box::new(move || {
+                std::thread::spawn(move || control.run(&rx))
+            })),
             tables,
             status,
         }
@@ -586,4 +604,40 @@ fn the_kubernetes_source_relists_after_gone_and_outlives_the_api_server() {
     cluster.server.start().unwrap();
     cluster.create(&pod("back", "backend"));
     allocate_eventually(&lab, "c4", "back");
+}
+
+/// Kubernetes mode whole: allocations in the API server (`ClusterState`). A control killed and
+/// restarted re-reads its allocations (the same ADD gets the same lease, not a fresh one) and
+/// releases the lease of a pod deleted while it was down.
+#[test]
+fn a_restarted_control_rereads_its_allocations_and_releases_pods_deleted_meanwhile() {
+    use lace_control::daemon::cluster_state::ClusterState;
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: lace-system}}\n---{NAMESPACE}---{BASE}{}{}",
+        pod("web", "backend"),
+        pod("api", "backend")
+    ));
+    let kube = lace_control::source::kubernetes::KubernetesConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        node: "node-a".into(),
+    };
+    let open = || ClusterState::open(&kube, "lace-system", IpamConfig::default()).unwrap();
+    let lab = Lab::start_with(Duration::from_millis(300), open());
+    kube_source(&lab, &cluster);
+    let web = allocate_eventually(&lab, "c1", "web");
+    allocate_eventually(&lab, "c2", "api");
+    drop(lab);
+    cluster.delete(&pod("api", "backend"));
+
+    let lab = Lab::start_with(Duration::from_millis(300), open());
+    kube_source(&lab, &cluster);
+    let again = allocate_eventually(&lab, "c1", "web");
+    assert_eq!(again.ips, web.ips);
+    assert_eq!(again.mac, web.mac);
+    assert!(!again.fresh, "a restart reallocated");
+    assert!(matches!(
+        refused(lab.ask(Request::Check(attachment("c2", "api")))),
+        (ErrorCode::InvalidArgs, _, true)
+    ));
 }
