@@ -119,6 +119,15 @@ impl Lab {
     }
 
     fn paused_with<S: IpamStore + Send + 'static>(pod_wait: Duration, store: S) -> Lab {
+        Lab::paused_with_sink(pod_wait, store, |r| r)
+    }
+
+    /// A paused loop over `store` whose status goes to `sink(recorder)`.
+    fn paused_with_sink<S, K>(pod_wait: Duration, store: S, sink: impl FnOnce(Recorder) -> K) -> Lab
+    where
+        S: IpamStore + Send + 'static,
+        K: StatusSink + Send + 'static,
+    {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut tables = TablesConfig::new(&format!("ltd-{}-{n}", std::process::id()));
@@ -137,7 +146,7 @@ impl Lab {
             AttachedMarks::in_memory(),
             Compiler::new("node-a", cfg),
             writer,
-            status.clone(),
+            sink(status.clone()),
             Arc::new(Published::default()),
         );
         let (events, rx): (Sender<Event>, Receiver<Event>) = mpsc::channel();
@@ -471,6 +480,16 @@ mod kube_cluster {
             }
         }
 
+        /// The object as the API server has it.
+        pub fn get(&self, api_version: &str, kind: &str, name: &str) -> serde_json::Value {
+            let o: DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": api_version, "kind": kind, "metadata": {"name": name}
+            }))
+            .unwrap();
+            let got = self.rt.block_on(self.api(&o).get(name)).unwrap();
+            serde_json::to_value(got).unwrap()
+        }
+
         /// Deletes the object `yaml` names, as the kubelet finishes it (grace period 0).
         pub fn delete(&self, yaml: &str) {
             let o: DynamicObject = serde_yaml::from_str(yaml.trim_start_matches("---")).unwrap();
@@ -623,9 +642,31 @@ fn a_restarted_control_rereads_its_allocations_and_releases_pods_deleted_meanwhi
         node: "node-a".into(),
     };
     let open = || ClusterState::open(&kube, "lace-system", IpamConfig::default()).unwrap();
-    let lab = Lab::start_with(Duration::from_millis(300), open());
+    let mut lab = Lab::paused_with_sink(Duration::from_millis(300), open(), |r| {
+        lace_control::daemon::api_status::ApiStatusSink::new(&kube, r).unwrap()
+    });
+    lab.resume();
     kube_source(&lab, &cluster);
     let web = allocate_eventually(&lab, "c1", "web");
+    // The Network's status is in the API, applied by lace-control to the status subresource.
+    // (The status is applied at the end of the batch that answered the ADD.)
+    let mut network = serde_json::Value::Null;
+    for _ in 0..200 {
+        network = cluster.get("lace-cni.io/v1alpha1", "Network", "backend");
+        if network["status"]["id"].is_u64() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(network["status"]["id"].as_u64().is_some(), "{network}");
+    assert!(network["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty()));
+    assert!(network["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["manager"] == "lace-control" && m["subresource"] == "status"));
     allocate_eventually(&lab, "c2", "api");
     drop(lab);
     cluster.delete(&pod("api", "backend"));

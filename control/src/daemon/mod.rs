@@ -27,6 +27,7 @@
 //! writes nothing that did not change and nothing is reallocated.
 
 pub mod allocate;
+pub mod api_status;
 pub mod cluster_state;
 pub mod config;
 pub mod control;
@@ -109,7 +110,9 @@ pub struct Daemon {
 #[derive(Debug)]
 enum Loop {
     Standalone(Box<Control<SharedState, StatusFileSink>>),
-    Kubernetes(Box<Control<cluster_state::ClusterState, StatusFileSink>>),
+    Kubernetes(
+        Box<Control<cluster_state::ClusterState, api_status::ApiStatusSink<StatusFileSink>>>,
+    ),
 }
 
 impl Daemon {
@@ -156,7 +159,7 @@ impl Daemon {
                 marks,
                 compiler,
                 writer,
-                sink,
+                api_status::ApiStatusSink::new(k, sink)?,
                 published.clone(),
             ))),
         };
