@@ -41,7 +41,9 @@ pub mod types;
 pub use error::{Error, Result};
 
 /// ABI version of the shared-memory layout. Bump on any change a layout hash would not catch.
-pub const ABI_VERSION: u32 = 1;
+/// 2: FDB records carry the next-hop index of a remote target's encapsulation, flood lists
+/// hold local ports and next-hop indices.
+pub const ABI_VERSION: u32 = 2;
 
 /// Hash of the layout of every type stored in shared memory. Computed at compile time from
 /// sizes, alignments and field offsets, so two builds that disagree on a layout refuse to attach.

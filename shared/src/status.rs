@@ -92,11 +92,20 @@ pub enum DropReason {
     /// A remote next hop cannot be encapsulated: the node's SRv6 source address is not in the
     /// tables yet (control publishes it with the node's underlay address).
     NoSrv6Source = 27,
+    /// l2: a unicast frame to a MAC the network's FDB does not hold (no learning: never
+    /// flooded).
+    UnknownUnicast = 28,
+    /// l2: a frame that would go back where it came from — to its own port, or from the
+    /// underlay to another node (frames from a remote node are delivered locally only).
+    SplitHorizon = 29,
+    /// l2: a duplicate-address-detection probe (NS from `::`) for an address no endpoint
+    /// holds: left unanswered, so the prober takes the address.
+    DadProbe = 30,
 }
 
 impl DropReason {
     /// Number of reasons (counter slots in use).
-    pub const COUNT: usize = 28;
+    pub const COUNT: usize = 31;
     /// Counter slots reserved per worker (room to add reasons without a layout change).
     pub const SLOTS: usize = 64;
 
@@ -132,6 +141,9 @@ impl DropReason {
             Multicast,
             UnsupportedExtension,
             NoSrv6Source,
+            UnknownUnicast,
+            SplitHorizon,
+            DadProbe,
         ]
     };
 
@@ -167,6 +179,9 @@ impl DropReason {
             Multicast => "multicast",
             UnsupportedExtension => "unsupported-extension",
             NoSrv6Source => "no-srv6-source",
+            UnknownUnicast => "unknown-unicast",
+            SplitHorizon => "split-horizon",
+            DadProbe => "dad-probe",
         }
     }
 

@@ -158,6 +158,28 @@ fn ip_key(ip: IpAddr) -> u128 {
     }
 }
 
+/// The address a neighbor-table key stands for (IPv4 keys are v4-mapped).
+fn ip_of_key(k: u128) -> IpAddr {
+    let a = Ipv6Addr::from(k);
+    match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(a),
+    }
+}
+
+/// The next-hop indices a network's FDB entries and flood list hold (their remote targets).
+fn l2_hops<'a>(mem: Mem<'a>, rec: &NetworkRec) -> impl Iterator<Item = u32> + 'a {
+    let fdb = HashTable::<u64, FdbRec>::iter(mem, &rec.fdb).filter_map(|(_, r)| match r.hop() {
+        Some(L2Hop::Remote(h)) => Some(h),
+        _ => None,
+    });
+    let flood = PagedArray::<u32>::iter(mem, &rec.flood).filter_map(|(_, r)| match flood_hop(*r) {
+        L2Hop::Remote(h) => Some(h),
+        L2Hop::Port(_) => None,
+    });
+    fdb.chain(flood)
+}
+
 impl TableWriter {
     /// Creates fresh regions (fails if they exist).
     pub fn create(cfg: &TablesConfig) -> Result<TableWriter> {
@@ -302,6 +324,9 @@ impl TableWriter {
                     .into_iter()
                     .map(|r| (0, 0, r.2)),
             ) {
+                *self.nh_refs.entry(nh).or_insert(0) += 1;
+            }
+            for nh in l2_hops(mem, rec) {
                 *self.nh_refs.entry(nh).or_insert(0) += 1;
             }
             self.nets.insert(id, st);
@@ -460,6 +485,7 @@ impl TableWriter {
                 .into_iter()
                 .map(|r| r.2)
                 .chain(Fib::<u128>::routes(mem, &rec.fib6).into_iter().map(|r| r.2))
+                .chain(l2_hops(mem, &rec))
                 .collect();
             st.fib4.clear(&mut w.arena, &mut rec.fib4);
             st.fib6.clear(&mut w.arena, &mut rec.fib6);
@@ -664,22 +690,32 @@ impl TableWriter {
 
     /// Sets where `mac` lives in network `net`. A learned entry with an older sequence number
     /// than the one present is ignored (MAC mobility: newest wins); returns whether it applied.
+    /// A remote target's encapsulation is kept as a next hop, shared with every other entry
+    /// (and route) toward the same SID.
     pub fn set_fdb(&mut self, net: NetworkId, mac: MacAddr, entry: FdbEntry) -> Result<bool> {
         let mut rec = self.net_rec_or_err(net)?;
-        if let Some(cur) = HashTable::<u64, FdbRec>::get(self.arena.mem(), &rec.fdb, &mac.to_u64())
-            .and_then(FdbEntry::from_rec)
-        {
+        let cur = HashTable::<u64, FdbRec>::get(self.arena.mem(), &rec.fdb, &mac.to_u64())
+            .filter(|r| r.hop().is_some())
+            .copied();
+        if let Some(cur) = cur {
             if entry.learned && seq_older(entry.seq, cur.seq) {
                 return Ok(false);
             }
         }
         self.staged(|w| {
+            let hop = match entry.target.next_hop() {
+                Some(h) => w.intern_nh(h)?,
+                None => 0,
+            };
             HashTable::<u64, FdbRec>::insert(
                 &mut w.arena,
                 &mut rec.fdb,
                 mac.to_u64(),
-                entry.to_rec(),
+                entry.to_rec(hop),
             )?;
+            if let Some(L2Hop::Remote(old)) = cur.and_then(|c| c.hop()) {
+                w.unref_nh(old)?;
+            }
             w.put_net(net, rec)?;
             Ok(true)
         })
@@ -690,18 +726,49 @@ impl TableWriter {
         let mut rec = self.net_rec_or_err(net)?;
         self.staged(|w| {
             let old = HashTable::<u64, FdbRec>::remove(&mut w.arena, &mut rec.fdb, &mac.to_u64())?;
+            if let Some(L2Hop::Remote(h)) = old.and_then(|o| o.hop()) {
+                w.unref_nh(h)?;
+            }
             w.put_net(net, rec)?;
             Ok(old.is_some())
         })
     }
 
-    /// Replaces network `net`'s flood list (nodes that host its endpoints).
-    pub fn set_flood(&mut self, net: NetworkId, nodes: &[NodeId]) -> Result<()> {
+    /// Replaces network `net`'s flood list: its local ports and the remote nodes that host its
+    /// endpoints (at most one entry per member; order is kept).
+    pub fn set_flood(&mut self, net: NetworkId, members: &[FloodTarget]) -> Result<()> {
         let mut rec = self.net_rec_or_err(net)?;
+        for m in members {
+            if let FloodTarget::Port(p) = m {
+                if p.0 & FLOOD_PORT != 0 || *p == PortId::UPLINK {
+                    return Err(Error::Invalid {
+                        what: format!("flood list of network {}: port {} ", net.0, p.0)
+                            + "is not a pod port id",
+                    });
+                }
+            }
+        }
         self.staged(|w| {
+            let old: Vec<u32> = PagedArray::<u32>::iter(w.arena.mem(), &rec.flood)
+                .map(|(_, r)| *r)
+                .collect();
             PagedArray::<u32>::free(&mut w.arena, &mut rec.flood);
-            for (i, n) in nodes.iter().enumerate() {
-                PagedArray::<u32>::set(&mut w.arena, &mut rec.flood, i as u32, n.0)?;
+            // The new members' next hops are taken before the old ones are released, so a
+            // member that stays keeps its next hop (and its index).
+            for (i, m) in members.iter().enumerate() {
+                let r = match (m, m.next_hop()) {
+                    (_, Some(h)) => w.intern_nh(h)?,
+                    (FloodTarget::Port(p), None) => FLOOD_PORT | p.0,
+                    (FloodTarget::Remote { .. }, None) => {
+                        unreachable!("remote members have a next hop")
+                    }
+                };
+                PagedArray::<u32>::set(&mut w.arena, &mut rec.flood, i as u32, r)?;
+            }
+            for r in old {
+                if let L2Hop::Remote(h) = flood_hop(r) {
+                    w.unref_nh(h)?;
+                }
             }
             w.put_net(net, rec)
         })
@@ -1041,15 +1108,35 @@ impl<'a> NetworkView<'a> {
             .map(|r| MacAddr(r.mac))
     }
 
-    /// FDB lookup.
+    /// FDB lookup: where frames to `mac` go.
     #[inline]
-    pub fn fdb(&self, mac: MacAddr) -> Option<FdbEntry> {
-        HashTable::<u64, FdbRec>::get(self.mem, &self.rec.fdb, &mac.to_u64())
-            .and_then(FdbEntry::from_rec)
+    pub fn fdb(&self, mac: MacAddr) -> Option<L2Hop> {
+        HashTable::<u64, FdbRec>::get(self.mem, &self.rec.fdb, &mac.to_u64()).and_then(FdbRec::hop)
     }
 
-    /// Nodes to flood BUM traffic to.
-    pub fn flood(&self) -> impl Iterator<Item = NodeId> + 'a {
-        PagedArray::<u32>::iter(self.mem, &self.rec.flood).map(|(_, n)| NodeId(*n))
+    /// The raw FDB record of `mac` (sequence number, learned flag).
+    #[inline]
+    pub fn fdb_rec(&self, mac: MacAddr) -> Option<&'a FdbRec> {
+        HashTable::<u64, FdbRec>::get(self.mem, &self.rec.fdb, &mac.to_u64())
+            .filter(|r| r.hop().is_some())
+    }
+
+    /// Every FDB entry (MAC, record), in no particular order.
+    pub fn fdb_entries(&self) -> impl Iterator<Item = (MacAddr, &'a FdbRec)> + 'a {
+        HashTable::<u64, FdbRec>::iter(self.mem, &self.rec.fdb)
+            .map(|(k, r)| (MacAddr::from_u64(*k), r))
+    }
+
+    /// Every neighbor entry (IP, MAC), in no particular order.
+    pub fn neighbors(&self) -> impl Iterator<Item = (IpAddr, MacAddr)> + 'a {
+        HashTable::<u128, NeighRec>::iter(self.mem, &self.rec.neigh)
+            .filter(|(_, r)| r.flags & 1 != 0)
+            .map(|(k, r)| (ip_of_key(*k), MacAddr(r.mac)))
+    }
+
+    /// The flood list: where copies of a BUM frame go.
+    #[inline]
+    pub fn flood(&self) -> impl Iterator<Item = L2Hop> + 'a {
+        PagedArray::<u32>::iter(self.mem, &self.rec.flood).map(|(_, r)| flood_hop(*r))
     }
 }

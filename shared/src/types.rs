@@ -318,8 +318,25 @@ pub enum SidBehavior {
 pub enum FdbTarget {
     /// On a local port.
     Port(PortId),
-    /// Behind a remote node.
-    Node(NodeId),
+    /// Behind a remote node: frames to it are encapsulated (`H.Encaps.L2.Red`) to that node's
+    /// End.DT2U SID of the network. The writer keeps the encapsulation as a next hop
+    /// ([`NextHop::Remote`]), so it is precomputed and follows the node's changes.
+    Remote {
+        /// The node.
+        node: NodeId,
+        /// Its End.DT2U SID of the network.
+        sid: Sid,
+    },
+}
+
+impl FdbTarget {
+    /// The next hop that carries frames to a remote target.
+    pub fn next_hop(&self) -> Option<NextHop> {
+        match *self {
+            FdbTarget::Port(_) => None,
+            FdbTarget::Remote { node, sid } => Some(NextHop::Remote { node, sid }),
+        }
+    }
 }
 
 /// An FDB entry: location plus the mobility sequence number (newest wins).
@@ -331,6 +348,56 @@ pub struct FdbEntry {
     pub seq: u32,
     /// Learned from traffic (as opposed to from an endpoint).
     pub learned: bool,
+}
+
+/// One member of an l2 network's flood list: where a copy of a broadcast, multicast (or,
+/// with learning, unknown unicast) frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FloodTarget {
+    /// A local port of the network (never the frame's own port).
+    Port(PortId),
+    /// A remote node hosting endpoints of the network: one copy to its End.DT2M SID (head-end
+    /// replication); frames that arrived from a remote node are never sent on to another.
+    Remote {
+        /// The node.
+        node: NodeId,
+        /// Its End.DT2M SID of the network.
+        sid: Sid,
+    },
+}
+
+impl FloodTarget {
+    /// The next hop that carries copies to a remote member.
+    pub fn next_hop(&self) -> Option<NextHop> {
+        match *self {
+            FloodTarget::Port(_) => None,
+            FloodTarget::Remote { node, sid } => Some(NextHop::Remote { node, sid }),
+        }
+    }
+}
+
+/// Where an l2 frame goes, as the forwarder reads it from an FDB entry or a flood-list member:
+/// a local port, or the precomputed encapsulation of next hop `index`
+/// ([`crate::tables::Snapshot::encap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L2Hop {
+    /// A local port.
+    Port(PortId),
+    /// A remote node, through next hop `index`.
+    Remote(u32),
+}
+
+/// Bit of a flood-list record marking a local port (else the record is a next-hop index).
+pub const FLOOD_PORT: u32 = 1 << 31;
+
+/// Decodes a flood-list record (see [`FLOOD_PORT`]).
+#[inline]
+pub fn flood_hop(rec: u32) -> L2Hop {
+    if rec & FLOOD_PORT != 0 {
+        L2Hop::Port(PortId(rec & !FLOOD_PORT))
+    } else {
+        L2Hop::Remote(rec)
+    }
 }
 
 /// Network record in shared memory.
@@ -646,45 +713,66 @@ impl SidBehavior {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FdbRec {
-    /// 0 absent, 1 port, 2 node; bit 7: learned.
+    /// 0 absent, 1 port, 2 remote node; bit 7: learned.
     pub kind: u8,
     _pad: [u8; 3],
     /// Port or node id.
     pub id: u32,
     /// Mobility sequence number.
     pub seq: u32,
-    _pad2: u32,
+    /// Remote: the next-hop index of the node's End.DT2U encapsulation.
+    pub hop: u32,
 }
 // SAFETY: repr(C), integers with explicit padding, every bit pattern valid.
 unsafe impl Pod for FdbRec {}
 crate::assert_layout!(FdbRec, 16, 4);
 
+impl FdbRec {
+    /// Where frames to this MAC go; None for an absent or unknown record.
+    #[inline]
+    pub fn hop(&self) -> Option<L2Hop> {
+        match self.kind & 0x7f {
+            1 => Some(L2Hop::Port(PortId(self.id))),
+            2 => Some(L2Hop::Remote(self.hop)),
+            _ => None,
+        }
+    }
+    /// Learned from traffic.
+    #[inline]
+    pub fn learned(&self) -> bool {
+        self.kind & 0x80 != 0
+    }
+}
+
 impl FdbEntry {
-    /// Encodes.
-    pub fn to_rec(&self) -> FdbRec {
+    /// Encodes; `hop` is the next-hop index of a remote target's encapsulation (0 for a port).
+    pub fn to_rec(&self, hop: u32) -> FdbRec {
         let (k, id) = match self.target {
             FdbTarget::Port(p) => (1, p.0),
-            FdbTarget::Node(n) => (2, n.0),
+            FdbTarget::Remote { node, .. } => (2, node.0),
         };
         FdbRec {
             kind: k | if self.learned { 0x80 } else { 0 },
             _pad: [0; 3],
             id,
             seq: self.seq,
-            _pad2: 0,
+            hop,
         }
     }
-    /// Decodes; None for an absent or unknown record.
-    pub fn from_rec(r: &FdbRec) -> Option<FdbEntry> {
-        let target = match r.kind & 0x7f {
-            1 => FdbTarget::Port(PortId(r.id)),
-            2 => FdbTarget::Node(NodeId(r.id)),
-            _ => return None,
+    /// Decodes, with `next_hop` resolving a remote record's next-hop index; None for an absent
+    /// or unknown record, or a remote one whose next hop is not a remote next hop.
+    pub fn from_rec(r: &FdbRec, next_hop: impl Fn(u32) -> Option<NextHop>) -> Option<FdbEntry> {
+        let target = match r.hop()? {
+            L2Hop::Port(p) => FdbTarget::Port(p),
+            L2Hop::Remote(i) => match next_hop(i)? {
+                NextHop::Remote { node, sid } if node.0 == r.id => FdbTarget::Remote { node, sid },
+                _ => return None,
+            },
         };
         Some(FdbEntry {
             target,
             seq: r.seq,
-            learned: r.kind & 0x80 != 0,
+            learned: r.learned(),
         })
     }
 }
@@ -759,12 +847,33 @@ mod tests {
         ] {
             assert_eq!(SidBehavior::from_rec(&b.to_rec()), Some(b));
         }
+        let sid = Sid("fc00:0:5::e020:0:3".parse().unwrap());
         let f = FdbEntry {
-            target: FdbTarget::Node(NodeId(5)),
+            target: FdbTarget::Remote {
+                node: NodeId(5),
+                sid,
+            },
             seq: 12,
             learned: true,
         };
-        assert_eq!(FdbEntry::from_rec(&f.to_rec()), Some(f));
+        let hop = |i: u32| {
+            (i == 9).then_some(NextHop::Remote {
+                node: NodeId(5),
+                sid,
+            })
+        };
+        assert_eq!(FdbEntry::from_rec(&f.to_rec(9), hop), Some(f));
+        assert_eq!(f.to_rec(9).hop(), Some(L2Hop::Remote(9)));
+        // A record whose next hop leads elsewhere does not decode.
+        assert_eq!(FdbEntry::from_rec(&f.to_rec(8), hop), None);
+        let p = FdbEntry {
+            target: FdbTarget::Port(PortId(3)),
+            seq: 0,
+            learned: false,
+        };
+        assert_eq!(FdbEntry::from_rec(&p.to_rec(0), hop), Some(p));
+        assert_eq!(flood_hop(FLOOD_PORT | 3), L2Hop::Port(PortId(3)));
+        assert_eq!(flood_hop(7), L2Hop::Remote(7));
         let mac = MacAddr([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff]);
         assert_eq!(MacAddr::from_u64(mac.to_u64()), mac);
         assert_eq!(mac.to_string(), "aa:bb:cc:dd:ee:ff");

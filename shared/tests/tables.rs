@@ -217,8 +217,14 @@ fn every_table_round_trips_and_bulk_lookups_agree() {
     )
     .unwrap();
     let mac = MacAddr([2, 7, 7, 7, 7, 7]);
+    let dt2u = Sid("fc00:0:2:e020::9".parse().unwrap());
+    let dt2m = Sid("fc00:0:2:e02f::9".parse().unwrap());
+    let dt2m3 = Sid("fc00:0:3:e02f::9".parse().unwrap());
     let at_node = FdbEntry {
-        target: FdbTarget::Node(NodeId(2)),
+        target: FdbTarget::Remote {
+            node: NodeId(2),
+            sid: dt2u,
+        },
         seq: 10,
         learned: true,
     };
@@ -230,7 +236,23 @@ fn every_table_round_trips_and_bulk_lookups_agree() {
         learned: true,
     };
     assert!(!w.set_fdb(l2, mac, stale).unwrap());
-    w.set_flood(l2, &[NodeId(2), NodeId(3)]).unwrap();
+    let members = [
+        FloodTarget::Port(PortId(5)),
+        FloodTarget::Remote {
+            node: NodeId(2),
+            sid: dt2m,
+        },
+        FloodTarget::Remote {
+            node: NodeId(3),
+            sid: dt2m3,
+        },
+    ];
+    w.set_flood(l2, &members).unwrap();
+    assert!(
+        w.set_flood(l2, &[FloodTarget::Port(PortId::UPLINK)])
+            .is_err(),
+        "the uplink is not a flood member"
+    );
     for i in 0..500u32 {
         w.add_route(
             NET,
@@ -265,8 +287,52 @@ fn every_table_round_trips_and_bulk_lookups_agree() {
     let n2 = s.network(l2).unwrap();
     assert_eq!(n2.info().unwrap().kind, NetworkKind::L2);
     assert_eq!(n2.neighbor("fd00::7".parse().unwrap()), Some(mac));
-    assert_eq!(n2.fdb(mac), Some(at_node));
-    assert_eq!(n2.flood().collect::<Vec<_>>(), vec![NodeId(2), NodeId(3)]);
+    // The remote FDB target is a next hop with a precomputed encapsulation to the DT2U SID.
+    let Some(L2Hop::Remote(hop)) = n2.fdb(mac) else {
+        panic!("fdb entry of {mac}: {:?}", n2.fdb(mac));
+    };
+    assert_eq!(
+        s.nexthop(hop),
+        Some(NextHop::Remote {
+            node: NodeId(2),
+            sid: dt2u
+        })
+    );
+    let e = s.encap(hop).unwrap();
+    assert_eq!(e.node_id(), NodeId(2));
+    assert_eq!(e.underlay_addr(), node.underlay);
+    assert_eq!(e.ip6[24..40], dt2u.0.octets());
+    assert_eq!(
+        n2.fdb_rec(mac).map(|r| (r.seq, r.learned())),
+        Some((10, true))
+    );
+    let flood: Vec<L2Hop> = n2.flood().collect();
+    assert_eq!(flood.len(), 3);
+    assert_eq!(flood[0], L2Hop::Port(PortId(5)));
+    let dests: Vec<Option<NextHop>> = flood[1..]
+        .iter()
+        .map(|f| match f {
+            L2Hop::Remote(i) => s.nexthop(*i),
+            L2Hop::Port(_) => None,
+        })
+        .collect();
+    assert_eq!(
+        dests,
+        vec![
+            Some(NextHop::Remote {
+                node: NodeId(2),
+                sid: dt2m
+            }),
+            Some(NextHop::Remote {
+                node: NodeId(3),
+                sid: dt2m3
+            })
+        ]
+    );
+    assert_eq!(
+        n2.neighbors().collect::<Vec<_>>(),
+        vec![("fd00::7".parse().unwrap(), mac)]
+    );
     let n = s.network(NET).unwrap();
     let keys: Vec<u32> = (0..600u32).map(|i| 0x0a80_0000 + (i << 8) + 3).collect();
     let mut bulk = vec![0; keys.len()];
@@ -553,4 +619,90 @@ fn remote_next_hops_carry_their_precomputed_encapsulation() {
         .unwrap();
     w.publish().unwrap();
     assert!(h.snapshot().encap(i).is_none());
+}
+
+#[test]
+fn l2_remote_targets_share_next_hops_and_release_them() {
+    let dir = TempDir::new("l2hops");
+    let cfg = dir.cfg(8 << 20);
+    let mut w = TableWriter::create(&cfg).unwrap();
+    let l2 = NetworkId(4);
+    w.set_network(
+        l2,
+        &NetworkInfo {
+            kind: NetworkKind::L2,
+            ..info()
+        },
+    )
+    .unwrap();
+    let (node, sid) = match remote(2) {
+        NextHop::Remote { node, sid } => (node, sid),
+        _ => unreachable!(),
+    };
+    let target = FdbTarget::Remote { node, sid };
+    let entry = |seq| FdbEntry {
+        target,
+        seq,
+        learned: false,
+    };
+    let (a, b) = (MacAddr([2, 0, 0, 0, 0, 0xa]), MacAddr([2, 0, 0, 0, 0, 0xb]));
+    w.set_fdb(l2, a, entry(1)).unwrap();
+    w.set_fdb(l2, b, entry(1)).unwrap();
+    w.set_flood(l2, &[FloodTarget::Remote { node, sid }])
+        .unwrap();
+    w.publish().unwrap();
+    let r = TableReader::attach(&cfg).unwrap();
+    let mut h = r.register().unwrap();
+    let hop = |h: &mut lace_shared::tables::ReaderHandle, mac| {
+        let s = h.snapshot();
+        match s.network(l2).unwrap().fdb(mac) {
+            Some(L2Hop::Remote(i)) => Some(i),
+            _ => None,
+        }
+    };
+    let i = hop(&mut h, a).unwrap();
+    assert_eq!(
+        hop(&mut h, b),
+        Some(i),
+        "entries to one SID share a next hop"
+    );
+    h.quiescent();
+
+    // Removing some users keeps the next hop for the others, across a writer restart.
+    w.remove_fdb(l2, a).unwrap();
+    w.publish().unwrap();
+    drop(w);
+    let mut w = TableWriter::open(&cfg).unwrap();
+    w.remove_fdb(l2, b).unwrap();
+    w.publish().unwrap();
+    {
+        let s = h.snapshot();
+        assert_eq!(
+            s.nexthop(i),
+            Some(remote(2)),
+            "the flood list still uses it"
+        );
+        let flood: Vec<L2Hop> = s.network(l2).unwrap().flood().collect();
+        assert_eq!(flood, vec![L2Hop::Remote(i)]);
+    }
+    h.quiescent();
+    // The last user gone, the next hop and its encapsulation are released.
+    w.set_flood(l2, &[FloodTarget::Port(PortId(3))]).unwrap();
+    w.publish().unwrap();
+    {
+        let s = h.snapshot();
+        assert_eq!(s.nexthop(i), None);
+        assert!(s.encap(i).is_none());
+        let flood: Vec<L2Hop> = s.network(l2).unwrap().flood().collect();
+        assert_eq!(flood, vec![L2Hop::Port(PortId(3))]);
+    }
+    h.quiescent();
+    // Removing the network releases what its tables held.
+    w.set_fdb(l2, a, entry(2)).unwrap();
+    w.publish().unwrap();
+    let j = hop(&mut h, a).unwrap();
+    h.quiescent();
+    w.remove_network(l2).unwrap();
+    w.publish().unwrap();
+    assert_eq!(h.snapshot().nexthop(j), None);
 }

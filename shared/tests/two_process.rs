@@ -182,8 +182,8 @@ fn check_snapshot(s: &lace_shared::tables::Snapshot<'_>) -> Option<u64> {
         Some(mac_of(g)),
         "torn read: neighbor"
     );
-    let f = n.fdb(MacAddr([2, 0, 0, 0, 0, 2])).expect("fdb present");
-    assert_eq!(f.target, FdbTarget::Port(want_port), "torn read: fdb");
+    let f = n.fdb_rec(MacAddr([2, 0, 0, 0, 0, 2])).expect("fdb present");
+    assert_eq!(f.hop(), Some(L2Hop::Port(want_port)), "torn read: fdb");
     assert_eq!(f.seq, g as u32);
     // Every route of every generation up to g is there.
     for i in [1, g / 2, g].into_iter().filter(|&i| i >= 1) {
