@@ -75,7 +75,9 @@ pub(super) fn pod_input<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
     let rx = n.meta[usize::from(first)].rx;
     let bound = match n.cx.port(rx) {
         Some(p) if p.is_pod() => match n.cx.net(p.network()) {
-            Some((_, ctx)) if ctx.kind == NetworkKind::L3 => Ok((*p, ctx)),
+            Some((_, ctx)) if matches!(ctx.kind, NetworkKind::L3 | NetworkKind::L2) => {
+                Ok((*p, ctx))
+            }
             Some(_) => Err(DropReason::UnsupportedNetworkKind),
             None => Err(DropReason::NoNetwork),
         },
@@ -119,7 +121,7 @@ pub(super) fn pod_input<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
     n.hand_over(frame, &to[..len]);
 }
 
-/// One frame from a pod port of an l3 network.
+/// One frame from a pod port of an l3 network, or one to the gateway of an l2 network.
 #[inline(always)]
 fn classify_pod<B: PacketBuf>(
     pkt: &mut B,
@@ -132,6 +134,9 @@ fn classify_pod<B: PacketBuf>(
     let eth = ethernet::Frame::new_unchecked(&h[..]);
     if eth.src_addr().0 != port.mac {
         return Err(DropReason::SpoofedMac);
+    }
+    if ctx.kind == NetworkKind::L2 && eth.dst_addr().0 != ctx.gw_mac.0 {
+        return classify_bridged(pkt, m);
     }
     let multicast = eth.dst_addr().is_multicast();
     match eth.ethertype() {
@@ -185,6 +190,32 @@ fn classify_pod<B: PacketBuf>(
             Ok(Stage::Ip6Lookup)
         }
         _ => Err(DropReason::UnsupportedEthertype),
+    }
+}
+
+/// One frame from a pod port of an l2 network to another MAC than the gateway's: ARP and
+/// multicast neighbor solicitations are answered locally (never flooded), other broadcast and
+/// multicast is flooded, unicast is bridged by the FDB. Bridged frames are not IP-checked:
+/// they cross the network unchanged, as on a switch (the source MAC was checked).
+#[inline(always)]
+fn classify_bridged<B: PacketBuf>(pkt: &mut B, m: &mut Meta) -> Verdict {
+    let h = pkt.head::<L3>().ok_or(DropReason::Malformed)?;
+    let eth = ethernet::Frame::new_unchecked(&h[..]);
+    let multicast = eth.dst_addr().is_multicast();
+    match eth.ethertype() {
+        EtherType::Arp => Ok(Stage::ArpReply),
+        EtherType::Ipv6 if multicast => {
+            check_ipv6(pkt)?;
+            m.flags |= Meta::CHECKED;
+            let ip = ipv6::Packet::new_unchecked(&pkt.data()[L3..]);
+            if icmpv6_type(&ip) == Some(icmpv6::Message::NeighborSolicit) {
+                Ok(Stage::NdReply)
+            } else {
+                Ok(Stage::L2Flood)
+            }
+        }
+        _ if multicast => Ok(Stage::L2Flood),
+        _ => Ok(Stage::L2Forward),
     }
 }
 
@@ -247,10 +278,22 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
                     n.meta[slot].net = net;
                     Ok(Stage::Srv6Decap)
                 }
-                Some(_) => Err(DropReason::UnsupportedNextHop),
+                Some(SidBehavior::EndDt2u(net)) => {
+                    n.meta[slot].net = net;
+                    Ok(Stage::L2Decap)
+                }
+                Some(SidBehavior::EndDt2m(net)) => {
+                    n.meta[slot].net = net;
+                    n.meta[slot].flags |= Meta::FLOOD;
+                    Ok(Stage::L2Decap)
+                }
+                Some(SidBehavior::End) => Err(DropReason::UnsupportedNextHop),
                 None if matches!(
                     ip.next_header(),
-                    IpProtocol::Ipv4 | IpProtocol::Ipv6 | IpProtocol::Ipv6Route
+                    IpProtocol::Ipv4
+                        | IpProtocol::Ipv6
+                        | IpProtocol::Ipv6Route
+                        | IpProtocol::Ethernet
                 ) =>
                 {
                     Err(DropReason::UnknownSid)

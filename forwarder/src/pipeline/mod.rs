@@ -13,10 +13,23 @@
 //! ```text
 //!  pod-input ──┬─ arp-reply ─────────────────────────────────────────────┐
 //!              ├─ nd-reply / icmp-echo (gateway) ─────────────────────────┤
-//!              └─ ip4-lookup / ip6-lookup ─┬─ local-rewrite ──────────────┤──► tx
-//!  uplink-input ─┬─ nd-reply / icmp-echo   ├─ srv6-encap ─ underlay-out ──┘
-//!                └─ srv6-decap ────────────┘   icmp-error ─► ip*-lookup
+//!              ├─ ip4-lookup / ip6-lookup ─┬─ local-rewrite ──────────────┤──► tx
+//!              │                           ├─ srv6-encap ─ underlay-out ──┤
+//!              │                           └─ icmp-error ─► ip*-lookup    │
+//!              └─ l2-forward / l2-flood ─┬─ (local port) ─────────────────┤
+//!                                        └─ l2-encap ─ underlay-out ──────┘
+//!  uplink-input ─┬─ nd-reply / icmp-echo
+//!                ├─ srv6-decap ─► ip*-lookup                (End.DT46)
+//!                └─ l2-decap ─► l2-forward / l2-flood       (End.DT2U / End.DT2M)
 //! ```
+//!
+//! **l2 networks** are bridged: a frame from a pod to another MAC than the gateway's is looked
+//! up in the network's FDB (`l2-forward`) and delivered unchanged to a local port or
+//! encapsulated whole (`H.Encaps.L2.Red`, next header 143) to the remote node's End.DT2U SID;
+//! broadcast and multicast are replicated head-end (`l2-flood`) to the flood list. ARP and
+//! neighbor solicitations are answered from the network's neighbor table and never flooded.
+//! Frames from the underlay are delivered to local ports only (split horizon). Frames to the
+//! gateway's MAC take the IP path, as on an l3 network.
 //!
 //! **The whole-burst fast path.** A burst arrives from one port, and in the common case every
 //! packet of it takes the same path (one pod talking to one remote node, or one remote node
@@ -38,6 +51,7 @@
 //! fuzz target `pipeline` feeds it arbitrary frames on every kind of port. In debug builds
 //! (tests, fuzzing) every hand-over between nodes is checked against the declared graph.
 
+mod bridge;
 mod buf;
 mod cache;
 pub mod fixture;
@@ -107,6 +121,14 @@ pub enum Stage {
     IcmpEcho,
     /// End.DT46: strip the outer IPv6 (and SRH), continue in the SID's network.
     Srv6Decap,
+    /// End.DT2U / End.DT2M: strip the outer IPv6 (and SRH) down to the inner Ethernet frame
+    /// of the SID's l2 network.
+    L2Decap,
+    /// l2 broadcast and multicast: head-end replication to the network's flood list (local
+    /// ports and, for frames from a local port, the other nodes' End.DT2M SIDs).
+    L2Flood,
+    /// l2 unicast: FDB lookup of the destination MAC → a local port or a remote node.
+    L2Forward,
     /// IPv4 FIB lookup in the packet's network, TTL check.
     Ip4Lookup,
     /// IPv6 FIB lookup in the packet's network, hop-limit check.
@@ -117,6 +139,9 @@ pub enum Stage {
     LocalRewrite,
     /// Other node: H.Encaps.Red to that node's SID, from the precomputed rewrite.
     Srv6Encap,
+    /// l2 frame to another node: H.Encaps.L2.Red (the whole frame, next header 143) to that
+    /// node's End.DT2U SID, from the precomputed rewrite.
+    L2Encap,
     /// Outer L2 for the underlay: the next hop's MAC, resolved by NDP.
     UnderlayOut,
     /// Transmit (terminal).
@@ -127,7 +152,7 @@ pub enum Stage {
 
 impl Stage {
     /// Number of stages.
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 18;
     /// Every stage, in dispatch order.
     pub const ALL: [Stage; Stage::COUNT] = [
         Stage::PodInput,
@@ -136,11 +161,15 @@ impl Stage {
         Stage::NdReply,
         Stage::IcmpEcho,
         Stage::Srv6Decap,
+        Stage::L2Decap,
+        Stage::L2Flood,
+        Stage::L2Forward,
         Stage::Ip4Lookup,
         Stage::Ip6Lookup,
         Stage::IcmpError,
         Stage::LocalRewrite,
         Stage::Srv6Encap,
+        Stage::L2Encap,
         Stage::UnderlayOut,
         Stage::Tx,
         Stage::Drop,
@@ -155,11 +184,15 @@ impl Stage {
             Stage::NdReply => "nd-reply",
             Stage::IcmpEcho => "icmp-echo",
             Stage::Srv6Decap => "srv6-decap",
+            Stage::L2Decap => "l2-decap",
+            Stage::L2Flood => "l2-flood",
+            Stage::L2Forward => "l2-forward",
             Stage::Ip4Lookup => "ip4-lookup",
             Stage::Ip6Lookup => "ip6-lookup",
             Stage::IcmpError => "icmp-error",
             Stage::LocalRewrite => "local-rewrite",
             Stage::Srv6Encap => "srv6-encap",
+            Stage::L2Encap => "l2-encap",
             Stage::UnderlayOut => "underlay-out",
             Stage::Tx => "tx",
             Stage::Drop => "drop",
@@ -171,15 +204,21 @@ impl Stage {
     pub const fn next(self) -> &'static [Stage] {
         use Stage::*;
         match self {
-            PodInput => &[ArpReply, NdReply, IcmpEcho, Ip4Lookup, Ip6Lookup, Drop],
-            UplinkInput => &[NdReply, IcmpEcho, Srv6Decap, Drop],
+            PodInput => &[
+                ArpReply, NdReply, IcmpEcho, L2Flood, L2Forward, Ip4Lookup, Ip6Lookup, Drop,
+            ],
+            UplinkInput => &[NdReply, IcmpEcho, Srv6Decap, L2Decap, Drop],
             ArpReply | NdReply => &[Tx, Drop],
             IcmpEcho => &[Ip4Lookup, Ip6Lookup, Tx, Drop],
             Srv6Decap => &[Ip4Lookup, Ip6Lookup, Drop],
+            L2Decap => &[L2Flood, L2Forward, Drop],
+            L2Flood => &[L2Encap, Tx],
+            L2Forward => &[L2Encap, Tx, Drop],
             Ip4Lookup | Ip6Lookup => &[LocalRewrite, Srv6Encap, IcmpEcho, IcmpError, Drop],
             IcmpError => &[Ip4Lookup, Ip6Lookup, Drop],
             LocalRewrite => &[Tx, Drop],
             Srv6Encap => &[UnderlayOut, IcmpError, Drop],
+            L2Encap => &[UnderlayOut, Drop],
             UnderlayOut => &[Tx, Drop],
             Tx | Drop => &[],
         }
@@ -191,7 +230,7 @@ impl Stage {
     }
 }
 
-const _: () = assert!(Stage::COUNT <= MAX_STAGES && Stage::COUNT <= 16);
+const _: () = assert!(Stage::COUNT <= MAX_STAGES && Stage::COUNT <= 32);
 
 /// Counters one pipeline (one worker) accumulates; the worker adds them to the status region
 /// and resets them ([`Pipeline::take_counters`]).
@@ -258,6 +297,8 @@ impl Meta {
     const CONSUMED: u8 = 2;
     /// The IP header at offset 14 was validated (lengths, checksum) and padding trimmed.
     const CHECKED: u8 = 4;
+    /// Decapsulated at an End.DT2M SID: the inner frame is flooded (to local ports only).
+    const FLOOD: u8 = 8;
 
     fn new(rx: PortId) -> Meta {
         Meta {
@@ -292,10 +333,10 @@ const IDENTITY: [u8; VEC_CAP] = {
 struct Queues {
     frames: [Vec<u8>; Stage::COUNT],
     /// Bit `s`: `frames[s]` is not empty.
-    pending: u16,
+    pending: u32,
     /// Bit `t` of `edges[s]`: a packet went from node `s` to node `t` (packet tests).
     #[cfg(test)]
-    edges: [u16; Stage::COUNT],
+    edges: [u32; Stage::COUNT],
 }
 
 impl Queues {
@@ -313,7 +354,7 @@ impl Queues {
     fn push(&mut self, from: Stage, to: Stage, i: u8) {
         self.edge(from, to);
         self.frames[to as usize].push(i);
-        self.pending |= 1 << to as u16;
+        self.pending |= 1 << to as u32;
     }
 
     /// Hands a whole vector from node `from` to node `to`: the fast path when every packet of a
@@ -325,7 +366,7 @@ impl Queues {
         }
         self.edge(from, to);
         self.frames[to as usize].extend_from_slice(frame);
-        self.pending |= 1 << to as u16;
+        self.pending |= 1 << to as u32;
     }
 
     #[inline(always)]
@@ -338,7 +379,7 @@ impl Queues {
         );
         #[cfg(test)]
         {
-            self.edges[from as usize] |= 1 << to as u16;
+            self.edges[from as usize] |= 1 << to as u32;
         }
     }
 }
@@ -490,7 +531,7 @@ impl<B: PacketBuf> Pipeline<B> {
         let mut out = Vec::new();
         for from in Stage::ALL {
             for to in Stage::ALL {
-                if self.q.edges[from as usize] & (1 << to as u16) != 0 {
+                if self.q.edges[from as usize] & (1 << to as u32) != 0 {
                     out.push((from, to));
                 }
             }
@@ -523,7 +564,7 @@ impl<B: PacketBuf> Pipeline<B> {
             self.meta[k] = Meta::new(rx);
         }
         self.q.frames[first as usize].extend_from_slice(&IDENTITY[..take]);
-        self.q.pending |= 1 << first as u16;
+        self.q.pending |= 1 << first as u32;
         self.dispatch(snap, io);
     }
 
@@ -558,11 +599,15 @@ impl<B: PacketBuf> Pipeline<B> {
                 Stage::NdReply => reply::nd_reply(&mut n, &frame),
                 Stage::IcmpEcho => reply::icmp_echo(&mut n, &frame),
                 Stage::Srv6Decap => srv6::decap(&mut n, &frame),
+                Stage::L2Decap => srv6::l2_decap(&mut n, &frame),
+                Stage::L2Flood => bridge::flood(&mut n, &frame),
+                Stage::L2Forward => bridge::forward(&mut n, &frame),
                 Stage::Ip4Lookup => lookup::ip4_lookup(&mut n, &frame),
                 Stage::Ip6Lookup => lookup::ip6_lookup(&mut n, &frame),
                 Stage::IcmpError => reply::icmp_error(&mut n, &frame),
                 Stage::LocalRewrite => lookup::local_rewrite(&mut n, &frame),
                 Stage::Srv6Encap => srv6::encap(&mut n, &frame),
+                Stage::L2Encap => srv6::l2_encap(&mut n, &frame),
                 Stage::UnderlayOut => srv6::underlay_out(&mut n, &frame),
                 Stage::Tx => tx(&mut n, &frame),
                 Stage::Drop => drop_node(&mut n, &frame),

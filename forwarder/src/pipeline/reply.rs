@@ -2,12 +2,13 @@
 //! ICMP echo, and ICMP errors (time exceeded, unreachable, too big) — all written through the
 //! `wire` views and reprs.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lace_shared::status::DropReason;
-use lace_shared::types::{MacAddr, PortId};
+use lace_shared::tables::NetworkView;
+use lace_shared::types::{MacAddr, NetworkKind, PortId};
 
-use super::cache::Cx;
+use super::cache::{Cx, NetCtx};
 use super::input::L3;
 use super::lookup::UNREACH_ADMIN;
 use super::neigh::UnderlayNeighbors;
@@ -51,11 +52,40 @@ where
     n.hand_over(frame, &to[..frame.len()]);
 }
 
-/// `arp-reply`: a pod asks for its gateway; answer with the gateway MAC.
+/// The MAC the forwarder answers ARP or NDP with for `target` in a pod's network: the
+/// gateway's; on an l2 network also every endpoint's, from the neighbor table (synthetic
+/// replies: ARP and NDP never cross the underlay). None: not answered.
+#[inline]
+fn answer_for(view: &NetworkView<'_>, ctx: &NetCtx, target: IpAddr) -> Option<MacAddr> {
+    let gateway = match target {
+        IpAddr::V4(a) => Some(a) == ctx.gw4,
+        IpAddr::V6(a) => Some(a) == ctx.gw6,
+    };
+    if gateway {
+        return Some(ctx.gw_mac);
+    }
+    (ctx.kind == NetworkKind::L2)
+        .then(|| view.neighbor(target))
+        .flatten()
+}
+
+/// Why a request for `target` is not answered: a duplicate-address probe on an l2 network
+/// (from the unspecified address, for an address nobody holds) stays unanswered on purpose.
+#[inline]
+fn unanswered(ctx: &NetCtx, probe: bool) -> DropReason {
+    if probe && ctx.kind == NetworkKind::L2 {
+        DropReason::DadProbe
+    } else {
+        DropReason::NotGateway
+    }
+}
+
+/// `arp-reply`: a pod asks for its gateway (or, on an l2 network, for another endpoint);
+/// answer with that MAC.
 pub(super) fn arp_reply<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
     each(n, frame, |_, _, pkt, m, cx| {
         let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
-        let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+        let (net, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
         let d = pkt.data_mut();
         let view = arp::Packet::new_checked(&d[L3..]).map_err(|_| DropReason::Malformed)?;
         let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
@@ -67,13 +97,21 @@ pub(super) fn arp_reply<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
         if sender != Ipv4Addr::UNSPECIFIED && Some(sender) != port.ipv4() {
             return Err(DropReason::SpoofedSource);
         }
-        if req.operation != arp::Operation::Request || Some(req.target_protocol_addr) != ctx.gw4 {
+        let target = req.target_protocol_addr;
+        if req.operation != arp::Operation::Request || target == sender {
+            // Replies and gratuitous announcements are not answered.
             return Err(DropReason::NotGateway);
         }
-        let gw_mac = EthernetAddress(ctx.gw_mac.0);
+        if sender == Ipv4Addr::UNSPECIFIED && Some(target) == port.ipv4() {
+            // The endpoint probing for its own address: it holds it, nobody else does.
+            return Err(unanswered(&ctx, true));
+        }
+        let mac = answer_for(&net, &ctx, IpAddr::V4(target))
+            .ok_or_else(|| unanswered(&ctx, sender == Ipv4Addr::UNSPECIFIED))?;
+        let answer = EthernetAddress(mac.0);
         arp::Repr {
             operation: arp::Operation::Reply,
-            sender_hardware_addr: gw_mac,
+            sender_hardware_addr: answer,
             sender_protocol_addr: req.target_protocol_addr,
             target_hardware_addr: req.sender_hardware_addr,
             target_protocol_addr: sender,
@@ -81,7 +119,7 @@ pub(super) fn arp_reply<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
         .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
         let mut eth = ethernet::Frame::new_unchecked(d);
         eth.set_dst_addr(req.sender_hardware_addr);
-        eth.set_src_addr(gw_mac);
+        eth.set_src_addr(answer);
         m.tx = m.rx;
         Ok(Stage::Tx)
     });
@@ -112,7 +150,7 @@ fn nd_one<B: PacketBuf>(
     let icmp = icmpv6::Packet::new_checked(ip.payload()).map_err(|_| DropReason::Malformed)?;
     let repr = icmpv6::Repr::parse(&src, &dst, &icmp).map_err(|_| DropReason::Malformed)?;
     let uplink = m.rx == PortId::UPLINK;
-    let (target, mac) = match repr {
+    let (target, mac, router) = match repr {
         icmpv6::Repr::NeighborSolicit {
             target_addr,
             source_lladdr,
@@ -125,20 +163,23 @@ fn nd_one<B: PacketBuf>(
                 if let (Some(ll), false) = (source_lladdr, src.is_unspecified()) {
                     neigh.learn(src, MacAddr(ll.0));
                 }
-                (target_addr, cfg.uplink_mac)
+                (target_addr, cfg.uplink_mac, false)
             } else {
                 let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
-                let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+                let (view, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
                 if !(src.is_unspecified()
                     || src.is_unicast_link_local()
                     || Some(src) == port.ipv6())
                 {
                     return Err(DropReason::SpoofedSource);
                 }
-                if Some(target_addr) != ctx.gw6 {
-                    return Err(DropReason::NotGateway);
+                if src.is_unspecified() && Some(target_addr) == port.ipv6() {
+                    // Duplicate address detection of the endpoint's own address.
+                    return Err(unanswered(&ctx, true));
                 }
-                (target_addr, ctx.gw_mac)
+                let mac = answer_for(&view, &ctx, IpAddr::V6(target_addr))
+                    .ok_or_else(|| unanswered(&ctx, src.is_unspecified()))?;
+                (target_addr, mac, Some(target_addr) == ctx.gw6)
             }
         }
         icmpv6::Repr::NeighborAdvert {
@@ -161,10 +202,10 @@ fn nd_one<B: PacketBuf>(
             ethernet::Address::ipv6_multicast(&ALL_NODES),
         )
     } else {
-        let router = if uplink {
-            NeighborFlags::EMPTY
-        } else {
+        let router = if router {
             NeighborFlags::ROUTER
+        } else {
+            NeighborFlags::EMPTY
         };
         (
             src,

@@ -40,10 +40,11 @@ pub(super) fn decap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, f
     n.hand_over(frame, &to[..frame.len()]);
 }
 
+/// The outer headers of a packet to a decapsulating SID: the IPv6 header (checked by
+/// uplink-input) and an SRH whose Segments Left is 0 and whose last segment is the SID.
+/// Returns the inner payload's type and where it starts.
 #[inline(always)]
-fn decap_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta) -> Verdict {
-    let d = pkt.data();
-    // uplink-input checked the outer header.
+fn outer_headers(d: &[u8]) -> Result<(IpProtocol, usize), DropReason> {
     let ip = ipv6::Packet::new_unchecked(&d[L3..]);
     let mut next = ip.next_header();
     let mut off = L3 + ipv6::HEADER_LEN;
@@ -59,6 +60,12 @@ fn decap_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta) -> Verdict {
         next = sr.next_header();
         off += sr.header_len();
     }
+    Ok((next, off))
+}
+
+#[inline(always)]
+fn decap_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta) -> Verdict {
+    let (next, off) = outer_headers(pkt.data())?;
     let (inner, ethertype) = match next {
         IpProtocol::Ipv4 => (Stage::Ip4Lookup, EtherType::Ipv4),
         IpProtocol::Ipv6 => (Stage::Ip6Lookup, EtherType::Ipv6),
@@ -73,9 +80,182 @@ fn decap_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta) -> Verdict {
     Ok(inner)
 }
 
+/// `l2-decap`: End.DT2U and End.DT2M (RFC 8986 §4.11, §4.12): strip the outer IPv6 header
+/// (and SRH) of an Ethernet payload (next header 143); the inner frame is bridged in the SID's
+/// l2 network — by its FDB (DT2U) or flooded to the local ports (DT2M).
+pub(super) fn l2_decap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in frame.iter().enumerate() {
+        let slot = usize::from(i);
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            to[k] = n.gone(i);
+            continue;
+        };
+        let m = &mut n.meta[slot];
+        let v = (|| {
+            let (next, off) = outer_headers(pkt.data())?;
+            if next != IpProtocol::Ethernet {
+                return Err(DropReason::DecapUnsupportedInner);
+            }
+            // The inner frame needs at least its Ethernet header.
+            if pkt.len() < off + ethernet::HEADER_LEN || !pkt.adj(off) {
+                return Err(DropReason::Malformed);
+            }
+            m.flags &= !Meta::CHECKED;
+            Ok(if m.is(Meta::FLOOD) {
+                Stage::L2Flood
+            } else {
+                Stage::L2Forward
+            })
+        })();
+        let v = v.and_then(|to| match n.cx.net(m.net) {
+            Some((_, ctx)) if ctx.kind == lace_shared::types::NetworkKind::L2 => Ok(to),
+            Some(_) => Err(DropReason::UnsupportedNetworkKind),
+            None => Err(DropReason::NoNetwork),
+        });
+        to[k] = n.resolve(i, v);
+    }
+    n.hand_over(frame, &to[..frame.len()]);
+}
+
+/// H.Encaps.L2.Red of one frame (RFC 8986 §5.4, one segment, no SRH): the whole Ethernet
+/// frame behind the precomputed outer IPv6 header, next header 143, the flow label from the
+/// inner flow (IP five-tuple, else the MACs and EtherType), traffic class 0. The frame is
+/// bridged, so its TTL is untouched. A frame larger than the underlay allows is dropped as
+/// too big (the endpoints' MTU leaves room for the encapsulation).
+#[inline(always)]
+pub(super) fn l2_encap_one<B: PacketBuf>(pkt: &mut B, e: Encap<'_>) -> Result<(), Miss> {
+    let inner_len = pkt.len();
+    if inner_len > e.max_inner {
+        return Err(Miss::TooBig);
+    }
+    let rss = pkt.rss_hash();
+    if !pkt.prepend(L3 + ENCAP_LEN) {
+        return Err(Miss::NoHeadroom);
+    }
+    const INNER: usize = L3 + ENCAP_LEN;
+    let d = pkt.data_mut();
+    let label = match rss {
+        Some(h) => flow::label_of(h),
+        None => l2_flow_label(&d[INNER..], e.seed),
+    };
+    let Some(h) = d.first_chunk_mut::<INNER>() else {
+        return Err(Miss::NoHeadroom);
+    };
+    let outer = &mut h[L3..];
+    outer.copy_from_slice(&e.rewrite.ip6);
+    let mut ip = ipv6::Packet::new_unchecked(outer);
+    ip.set_traffic_class(0);
+    ip.set_flow_label(label);
+    ip.set_payload_len(inner_len as u16);
+    ip.set_next_header(IpProtocol::Ethernet);
+    ip.set_hop_limit(e.hop_limit);
+    Ok(())
+}
+
+/// The outer flow label of a bridged frame: the inner IP flow's when it carries IPv4 or IPv6
+/// (so the same flow gets the same label routed or bridged), else a hash of the MACs and the
+/// EtherType.
+#[inline]
+fn l2_flow_label(frame: &[u8], seed: u64) -> u32 {
+    let Some(h) = frame.first_chunk::<{ ethernet::HEADER_LEN }>() else {
+        return 1;
+    };
+    let ip = &frame[ethernet::HEADER_LEN..];
+    match u16::from_be_bytes([h[12], h[13]]) {
+        0x0800 => flow::ipv4_flow_label(ip, seed),
+        0x86dd => FiveTuple::from_ipv6(ip).map_or(1, |t| t.flow_label(seed)),
+        ethertype => {
+            let mut macs = [0u8; 16];
+            macs[4..].copy_from_slice(&h[..12]);
+            flow::label_of(flow::hash_v6(
+                seed,
+                u128::from_be_bytes(macs),
+                0,
+                u64::from(ethertype),
+            ))
+        }
+    }
+}
+
+/// `l2-encap`: H.Encaps.L2.Red toward the remote node's End.DT2U SID (the next hop
+/// l2-forward found in the FDB), then underlay-out.
+pub(super) fn l2_encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
+    let max_inner = usize::from(n.cfg.underlay_mtu).saturating_sub(ENCAP_LEN);
+    let (seed, hop_limit) = (n.cfg.flow_seed, n.cfg.hop_limit);
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in frame.iter().enumerate() {
+        let slot = usize::from(i);
+        let Hop::Remote { nh } = n.meta[slot].hop else {
+            to[k] = n.drop_for(i, DropReason::UnknownNode);
+            continue;
+        };
+        let rewrite = match n.cx.encap(nh) {
+            Some(e) if e.usable() => e,
+            Some(e) => {
+                to[k] = n.drop_for(i, unusable(e));
+                continue;
+            }
+            None => {
+                to[k] = n.drop_for(i, DropReason::UnknownNode);
+                continue;
+            }
+        };
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            to[k] = n.gone(i);
+            continue;
+        };
+        let e = Encap {
+            rewrite,
+            max_inner,
+            seed,
+            hop_limit,
+        };
+        to[k] = match l2_encap_one(pkt, e) {
+            Ok(()) => Stage::UnderlayOut,
+            Err(Miss::TooBig) => n.drop_for(i, DropReason::TooBig),
+            Err(Miss::NoHeadroom) => n.drop_for(i, DropReason::NoHeadroom),
+        };
+    }
+    n.hand_over(frame, &to[..frame.len()]);
+}
+
+/// Encapsulates one l2 frame toward next hop `nh` (H.Encaps.L2.Red) and transmits it on the
+/// uplink: l2-encap, underlay-out and tx in one step, for the copies l2-flood makes (they have
+/// no slot in the vectors). `Err`: the reason the copy is dropped.
+pub(super) fn l2_send_remote<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    mut pkt: B,
+    nh: u32,
+) -> Result<(), DropReason> {
+    let rewrite = match n.cx.encap(nh) {
+        Some(e) if e.usable() => e,
+        Some(e) => return Err(unusable(e)),
+        None => return Err(DropReason::UnknownNode),
+    };
+    let e = Encap {
+        rewrite,
+        max_inner: usize::from(n.cfg.underlay_mtu).saturating_sub(ENCAP_LEN),
+        seed: n.cfg.flow_seed,
+        hop_limit: n.cfg.hop_limit,
+    };
+    match l2_encap_one(&mut pkt, e) {
+        Ok(()) => {}
+        Err(Miss::TooBig) => return Err(DropReason::TooBig),
+        Err(Miss::NoHeadroom) => return Err(DropReason::NoHeadroom),
+    }
+    let addr = rewrite.underlay_addr();
+    let Some(mac) = n.cx.underlay_mac(n.neigh, addr) else {
+        return Err(unresolved(n.cfg, n.neigh, addr, n.io));
+    };
+    underlay_eth(&mut pkt, mac, EthernetAddress(n.cfg.uplink_mac.0));
+    n.io.send(PortId::UPLINK, pkt);
+    Ok(())
+}
+
 /// Why a remote next hop's rewrite cannot be used.
 #[inline]
-fn unusable(e: &EncapRec) -> DropReason {
+pub(super) fn unusable(e: &EncapRec) -> DropReason {
     if e.flags & EncapRec::NODE_KNOWN == 0 {
         DropReason::UnknownNode
     } else {
@@ -85,11 +265,11 @@ fn unusable(e: &EncapRec) -> DropReason {
 
 /// What the encapsulation of one packet needs, the same for a whole vector.
 #[derive(Clone, Copy)]
-struct Encap<'a> {
-    rewrite: &'a EncapRec,
-    max_inner: usize,
-    seed: u64,
-    hop_limit: u8,
+pub(super) struct Encap<'a> {
+    pub(super) rewrite: &'a EncapRec,
+    pub(super) max_inner: usize,
+    pub(super) seed: u64,
+    pub(super) hop_limit: u8,
 }
 
 /// H.Encaps.Red of one packet (its TTL decremented unless it is generated): the precomputed
@@ -149,7 +329,7 @@ fn encap_one<B: PacketBuf>(pkt: &mut B, generated: bool, e: Encap<'_>) -> Result
 
 /// Why [`encap_one`] did not encapsulate.
 #[derive(Clone, Copy)]
-enum Miss {
+pub(super) enum Miss {
     /// Larger than the underlay MTU allows: ICMP too-big.
     TooBig,
     /// No room in front for the outer header.

@@ -27,7 +27,7 @@ impl Io<VecBuf> for TestIo {
         self.sent.push((port, pkt));
     }
     fn port_up(&self, port: PortId) -> bool {
-        let up: HashSet<PortId> = [A, B, C, PortId::UPLINK].into_iter().collect();
+        let up: HashSet<PortId> = [A, B, C, L2POD, L2B, PortId::UPLINK].into_iter().collect();
         up.contains(&port)
     }
     fn alloc(&mut self) -> Option<VecBuf> {
@@ -235,6 +235,36 @@ fn snm(a: Ipv6Addr) -> Ipv6Addr {
         1,
         0xff00 | u16::from(o[13]),
         u16::from_be_bytes([o[14], o[15]]),
+    )
+}
+
+/// A frame from the external network's port (never forwarded from a pod port).
+fn from_ext() -> Vec<u8> {
+    eth(
+        GW_MAC,
+        [2, 0, 0, 0, 0, 8],
+        0x0800,
+        &ipv4(Ipv4Addr::new(10, 10, 0, 2), B4, 17, 64, 0, true, b"x"),
+    )
+}
+
+/// An l2 frame: IPv4/UDP between the l2 network's addresses, as a pod would bridge it.
+fn l2_frame(dst: [u8; 6], src: [u8; 6], data: &[u8]) -> Vec<u8> {
+    eth(
+        dst,
+        src,
+        0x0800,
+        &ipv4(L2_4, L2R4, 17, 64, 0, true, &udp(5000, 6000, data)),
+    )
+}
+
+/// A packet from node 2 to local SID `sid` carrying `inner` (next header `next`).
+fn to_sid(sid: Ipv6Addr, inner: &[u8], next: u8) -> Vec<u8> {
+    eth(
+        UPLINK_MAC,
+        PEER_MAC,
+        0x86dd,
+        &ipv6(PEER, sid, next, 63, 0x12345, inner),
     )
 }
 
@@ -732,13 +762,7 @@ fn unknown_ports_and_networks() {
         &ipv4(Ipv4Addr::new(10, 99, 0, 2), B4, 17, 64, 0, true, b"x"),
     );
     run(ORPHAN, f).dropped(DropReason::NoNetwork);
-    let f = eth(
-        GW_MAC,
-        [2, 0, 0, 0, 0, 4],
-        0x0800,
-        &ipv4(Ipv4Addr::new(10, 9, 0, 2), B4, 17, 64, 0, true, b"x"),
-    );
-    run(L2POD, f).dropped(DropReason::UnsupportedNetworkKind);
+    run(EXTPOD, from_ext()).dropped(DropReason::UnsupportedNetworkKind);
 }
 
 #[test]
@@ -929,15 +953,7 @@ fn drop_case(r: DropReason) -> Option<(PortId, Vec<u8>, TestIo)> {
                 &ipv4(Ipv4Addr::new(10, 99, 0, 2), B4, 17, 64, 0, true, b"x"),
             ),
         ),
-        UnsupportedNetworkKind => (
-            L2POD,
-            eth(
-                GW_MAC,
-                [2, 0, 0, 0, 0, 4],
-                0x0800,
-                &ipv4(Ipv4Addr::new(10, 9, 0, 2), B4, 17, 64, 0, true, b"x"),
-            ),
-        ),
+        UnsupportedNetworkKind => (EXTPOD, from_ext()),
         SpoofedMac => (
             A,
             eth(GW_MAC, MAC_B, 0x0800, &ipv4(A4, B4, 17, 64, 0, true, b"x")),
@@ -1027,6 +1043,20 @@ fn drop_case(r: DropReason) -> Option<(PortId, Vec<u8>, TestIo)> {
             (PortId::UPLINK, encapsulated(&p, 43))
         }
         NoSrv6Source => return None,
+        UnknownUnicast => (L2POD, l2_frame([2, 0, 0, 0, 0, 0x77], MAC_L2, b"x")),
+        SplitHorizon => (
+            PortId::UPLINK,
+            to_sid(MY_DT2U, &l2_frame(MAC_L2R, MAC_L2B, b"x"), 143),
+        ),
+        DadProbe => (
+            L2POD,
+            eth(
+                [0x33, 0x33, 0xff, 0, 0, 0x55],
+                MAC_L2,
+                0x86dd,
+                &ns(Ipv6Addr::UNSPECIFIED, snm(L2FREE6), L2FREE6, None),
+            ),
+        ),
     };
     Some((frame.0, frame.1, io()))
 }
@@ -1294,6 +1324,23 @@ fn corpus() -> Vec<(PortId, Vec<u8>)> {
             ),
         ),
     ];
+    // l2: switched, encapsulated, decapsulated at DT2U and DT2M, flooded, too big.
+    let l2 = l2_frame(MAC_L2B, MAC_L2, b"l2");
+    frames.extend([
+        (L2POD, l2.clone()),
+        (L2POD, l2_frame(MAC_L2R, MAC_L2, b"l2 remote")),
+        (L2POD, l2_frame([0xff; 6], MAC_L2, b"l2 flood")),
+        (L2POD, l2_frame(MAC_L2R, MAC_L2, &vec![0; 1461 - 14 - 28])),
+        (
+            PortId::UPLINK,
+            to_sid(MY_DT2U, &l2_frame(MAC_L2, MAC_L2R, b"in"), 143),
+        ),
+        (
+            PortId::UPLINK,
+            to_sid(MY_DT2M, &l2_frame([0xff; 6], MAC_L2R, b"in"), 143),
+        ),
+        (PortId::UPLINK, to_sid(MY_DT2U, &udp(1, 2, b"x"), 17)),
+    ]);
     frames.extend(
         DropReason::ALL
             .into_iter()
@@ -1522,4 +1569,325 @@ fn route_churn_never_misforwards() {
             100 + p
         );
     }
+}
+
+// ---- l2 networks ----------------------------------------------------------------------------
+
+/// The outer packet lace sends toward `sid` on node 2 for an l2 frame: H.Encaps.L2.Red.
+fn l2_encapsulated(sid: Ipv6Addr, frame: &[u8], flow: u32) -> Vec<u8> {
+    eth(
+        PEER_MAC,
+        UPLINK_MAC,
+        0x86dd,
+        &ipv6(ME, sid, 143, 64, flow, frame),
+    )
+}
+
+#[test]
+fn l2_frames_between_local_pods_are_switched_unchanged() {
+    let f = l2_frame(MAC_L2B, MAC_L2, b"same node");
+    let r = run(L2POD, f.clone());
+    let (port, out) = r.one();
+    assert_eq!(port, L2B);
+    assert_eq!(out, f, "bridged: not a byte changed, TTL kept");
+    assert_eq!(r.counters.stage(Stage::L2Forward), 1);
+    // Back to its own port: split horizon.
+    run(L2POD, l2_frame(MAC_L2, MAC_L2, b"x")).dropped(DropReason::SplitHorizon);
+}
+
+#[test]
+fn l2_frames_to_a_remote_mac_are_encapsulated_whole_to_its_end_dt2u_sid() {
+    let f = l2_frame(MAC_L2R, MAC_L2, b"to node 2");
+    let r = run(L2POD, f.clone());
+    let (port, out) = r.one();
+    assert_eq!(port, PortId::UPLINK);
+    assert_eq!(out, l2_encapsulated(PEER_DT2U, &f, label(&f[14..])));
+    assert_eq!(r.counters.stage(Stage::L2Encap), 1);
+    // A non-IP frame gets a label from its MACs: the same every time, never 0.
+    let lldp = eth(MAC_L2R, MAC_L2, 0x88b5, b"experimental ethertype");
+    let one = run(L2POD, lldp.clone());
+    let two = run(L2POD, lldp);
+    assert_eq!(one.one().1, two.one().1);
+    let outer = &one.one().1[14..];
+    assert_ne!(
+        u32::from_be_bytes([0, outer[1] & 0xf, outer[2], outer[3]]),
+        0
+    );
+    // Too big for the underlay with the 54 bytes of encapsulation: dropped, counted.
+    let big = l2_frame(MAC_L2R, MAC_L2, &vec![0; 1461 - 14 - 28]);
+    run(L2POD, big).dropped(DropReason::TooBig);
+}
+
+#[test]
+fn end_dt2u_decapsulates_to_the_local_port_and_end_dt2m_floods_locally() {
+    let f = l2_frame(MAC_L2, MAC_L2R, b"from node 2");
+    let r = run(PortId::UPLINK, to_sid(MY_DT2U, &f, 143));
+    let (port, out) = r.one();
+    assert_eq!(port, L2POD);
+    assert_eq!(out, f);
+    assert_eq!(r.counters.stage(Stage::L2Decap), 1);
+    // With a full SRH whose last segment is the SID.
+    let mut p = srh(143, 0, 4, &[MY_DT2U, PEER_SID]);
+    p.extend_from_slice(&f);
+    let r = run(PortId::UPLINK, to_sid(MY_DT2U, &p, 43));
+    assert_eq!(r.one(), (L2POD, &f[..]));
+    // To a MAC on another node: never sent on.
+    run(
+        PortId::UPLINK,
+        to_sid(MY_DT2U, &l2_frame(MAC_L2R, MAC_L2R, b"x"), 143),
+    )
+    .dropped(DropReason::SplitHorizon);
+    // Not an Ethernet payload, or a DT2U SID of an l3 network.
+    run(PortId::UPLINK, to_sid(MY_DT2U, &udp(1, 2, b"x"), 17))
+        .dropped(DropReason::DecapUnsupportedInner);
+    run(PortId::UPLINK, to_sid(MY_BAD_DT2U, &f, 143)).dropped(DropReason::UnsupportedNetworkKind);
+    // A truncated inner frame.
+    run(PortId::UPLINK, to_sid(MY_DT2U, &f[..10], 143)).dropped(DropReason::Malformed);
+
+    // A broadcast from node 2 reaches each local member once, and goes to no other node.
+    let bcast = l2_frame([0xff; 6], MAC_L2R, b"hello all");
+    let r = run(PortId::UPLINK, to_sid(MY_DT2M, &bcast, 143));
+    let mut ports: Vec<PortId> = r.sent.iter().map(|(p, _)| *p).collect();
+    ports.sort();
+    assert_eq!(ports, vec![L2POD, L2B]);
+    assert!(r.sent.iter().all(|(_, b)| *b == bcast));
+    assert_eq!(r.counters.total_drops(), 0);
+}
+
+#[test]
+fn l2_broadcast_is_replicated_head_end_never_back_to_its_source() {
+    let bcast = l2_frame([0xff; 6], MAC_L2, b"who is there");
+    let r = run(L2POD, bcast.clone());
+    // L2B, node 2 (DT2M) and, for node 3 whose underlay MAC is unknown, a solicitation.
+    let local: Vec<&Vec<u8>> = r
+        .sent
+        .iter()
+        .filter(|(p, _)| *p == L2B)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(local, vec![&bcast]);
+    assert!(
+        r.sent.iter().all(|(p, _)| *p != L2POD),
+        "no echo to the source"
+    );
+    let up: Vec<&Vec<u8>> = r
+        .sent
+        .iter()
+        .filter(|(p, _)| *p == PortId::UPLINK)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(up.len(), 2);
+    assert_eq!(
+        *up[0],
+        l2_encapsulated(PEER_DT2M, &bcast, label(&bcast[14..]))
+    );
+    assert_eq!(&up[1][62..78], &PEER3.octets(), "a solicitation for node 3");
+    assert_eq!(r.counters.drop(DropReason::NeighborUnresolved), 1);
+    assert_eq!(r.counters.total_drops(), 1);
+    assert_eq!(r.counters.stage(Stage::L2Flood), 1);
+    assert_eq!(r.counters.stage(Stage::L2Encap), 1);
+    // IPv6 multicast other than a solicitation (an MLD report) is flooded too.
+    let mld = eth(
+        [0x33, 0x33, 0, 0, 0, 0x16],
+        MAC_L2,
+        0x86dd,
+        &ipv6(
+            L2_6,
+            "ff02::16".parse().unwrap(),
+            58,
+            1,
+            0,
+            &icmp6(L2_6, "ff02::16".parse().unwrap(), 143, 0, [0; 4], &[]),
+        ),
+    );
+    let r = run(L2POD, mld.clone());
+    assert!(r.sent.iter().any(|(p, b)| *p == L2B && *b == mld));
+    // Out of buffers: the copies are lost and counted; the frame itself goes to the last member.
+    let mut node = node();
+    let mut pipe = Pipeline::new(cfg(), Arc::new(UnderlayNeighbors::new(64)));
+    let mut io = TestIo {
+        no_buffers: true,
+        ..TestIo::default()
+    };
+    let r = run_on(&mut node, &mut pipe, &mut io, L2POD, bcast);
+    // Two copies, and the solicitation for node 3 (the last member, unresolved).
+    assert_eq!(r.counters.drop(DropReason::NoBuffer), 3);
+    assert_eq!(r.counters.total_drops(), 3);
+    assert!(r.sent.is_empty());
+}
+
+#[test]
+fn unknown_unicast_is_dropped_not_flooded() {
+    run(L2POD, l2_frame([2, 0, 0, 0, 0, 0x77], MAC_L2, b"x")).dropped(DropReason::UnknownUnicast);
+}
+
+#[test]
+fn arp_on_l2_is_answered_locally_for_every_endpoint_and_the_gateway() {
+    for (target, mac) in [(L2R4, MAC_L2R), (L2B4, MAC_L2B), (L2GW4, GW_MAC)] {
+        let r = run(
+            L2POD,
+            eth(
+                [0xff; 6],
+                MAC_L2,
+                0x0806,
+                &arp(1, MAC_L2, L2_4, [0; 6], target),
+            ),
+        );
+        let (port, out) = r.one();
+        assert_eq!(port, L2POD);
+        assert_eq!(
+            out,
+            eth(MAC_L2, mac, 0x0806, &arp(2, mac, target, MAC_L2, L2_4))
+        );
+    }
+    // Nobody holds it: unanswered; a probe for it (RFC 5227) too, so the prober may take it.
+    let free = Ipv4Addr::new(10, 9, 0, 77);
+    run(
+        L2POD,
+        eth(
+            [0xff; 6],
+            MAC_L2,
+            0x0806,
+            &arp(1, MAC_L2, L2_4, [0; 6], free),
+        ),
+    )
+    .dropped(DropReason::NotGateway);
+    run(
+        L2POD,
+        eth(
+            [0xff; 6],
+            MAC_L2,
+            0x0806,
+            &arp(1, MAC_L2, Ipv4Addr::UNSPECIFIED, [0; 6], free),
+        ),
+    )
+    .dropped(DropReason::DadProbe);
+    run(
+        L2POD,
+        eth(
+            [0xff; 6],
+            MAC_L2,
+            0x0806,
+            &arp(1, MAC_L2, Ipv4Addr::UNSPECIFIED, [0; 6], L2_4),
+        ),
+    )
+    .dropped(DropReason::DadProbe);
+    // A gratuitous announcement is not answered (and not flooded).
+    run(
+        L2POD,
+        eth(
+            [0xff; 6],
+            MAC_L2,
+            0x0806,
+            &arp(1, MAC_L2, L2_4, [0; 6], L2_4),
+        ),
+    )
+    .dropped(DropReason::NotGateway);
+}
+
+#[test]
+fn ns_on_l2_is_answered_with_an_advertisement_and_dad_for_a_free_address_is_not() {
+    let sol = |src: Ipv6Addr, target: Ipv6Addr, sll| {
+        let o = snm(target).octets();
+        eth(
+            [0x33, 0x33, 0xff, o[13], o[14], o[15]],
+            MAC_L2,
+            0x86dd,
+            &ns(src, snm(target), target, sll),
+        )
+    };
+    // Another endpoint: solicited + override, no router flag, its MAC as target link-layer.
+    let r = run(L2POD, sol(L2_6, L2R6, Some(MAC_L2)));
+    let (port, out) = r.one();
+    assert_eq!(port, L2POD);
+    let (rest, body) = na_body(0x60, L2R6, MAC_L2R);
+    assert_eq!(
+        out,
+        eth(
+            MAC_L2,
+            MAC_L2R,
+            0x86dd,
+            &ipv6(
+                L2R6,
+                L2_6,
+                58,
+                255,
+                0,
+                &icmp6(L2R6, L2_6, 136, 0, rest, &body)
+            )
+        )
+    );
+    // The gateway: with the router flag.
+    let r = run(L2POD, sol(L2_6, L2GW6, Some(MAC_L2)));
+    let (rest, body) = na_body(0xe0, L2GW6, GW_MAC);
+    assert_eq!(
+        r.one().1,
+        eth(
+            MAC_L2,
+            GW_MAC,
+            0x86dd,
+            &ipv6(
+                L2GW6,
+                L2_6,
+                58,
+                255,
+                0,
+                &icmp6(L2GW6, L2_6, 136, 0, rest, &body)
+            )
+        )
+    );
+    // DAD for an address someone holds: the answer goes to all-nodes, override only.
+    let all = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+    let r = run(L2POD, sol(Ipv6Addr::UNSPECIFIED, L2R6, None));
+    let (rest, body) = na_body(0x20, L2R6, MAC_L2R);
+    assert_eq!(
+        r.one().1,
+        eth(
+            [0x33, 0x33, 0, 0, 0, 1],
+            MAC_L2R,
+            0x86dd,
+            &ipv6(
+                L2R6,
+                all,
+                58,
+                255,
+                0,
+                &icmp6(L2R6, all, 136, 0, rest, &body)
+            )
+        )
+    );
+    // DAD for a free address, or for the prober's own: unanswered, so the prober keeps it.
+    run(L2POD, sol(Ipv6Addr::UNSPECIFIED, L2FREE6, None)).dropped(DropReason::DadProbe);
+    run(L2POD, sol(Ipv6Addr::UNSPECIFIED, L2_6, None)).dropped(DropReason::DadProbe);
+}
+
+#[test]
+fn l2_traffic_to_the_gateway_takes_the_ip_path() {
+    let echo = icmp4(8, 0, [0, 3, 0, 1], b"gw");
+    let r = run(
+        L2POD,
+        eth(
+            GW_MAC,
+            MAC_L2,
+            0x0800,
+            &ipv4(L2_4, L2GW4, 1, 64, 0, true, &echo),
+        ),
+    );
+    let (port, out) = r.one();
+    assert_eq!(port, L2POD);
+    assert_eq!(&out[..6], &MAC_L2);
+    assert_eq!(out[14 + 20], 0, "an echo reply");
+    // Spoofed sources are still refused on the IP path.
+    run(
+        L2POD,
+        eth(
+            GW_MAC,
+            MAC_L2,
+            0x0800,
+            &ipv4(L2R4, L2GW4, 1, 64, 0, true, &echo),
+        ),
+    )
+    .dropped(DropReason::SpoofedSource);
+    // And a spoofed source MAC on a bridged frame.
+    run(L2POD, l2_frame(MAC_L2B, MAC_L2R, b"x")).dropped(DropReason::SpoofedMac);
 }
