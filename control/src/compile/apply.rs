@@ -23,6 +23,10 @@ pub struct ApplyStats {
     pub routes_set: usize,
     /// Routes removed from networks that stay.
     pub routes_removed: usize,
+    /// l2 neighbor and FDB entries set, and flood lists replaced.
+    pub l2_set: usize,
+    /// l2 neighbor and FDB entries removed from networks that stay.
+    pub l2_removed: usize,
     /// Ports bound or changed.
     pub ports_set: usize,
     /// Ports unbound.
@@ -48,6 +52,8 @@ impl ApplyStats {
             + self.networks_removed
             + self.routes_set
             + self.routes_removed
+            + self.l2_set
+            + self.l2_removed
             + self.ports_set
             + self.ports_removed
             + self.nodes_set
@@ -203,6 +209,51 @@ fn network(
     }
     let empty = BTreeMap::new();
     let old_routes = old.map_or(&empty, |o| &o.routes);
+    let empty_neigh = BTreeMap::new();
+    merge_diff(
+        old.map_or(&empty_neigh, |o| &o.neighbors),
+        &new.neighbors,
+        |ip, _, mac| {
+            match mac {
+                Some(mac) => {
+                    w.set_neighbor(id, *ip, *mac, false)
+                        .map_err(fail(|| format!("set_neighbor network {} {ip}", id.0)))?;
+                    st.l2_set += 1;
+                }
+                None => {
+                    w.remove_neighbor(id, *ip)
+                        .map_err(fail(|| format!("remove_neighbor network {} {ip}", id.0)))?;
+                    st.l2_removed += 1;
+                }
+            }
+            Ok(())
+        },
+    )?;
+    let empty_fdb = BTreeMap::new();
+    merge_diff(
+        old.map_or(&empty_fdb, |o| &o.fdb),
+        &new.fdb,
+        |mac, _, entry| {
+            match entry {
+                Some(e) => {
+                    w.set_fdb(id, *mac, *e)
+                        .map_err(fail(|| format!("set_fdb network {} {mac}", id.0)))?;
+                    st.l2_set += 1;
+                }
+                None => {
+                    w.remove_fdb(id, *mac)
+                        .map_err(fail(|| format!("remove_fdb network {} {mac}", id.0)))?;
+                    st.l2_removed += 1;
+                }
+            }
+            Ok(())
+        },
+    )?;
+    if old.map_or(!new.flood.is_empty(), |o| o.flood != new.flood) {
+        w.set_flood(id, &new.flood)
+            .map_err(fail(|| format!("set_flood network {}", id.0)))?;
+        st.l2_set += 1;
+    }
     merge_diff(old_routes, &new.routes, |p, _, nh| {
         let (addr, len) = split(p);
         match nh {

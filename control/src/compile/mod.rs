@@ -18,7 +18,7 @@
 //! - **Networks**: every l3 or l2 network with an endpoint or an allocation on this node.
 //!   l3 gateways are the first host address of this node's block, l2 gateways the first host
 //!   address of the network's prefix; the gateway MAC is [`gateway_mac`] (the same on every
-//!   node); MTU is the underlay MTU − 40 (`H.Encaps.Red` without SRH).
+//!   node); MTU is the underlay MTU − 40 (`H.Encaps.Red` without SRH), − 54 on l2.
 //! - **Routes** of a network N on this node: its gateways → `Receive`; unless N is anonymous,
 //!   N's *route set*: each local endpoint's /32 and /128 → `Local`, this node's block of N →
 //!   `Unreachable` (a free address answers ICMP unreachable at once), each other node's block of
@@ -30,10 +30,16 @@
 //!   noted as [`NoteKind::Unsupported`] (ADR 0007). A prefix reached twice with different next hops keeps the first and is
 //!   reported as a [`NoteKind::Conflict`], never silently overwritten.
 //! - **Ports**: the endpoints on this node. **Remote nodes**: every other node. **Local SIDs**:
-//!   End.DT46 of each l3 network programmed here ([`encode_sid`]).
-//! - **l2 and external** networks: l2 networks get their settings and ports (the forwarder drops
-//!   their traffic as an unsupported kind, so isolation holds) and a
-//!   [`NoteKind::Unsupported`] note.
+//!   End.DT46 of each l3 network programmed here ([`encode_sid`]), End.DT2U and End.DT2M of
+//!   each l2 one.
+//! - **l2** networks, on every node with an endpoint of theirs: gateways → `Receive` and the
+//!   local endpoints' host routes (the IP path to and from the gateway); the neighbor table
+//!   (every endpoint's addresses and the gateways → MAC: ARP and NDP are answered locally), the
+//!   FDB (every endpoint's MAC → its local port or its node's End.DT2U SID) and the flood list
+//!   (local ports, then every other member node's End.DT2M SID); End.DT2U and End.DT2M SIDs of
+//!   their own. Their MTU leaves room for the inner Ethernet header too
+//!   ([`L2_ENCAP_OVERHEAD`]). Routing policies with l2 ends compile to nothing yet.
+//! - **external** networks are not programmed.
 //!
 //! **Incremental.** [`Compiler`] keeps this node's endpoints indexed by network, each
 //! network's route set, and each programmed network's compiled tables (shared through [`Arc`]).
@@ -48,7 +54,8 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use lace_shared::types::{
-    NetworkId, NetworkInfo, NextHop, NodeId, NodeInfo, PortId, PortInfo, Sid, SidBehavior,
+    FdbEntry, FloodTarget, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, NodeId, NodeInfo,
+    PortId, PortInfo, Sid, SidBehavior,
 };
 
 use crate::world::{AttachmentKey, World};
@@ -65,10 +72,13 @@ pub use encode::{
 };
 pub use readback::{read_back, ReadBackError};
 
-use routes::{Cache, LocalIndex};
+use routes::{Cache, LocalIndex, Members};
 
 /// Bytes `H.Encaps.Red` adds without an SRH: the outer IPv6 header.
 pub const ENCAP_OVERHEAD: u16 = 40;
+/// Bytes `H.Encaps.L2.Red` adds to an l2 endpoint's IP packet: the outer IPv6 header and the
+/// inner frame's Ethernet header, which crosses the underlay too.
+pub const L2_ENCAP_OVERHEAD: u16 = ENCAP_OVERHEAD + 14;
 
 /// Settings of the compilation that do not come from the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,9 +94,18 @@ impl Default for CompileConfig {
 }
 
 impl CompileConfig {
-    /// The MTU offered to endpoints: underlay MTU − [`ENCAP_OVERHEAD`].
+    /// The MTU offered to endpoints of l3 networks: underlay MTU − [`ENCAP_OVERHEAD`].
     pub fn pod_mtu(&self) -> u16 {
         self.underlay_mtu.saturating_sub(ENCAP_OVERHEAD)
+    }
+
+    /// The MTU offered to endpoints of a network of `kind`: l2 endpoints' frames carry their
+    /// Ethernet header across the underlay ([`L2_ENCAP_OVERHEAD`]).
+    pub fn pod_mtu_of(&self, kind: NetworkKind) -> u16 {
+        match kind {
+            NetworkKind::L2 => self.underlay_mtu.saturating_sub(L2_ENCAP_OVERHEAD),
+            NetworkKind::L3 | NetworkKind::External => self.pod_mtu(),
+        }
     }
 }
 
@@ -97,6 +116,12 @@ pub struct NetworkTables {
     pub info: NetworkInfo,
     /// FIB, IPv4 and IPv6: prefix (host bits zero) → next hop.
     pub routes: BTreeMap<IpNet, NextHop>,
+    /// l2: IP → MAC of every endpoint of the network and of its gateways.
+    pub neighbors: BTreeMap<IpAddr, MacAddr>,
+    /// l2: MAC → where it lives.
+    pub fdb: BTreeMap<MacAddr, FdbEntry>,
+    /// l2: where broadcast and multicast go (local ports first, by id; then nodes, by id).
+    pub flood: Vec<FloodTarget>,
 }
 
 /// A node's tables as a plain description.
@@ -283,7 +308,10 @@ impl Compiler {
             });
         let cache = match &mut self.cache {
             Some(c) if !full => c,
-            slot => slot.insert(Cache::new(LocalIndex::build(world, &self.node))),
+            slot => slot.insert(Cache::new(
+                LocalIndex::build(world, &self.node),
+                LocalIndex::build_l2(world),
+            )),
         };
         let mut recompile_all = full;
         let mut dirty = BTreeSet::new();
@@ -292,12 +320,18 @@ impl Compiler {
                 match c {
                     Change::All => recompile_all = true,
                     Change::Endpoint(key) => {
-                        let (old, new) = cache.index.update(world, &self.node, key);
+                        let (old, new) = cache.index.update(world, Members::Node(&self.node), key);
+                        dirty.extend(old);
+                        dirty.extend(new);
+                        // Every member node of an l2 network holds every endpoint's entries.
+                        let (old, new) = cache.l2.update(world, Members::L2, key);
                         dirty.extend(old);
                         dirty.extend(new);
                     }
                     Change::Network(n) => {
                         dirty.insert(n.clone());
+                        // Its kind decides whether its endpoints are l2 members.
+                        cache.l2 = LocalIndex::build_l2(world);
                     }
                     Change::Node(_) => {
                         // Every route set holds remote nodes' SIDs.

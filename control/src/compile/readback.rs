@@ -5,7 +5,7 @@
 //! read-only; call it while no batch is being published, i.e. from the writer's own thread);
 //! `read_back` after `Compiler::apply(next)` returns a value equal to `next`.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -17,8 +17,9 @@ use lace_shared::mem::Mem;
 use lace_shared::region::{Region, RegionKind};
 use lace_shared::tables::{RootRec, TablesConfig};
 use lace_shared::types::{
-    NetworkId, NetworkInfo, NetworkRec, NextHop, NextHopRec, NodeId, NodeInfo, NodeRec, PortId,
-    PortInfo, PortRec, Sid, SidBehavior, SidRec,
+    flood_hop, FdbEntry, FdbRec, FloodTarget, L2Hop, MacAddr, NeighRec, NetworkId, NetworkInfo,
+    NetworkRec, NextHop, NextHopRec, NodeId, NodeInfo, NodeRec, PortId, PortInfo, PortRec, Sid,
+    SidBehavior, SidRec,
 };
 
 use super::{NetworkTables, NodeTables};
@@ -79,8 +80,49 @@ pub fn read_back(cfg: &TablesConfig) -> Result<NodeTables, ReadBackError> {
                 .map_err(|_| corrupt(format!("network {id}: IPv6 route of length {len}")))?;
             routes.insert(IpNet::V6(p), hop(nh)?);
         }
-        t.networks
-            .insert(NetworkId(id), Arc::new(NetworkTables { info, routes }));
+        let mut neighbors = std::collections::BTreeMap::new();
+        for (k, r) in HashTable::<u128, NeighRec>::iter(mem, &rec.neigh) {
+            if r.flags & 1 != 0 {
+                let a = Ipv6Addr::from(*k);
+                let ip = a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4);
+                neighbors.insert(ip, MacAddr(r.mac));
+            }
+        }
+        let next_hop = |i: u32| hop(i).ok();
+        let mut fdb = std::collections::BTreeMap::new();
+        for (k, r) in HashTable::<u64, FdbRec>::iter(mem, &rec.fdb) {
+            let e = FdbEntry::from_rec(r, next_hop).ok_or_else(|| {
+                corrupt(format!(
+                    "network {id}: FDB entry of {} does not decode",
+                    MacAddr::from_u64(*k)
+                ))
+            })?;
+            fdb.insert(MacAddr::from_u64(*k), e);
+        }
+        let mut flood = Vec::new();
+        for (_, r) in PagedArray::<u32>::iter(mem, &rec.flood) {
+            flood.push(match flood_hop(*r) {
+                L2Hop::Port(p) => FloodTarget::Port(p),
+                L2Hop::Remote(i) => match hop(i)? {
+                    NextHop::Remote { node, sid } => FloodTarget::Remote { node, sid },
+                    other => {
+                        return Err(corrupt(format!(
+                            "network {id}: flood-list member {i} is {other:?}, not a remote node"
+                        )))
+                    }
+                },
+            });
+        }
+        t.networks.insert(
+            NetworkId(id),
+            Arc::new(NetworkTables {
+                info,
+                routes,
+                neighbors,
+                fdb,
+                flood,
+            }),
+        );
     }
     for (id, rec) in records::<PortRec>(mem, &root.ports) {
         if let Some(p) = PortInfo::from_rec(rec) {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use lace_shared::types::{
-    NetworkId, NetworkInfo, NetworkKind, NextHop, NodeInfo, PortId, PortInfo, PortKind, Sid,
-    SidBehavior,
+    FdbEntry, FdbTarget, FloodTarget, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop,
+    NodeInfo, PortId, PortInfo, PortKind, Sid, SidBehavior,
 };
 
 use super::encode::{encode_sid, gateway4, gateway6, gateway_mac, SidFunction};
@@ -26,19 +26,50 @@ pub(super) struct Ctx<'a> {
     pub cfg: CompileConfig,
 }
 
-/// This node's endpoints by network name.
+/// Endpoints by network name: this node's ([`LocalIndex::build`]), or every node's endpoints
+/// of l2 networks ([`LocalIndex::build_l2`]), which every member node's tables hold.
 #[derive(Debug, Default)]
 pub(super) struct LocalIndex {
     by_net: BTreeMap<String, BTreeMap<AttachmentKey, EndpointModel>>,
     net_of: BTreeMap<AttachmentKey, String>,
 }
 
+/// Which endpoints an index holds.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Members<'a> {
+    /// Those of one node.
+    Node(&'a str),
+    /// Those of l2 networks, on any node.
+    L2,
+}
+
+impl Members<'_> {
+    fn keep(&self, world: &World, e: &EndpointModel) -> bool {
+        match self {
+            Members::Node(n) => e.node == *n,
+            Members::L2 => world
+                .networks
+                .get(&e.network)
+                .is_some_and(|n| n.kind == NetworkType::L2),
+        }
+    }
+}
+
 impl LocalIndex {
-    /// Scans every endpoint of the world.
+    /// Scans every endpoint of the world for this node's.
     pub fn build(world: &World, node: &str) -> LocalIndex {
+        Self::build_of(world, Members::Node(node))
+    }
+
+    /// Scans every endpoint of the world for those of l2 networks.
+    pub fn build_l2(world: &World) -> LocalIndex {
+        Self::build_of(world, Members::L2)
+    }
+
+    fn build_of(world: &World, members: Members<'_>) -> LocalIndex {
         let mut ix = LocalIndex::default();
         for (k, e) in &world.endpoints {
-            if e.node == node {
+            if members.keep(world, e) {
                 ix.insert(k.clone(), e.clone());
             }
         }
@@ -53,12 +84,12 @@ impl LocalIndex {
             .insert(k, e);
     }
 
-    /// Re-reads endpoint `key` from the world: (network it was local in, network it is local
-    /// in now).
+    /// Re-reads endpoint `key` from the world: (network it was a member of, network it is a
+    /// member of now).
     pub fn update(
         &mut self,
         world: &World,
-        node: &str,
+        members: Members<'_>,
         key: &AttachmentKey,
     ) -> (Option<String>, Option<String>) {
         let old = self.net_of.remove(key);
@@ -73,7 +104,7 @@ impl LocalIndex {
         let new = world
             .endpoints
             .get(key)
-            .filter(|e| e.node == node)
+            .filter(|e| members.keep(world, e))
             .map(|e| {
                 self.insert(key.clone(), e.clone());
                 e.network.clone()
@@ -84,6 +115,27 @@ impl LocalIndex {
     fn of(&self, net: &str) -> Option<&BTreeMap<AttachmentKey, EndpointModel>> {
         self.by_net.get(net)
     }
+}
+
+/// An l2 network's neighbor table, FDB and flood list on this node.
+#[derive(Debug, Default)]
+struct L2Tables {
+    neighbors: BTreeMap<IpAddr, MacAddr>,
+    fdb: BTreeMap<MacAddr, FdbEntry>,
+    flood: Vec<FloodTarget>,
+}
+
+/// The local endpoints of a network as host routes: (endpoint, next hop, address).
+fn ports_of<'a>(
+    eps: Option<&'a BTreeMap<AttachmentKey, EndpointModel>>,
+) -> impl Iterator<Item = (&'a EndpointModel, NextHop, IpAddr)> + 'a {
+    eps.into_iter().flatten().flat_map(|(_, e)| {
+        let nh = NextHop::Local {
+            port: e.port,
+            mac: e.mac,
+        };
+        e.addresses.iter().map(move |a| (e, nh, *a))
+    })
 }
 
 /// A network's route set on this node.
@@ -99,7 +151,7 @@ pub(super) struct NetOut {
     id: NetworkId,
     tables: Arc<NetworkTables>,
     ports: Vec<(PortId, PortInfo)>,
-    sid: Option<(Sid, SidBehavior)>,
+    sids: Vec<(Sid, SidBehavior)>,
     notes: Vec<Note>,
 }
 
@@ -107,6 +159,8 @@ pub(super) struct NetOut {
 #[derive(Debug)]
 pub(super) struct Cache {
     pub index: LocalIndex,
+    /// Every node's endpoints of l2 networks.
+    pub l2: LocalIndex,
     /// Route sets by network name (computed on demand).
     pub sets: BTreeMap<String, Arc<RouteSet>>,
     /// Programmed networks by name.
@@ -206,9 +260,10 @@ fn overlaps(a: &NetworkModel, b: &NetworkModel) -> bool {
 }
 
 impl Cache {
-    pub fn new(index: LocalIndex) -> Cache {
+    pub fn new(index: LocalIndex, l2: LocalIndex) -> Cache {
         Cache {
             index,
+            l2,
             sets: BTreeMap::new(),
             outs: BTreeMap::new(),
             ports: None,
@@ -362,20 +417,11 @@ impl Cache {
                 }
                 (NetworkKind::L3, g4, g6)
             }
-            _ => {
-                notes.push(Note {
-                    kind: NoteKind::Unsupported,
-                    object: net_obj(name),
-                    message: "l2 forwarding is not implemented in the data plane yet: its \
-                              endpoints are attached and isolated, but their traffic is dropped"
-                        .into(),
-                });
-                (
-                    NetworkKind::L2,
-                    net.v4.map(|(p, _)| gateway4(p)),
-                    net.v6.map(|(p, _)| gateway6(p)),
-                )
-            }
+            _ => (
+                NetworkKind::L2,
+                net.v4.map(|(p, _)| gateway4(p)),
+                net.v6.map(|(p, _)| gateway6(p)),
+            ),
         };
         let info = NetworkInfo {
             kind,
@@ -383,14 +429,38 @@ impl Cache {
             gateway_mac: gateway_mac(net.id),
             gateway4: g4,
             gateway6: g6,
-            mtu: ctx.cfg.pod_mtu(),
+            mtu: ctx.cfg.pod_mtu_of(kind),
         };
         let mut fib = FibBuilder {
             net: name,
             routes: BTreeMap::new(),
             notes: Vec::new(),
         };
-        let mut sid = None;
+        let mut sids = Vec::new();
+        let mut l2 = L2Tables::default();
+        if kind == NetworkKind::L2 {
+            for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
+                fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
+            }
+            // The IP path of the l2 network (the gateway's answers) reaches the local endpoints.
+            for (_, nh, a) in ports_of(self.index.of(name)) {
+                fib.insert(host(a), nh, &|| "a local endpoint".into());
+            }
+            l2 = self.compile_l2(ctx, name, net, &info, &mut notes);
+            for (f, b) in [
+                (SidFunction::EndDt2u, SidBehavior::EndDt2u(net.id)),
+                (SidFunction::EndDt2m, SidBehavior::EndDt2m(net.id)),
+            ] {
+                match encode_sid(ctx.me.locator, f, net.id) {
+                    Ok(s) => sids.push((s, b)),
+                    Err(e) => notes.push(Note {
+                        kind: NoteKind::Inconsistent,
+                        object: net_obj(name),
+                        message: format!("no {f:?} SID: {e}"),
+                    }),
+                }
+            }
+        }
         if kind == NetworkKind::L3 {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
                 fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
@@ -405,7 +475,7 @@ impl Cache {
             self.import(ctx, name, net, &mut fib);
             // `plan` checked the locator length; network ids are never 0 after validation.
             match encode_sid(ctx.me.locator, SidFunction::EndDt46, net.id) {
-                Ok(s) => sid = Some((s, SidBehavior::EndDt46(net.id))),
+                Ok(s) => sids.push((s, SidBehavior::EndDt46(net.id))),
                 Err(e) => notes.push(Note {
                     kind: NoteKind::Inconsistent,
                     object: net_obj(name),
@@ -419,11 +489,134 @@ impl Cache {
             tables: Arc::new(NetworkTables {
                 info,
                 routes: fib.routes,
+                neighbors: l2.neighbors,
+                fdb: l2.fdb,
+                flood: l2.flood,
             }),
             ports,
-            sid,
+            sids,
             notes,
         })
+    }
+
+    /// The l2 tables of network `name` on this node: every endpoint's addresses → its MAC and
+    /// the gateways → the gateway MAC (neighbor table, for the synthetic ARP/NDP answers); every
+    /// endpoint's MAC → its local port or its node's End.DT2U SID (FDB); the local ports and
+    /// every other node hosting endpoints, at its End.DT2M SID (flood list).
+    fn compile_l2(
+        &self,
+        ctx: &Ctx<'_>,
+        name: &str,
+        net: &NetworkModel,
+        info: &NetworkInfo,
+        notes: &mut Vec<Note>,
+    ) -> L2Tables {
+        let mut t = L2Tables::default();
+        for g in info
+            .gateway4
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(info.gateway6.map(IpAddr::V6))
+        {
+            t.neighbors.insert(g, info.gateway_mac);
+        }
+        let mut remote_nodes = BTreeMap::new();
+        let mut local_ports = BTreeSet::new();
+        let members = self.l2.of(name).into_iter().flatten();
+        for (k, e) in members {
+            let who = || {
+                format!(
+                    "endpoint {}/{} ({} {})",
+                    e.namespace, e.pod, k.container_id, k.ifname
+                )
+            };
+            let target = if e.node == ctx.me.name {
+                local_ports.insert(e.port);
+                FdbTarget::Port(e.port)
+            } else {
+                let Some(peer) = ctx.world.nodes.get(&e.node) else {
+                    notes.push(Note {
+                        kind: NoteKind::Inconsistent,
+                        object: net_obj(name),
+                        message: format!(
+                            "{} is on node {}, which is not in the world (no locator); it is \
+                             not reachable from here",
+                            who(),
+                            e.node
+                        ),
+                    });
+                    continue;
+                };
+                let (Ok(unicast), Ok(flood)) = (
+                    encode_sid(peer.locator, SidFunction::EndDt2u, net.id),
+                    encode_sid(peer.locator, SidFunction::EndDt2m, net.id),
+                ) else {
+                    notes.push(Note {
+                        kind: NoteKind::Unsupported,
+                        object: format!("Node {}", e.node),
+                        message: format!(
+                            "its locator {} cannot hold the SIDs of network {name}; its \
+                             endpoints are not reachable from here",
+                            peer.locator
+                        ),
+                    });
+                    continue;
+                };
+                remote_nodes.insert(peer.id, flood);
+                FdbTarget::Remote {
+                    node: peer.id,
+                    sid: unicast,
+                }
+            };
+            let entry = FdbEntry {
+                target,
+                seq: 0,
+                learned: false,
+            };
+            match t.fdb.get(&e.mac) {
+                Some(kept) if *kept != entry => notes.push(Note {
+                    kind: NoteKind::Conflict,
+                    object: net_obj(name),
+                    message: format!(
+                        "MAC {} of {} is already another endpoint's; frames to it go to the \
+                         first",
+                        e.mac,
+                        who()
+                    ),
+                }),
+                Some(_) => {}
+                None => {
+                    t.fdb.insert(e.mac, entry);
+                }
+            }
+            for a in &e.addresses {
+                match t.neighbors.get(a) {
+                    Some(kept) if *kept != e.mac => notes.push(Note {
+                        kind: NoteKind::Conflict,
+                        object: net_obj(name),
+                        message: format!(
+                            "address {a} of {} is already held by MAC {kept}; ARP and NDP \
+                             answer with the first",
+                            who()
+                        ),
+                    }),
+                    Some(_) => {}
+                    None => {
+                        t.neighbors.insert(*a, e.mac);
+                    }
+                }
+            }
+        }
+        t.flood = local_ports
+            .into_iter()
+            .map(FloodTarget::Port)
+            .chain(
+                remote_nodes
+                    .into_iter()
+                    .map(|(node, sid)| FloodTarget::Remote { node, sid }),
+            )
+            .collect();
+        t
     }
 
     /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations.
@@ -506,9 +699,7 @@ impl Cache {
             if !cached {
                 ports.extend(o.ports.iter().map(|(p, i)| (*p, *i, name.as_str())));
             }
-            if let Some((sid, b)) = o.sid {
-                t.sids.insert(sid, b);
-            }
+            t.sids.extend(o.sids.iter().copied());
         }
         // A stable sort keeps the first network (by name) of a duplicated port; building the map
         // from sorted keys needs no searches.

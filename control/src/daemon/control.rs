@@ -233,8 +233,8 @@ pub struct LoopConfig {
     /// How often the loop wakes when idle (other processes' changes to the state, parked
     /// requests' deadlines).
     pub tick: Duration,
-    /// The pods' MTU.
-    pub pod_mtu: u16,
+    /// The compilation settings: the pods' MTU, per network kind.
+    pub compile: crate::compile::CompileConfig,
 }
 
 #[derive(Debug)]
@@ -326,8 +326,11 @@ fn check_attachment(a: &Attachment) -> Option<Answer> {
     })
 }
 
-/// The plugin's view of a lease. `fresh`: made by this Allocate.
-pub fn allocation_of(lease: &EndpointLease, mtu: u16, fresh: bool) -> Allocation {
+/// The plugin's view of a lease. `l2`: the lease is on an l2 network, whose endpoints' addresses
+/// carry the subnet's prefix length (one L2 domain: they reach each other directly); an l3
+/// endpoint's address is a host address, everything reached through the gateway. `fresh`:
+/// made by this Allocate.
+pub fn allocation_of(lease: &EndpointLease, mtu: u16, l2: bool, fresh: bool) -> Allocation {
     Allocation {
         network: lease.network.clone(),
         host_interface: lease.host_iface.as_str().to_owned(),
@@ -337,7 +340,11 @@ pub fn allocation_of(lease: &EndpointLease, mtu: u16, fresh: bool) -> Allocation
             .addresses
             .iter()
             .map(|a| IpConfig {
-                address: format!("{}/{}", a.address, host_len(&a.address)),
+                address: if l2 {
+                    a.with_prefix_len().to_string()
+                } else {
+                    format!("{}/{}", a.address, host_len(&a.address))
+                },
                 gateway: a.gateway.to_string(),
             })
             .collect(),
@@ -832,6 +839,22 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         });
     }
 
+    /// The plugin's view of `lease`, with the MTU and address form of its network's kind.
+    fn allocation(&self, lease: &EndpointLease, fresh: bool) -> Allocation {
+        let l2 = self
+            .core
+            .world()
+            .networks
+            .get(&lease.network)
+            .is_some_and(|n| n.kind == crate::api::NetworkType::L2);
+        let kind = if l2 {
+            lace_shared::types::NetworkKind::L2
+        } else {
+            lace_shared::types::NetworkKind::L3
+        };
+        allocation_of(lease, self.cfg.compile.pod_mtu_of(kind), l2, fresh)
+    }
+
     fn own_lease(&self, a: &Attachment) -> Result<EndpointLease, Box<Answer>> {
         let key = key_of(a);
         let node = self.core.node();
@@ -867,7 +890,6 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         failed: Option<&StateError>,
         marks_error: Option<&StateError>,
     ) {
-        let mtu = self.cfg.pod_mtu;
         let send = |reply: Sender<Reply>, r: Reply| {
             // The caller may have given up (timed out); nothing to do then.
             let _ = reply.send(r);
@@ -885,7 +907,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                     (Some(e), _) => state_error(&who, e),
                     (None, Some(IpamAnswer::Lease(Ok(Some(lease))))) => {
                         self.core.note_allocation(&network, Ok(()));
-                        Answer::ok(Response::Allocated(allocation_of(lease, mtu, fresh)))
+                        Answer::ok(Response::Allocated(self.allocation(lease, fresh)))
                     }
                     (None, Some(IpamAnswer::Lease(Err(e)))) => {
                         self.core.note_allocation(&network, Err(e));
@@ -915,7 +937,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                             "",
                         )),
                         (None, Some(lease)) => Reply::Attached(AttachTicket {
-                            allocation: allocation_of(&lease, mtu, false),
+                            allocation: self.allocation(&lease, false),
                             port: lease.port,
                             endpoint: lease.endpoint_id,
                             iface: lease.host_iface.as_str().to_owned(),
@@ -982,7 +1004,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             }
             Pending::Check { reply, attachment } => {
                 let a = match self.own_lease(&attachment) {
-                    Ok(l) => Answer::ok(Response::Allocated(allocation_of(&l, mtu, false))),
+                    Ok(l) => Answer::ok(Response::Allocated(self.allocation(&l, false))),
                     Err(a) => *a,
                 };
                 send(reply, Reply::Done(a));

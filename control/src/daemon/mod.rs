@@ -137,7 +137,7 @@ impl Daemon {
         let loop_config = LoopConfig {
             pod_wait: cfg.pod_wait,
             tick: POLL,
-            pod_mtu: cfg.compile().pod_mtu(),
+            compile: cfg.compile(),
         };
         let core = core::Core::new(&p.node);
         let sink = StatusFileSink::new(p.status_file());
