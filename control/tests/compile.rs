@@ -1,6 +1,7 @@
 //! The table compiler against real shared-memory tables: a world in, the node's tables read
 //! back through `TableReader` + `Snapshot` the way the forwarder reads them.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,8 +17,8 @@ use lace_control::world::{
 };
 use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
 use lace_shared::types::{
-    IfName, MacAddr, NetworkId, NetworkKind, NextHop, NodeId, NodeInfo, PortId, PortKind, Sid,
-    SidBehavior,
+    FdbEntry, FdbTarget, FloodTarget, IfName, L2Hop, MacAddr, NetworkId, NetworkKind, NextHop,
+    NodeId, NodeInfo, PortId, PortKind, Sid, SidBehavior,
 };
 use proptest::prelude::*;
 
@@ -37,18 +38,29 @@ fn name(k: u32) -> String {
     format!("node-{k}")
 }
 
-/// Network n (`net-n`): 10.n.0.0/16 in /24 blocks, fd0n::/48 in /64 blocks.
+/// Network n (`net-n`): 10.n.0.0/16 in /24 blocks, fd0n::/48 in /64 blocks. Network
+/// [`L2`] is an l2 network over the same subnets (no blocks).
 fn network(n: u32) -> NetworkModel {
+    let l2 = n == L2;
     NetworkModel {
         name: format!("net-{n}"),
         id: NetworkId(n),
-        kind: NetworkType::L3,
-        v4: Some((format!("10.{n}.0.0/16").parse().unwrap(), Some(24))),
-        v6: Some((format!("fd{n:02x}::/48").parse().unwrap(), Some(64))),
+        kind: if l2 { NetworkType::L2 } else { NetworkType::L3 },
+        v4: Some((
+            format!("10.{n}.0.0/16").parse().unwrap(),
+            (!l2).then_some(24),
+        )),
+        v6: Some((
+            format!("fd{n:02x}::/48").parse().unwrap(),
+            (!l2).then_some(64),
+        )),
         external: vec![],
         anonymous: false,
     }
 }
+
+/// The l2 network of these tests.
+const L2: u32 = 4;
 
 fn block4(n: u32, k: u32) -> Ipv4Net {
     format!("10.{n}.{k}.0/24").parse().unwrap()
@@ -622,37 +634,96 @@ fn overlapping_routes_are_reported_not_overwritten() {
     );
 }
 
-/// l2 networks: settings (gateway = first address of the prefix) and ports, so their pods are
-/// attached and isolated, plus an Unsupported note; policies toward them are noted too.
+fn l2_sid(k: u32, f: SidFunction) -> Sid {
+    encode_sid(node(k).locator, f, NetworkId(L2)).unwrap()
+}
+
+/// l2 networks, on the nodes with endpoints of theirs: gateway = first address of the prefix,
+/// the MTU leaves room for the inner Ethernet header; every endpoint's addresses and MAC (on
+/// any node) in the neighbor table and FDB, the flood list, DT2U and DT2M SIDs. Policies
+/// toward them are noted as unsupported.
 #[test]
-fn l2_networks_are_programmed_as_unsupported() {
+fn l2_networks_get_neighbors_fdb_flood_list_and_their_sids() {
     let mut world = two_nodes();
-    let mut l2 = network(5);
-    l2.kind = NetworkType::L2;
-    l2.v4 = Some(("10.5.0.0/24".parse().unwrap(), None));
-    l2.v6 = None;
-    world.networks.insert(net_name(5), l2);
-    world.endpoints.insert(
-        key(5, 1, 9),
-        EndpointModel {
-            addresses: vec!["10.5.0.9".parse().unwrap()],
-            ..world.endpoints[&key(1, 1, 2)].clone()
-        },
-    );
-    world.endpoints.get_mut(&key(5, 1, 9)).unwrap().network = net_name(5);
-    world.endpoints.get_mut(&key(5, 1, 9)).unwrap().port = port(5, 9);
-    world.routing.push(policy("to-l2", &[1], 5, &[]));
+    world.nodes.insert(name(3), node(3));
+    add_network(&mut world, L2);
+    add_pod(&mut world, L2, 1, 7);
+    add_pod(&mut world, L2, 1, 8);
+    add_pod(&mut world, L2, 2, 9);
+    add_pod(&mut world, L2, 3, 5);
+    world.routing.push(policy("to-l2", &[1], L2, &[]));
     let out = desired(&world, &name(1), cfg()).unwrap();
-    let t = &out.tables.networks[&NetworkId(5)];
+    let t = &out.tables.networks[&NetworkId(L2)];
     assert_eq!(t.info.kind, NetworkKind::L2);
-    assert_eq!(t.info.gateway4, Some("10.5.0.1".parse().unwrap()));
-    assert!(t.routes.is_empty());
-    assert_eq!(out.tables.ports[&port(5, 9)].network, NetworkId(5));
-    assert!(!out
-        .tables
-        .sids
-        .values()
-        .any(|b| *b == SidBehavior::EndDt46(NetworkId(5))));
+    assert_eq!(t.info.gateway4, Some("10.4.0.1".parse().unwrap()));
+    assert_eq!(t.info.gateway6, Some("fd04::1".parse().unwrap()));
+    assert_eq!(t.info.mtu, 1500 - 54);
+    // The FIB: the gateways, and the local endpoints (the gateway's replies).
+    let gw_mac = t.info.gateway_mac;
+    let mut want_routes = BTreeMap::new();
+    want_routes.insert(
+        IpNet::from(IpAddr::from(Ipv4Addr::new(10, 4, 0, 1))),
+        NextHop::Receive,
+    );
+    want_routes.insert(
+        IpNet::from(IpAddr::from("fd04::1".parse::<Ipv6Addr>().unwrap())),
+        NextHop::Receive,
+    );
+    for i in [7, 8] {
+        want_routes.insert(IpNet::from(IpAddr::V4(addr4(L2, 1, i))), local(L2, 1, i));
+        want_routes.insert(IpNet::from(IpAddr::V6(addr6(L2, 1, i))), local(L2, 1, i));
+    }
+    assert_eq!(t.routes, want_routes);
+    let mut want_neigh = BTreeMap::new();
+    want_neigh.insert("10.4.0.1".parse().unwrap(), gw_mac);
+    want_neigh.insert("fd04::1".parse().unwrap(), gw_mac);
+    for (k, i) in [(1, 7), (1, 8), (2, 9), (3, 5)] {
+        want_neigh.insert(IpAddr::V4(addr4(L2, k, i)), pod_mac(L2, k, i));
+        want_neigh.insert(IpAddr::V6(addr6(L2, k, i)), pod_mac(L2, k, i));
+    }
+    assert_eq!(t.neighbors, want_neigh);
+    let entry = |target| FdbEntry {
+        target,
+        seq: 0,
+        learned: false,
+    };
+    let remote = |k| {
+        entry(FdbTarget::Remote {
+            node: NodeId(k),
+            sid: l2_sid(k, SidFunction::EndDt2u),
+        })
+    };
+    let want_fdb: BTreeMap<_, _> = [
+        (pod_mac(L2, 1, 7), entry(FdbTarget::Port(port(L2, 7)))),
+        (pod_mac(L2, 1, 8), entry(FdbTarget::Port(port(L2, 8)))),
+        (pod_mac(L2, 2, 9), remote(2)),
+        (pod_mac(L2, 3, 5), remote(3)),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(t.fdb, want_fdb);
+    let flood_to = |k| FloodTarget::Remote {
+        node: NodeId(k),
+        sid: l2_sid(k, SidFunction::EndDt2m),
+    };
+    assert_eq!(
+        t.flood,
+        vec![
+            FloodTarget::Port(port(L2, 7)),
+            FloodTarget::Port(port(L2, 8)),
+            flood_to(2),
+            flood_to(3)
+        ]
+    );
+    assert_eq!(
+        out.tables.sids.get(&l2_sid(1, SidFunction::EndDt2u)),
+        Some(&SidBehavior::EndDt2u(NetworkId(L2)))
+    );
+    assert_eq!(
+        out.tables.sids.get(&l2_sid(1, SidFunction::EndDt2m)),
+        Some(&SidBehavior::EndDt2m(NetworkId(L2)))
+    );
+    assert_eq!(out.tables.ports[&port(L2, 7)].network, NetworkId(L2));
     let unsupported: Vec<_> = out
         .notes
         .iter()
@@ -661,10 +732,49 @@ fn l2_networks_are_programmed_as_unsupported() {
         .collect();
     assert_eq!(
         unsupported,
-        ["Network net-5", "NetworkRoutingPolicy to-l2"],
+        ["NetworkRoutingPolicy to-l2"],
         "{:#?}",
         out.notes
     );
+
+    // Published, the forwarder reads them; the published tables read back equal them.
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+    {
+        let v = View::new(&r);
+        let mut h = v.reader.register().unwrap();
+        let snap = h.snapshot();
+        let net = snap.network(NetworkId(L2)).unwrap();
+        assert_eq!(
+            net.neighbor(IpAddr::V4(addr4(L2, 2, 9))),
+            Some(pod_mac(L2, 2, 9))
+        );
+        let Some(L2Hop::Remote(i)) = net.fdb(pod_mac(L2, 2, 9)) else {
+            panic!("the remote endpoint's MAC is behind node 2");
+        };
+        let e = snap.encap(i).unwrap();
+        assert!(e.usable());
+        assert_eq!(e.ip6[24..40], l2_sid(2, SidFunction::EndDt2u).0.octets());
+        assert_eq!(net.flood().count(), 4);
+    }
+
+    // The endpoint on node 3 goes: node 3 leaves the flood list, its MAC the FDB; nothing else
+    // is rewritten.
+    world.endpoints.remove(&key(L2, 3, 5));
+    let st = step(&mut c, &mut w, &world, &[Change::Endpoint(key(L2, 3, 5))]);
+    assert_eq!((st.l2_removed, st.l2_set), (3, 1), "{st:?}");
+    assert_eq!(st.changes(), 4);
+    let t = &c.last().networks[&NetworkId(L2)];
+    assert_eq!(t.flood.len(), 3);
+    assert!(!t.fdb.contains_key(&pod_mac(L2, 3, 5)));
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+
+    // A node without endpoints of the network does not program it.
+    let on3 = desired(&world, &name(3), cfg()).unwrap();
+    assert!(!on3.tables.networks.contains_key(&NetworkId(L2)));
 }
 
 /// A one-way policy is not compiled (its replies would need connection tracking): no route
@@ -790,7 +900,8 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let n = 1u32..4;
+    // Networks 1–3 are l3, network 4 (L2) is l2.
+    let n = 1u32..5;
     let k = 1u32..4;
     let i = 2u32..6;
     prop_oneof![
@@ -898,6 +1009,7 @@ proptest! {
         let mut world = two_nodes();
         world.nodes.insert(name(3), node(3));
         add_network(&mut world, 2);
+        add_network(&mut world, L2);
         let r = Region::new();
         let mut w = r.writer();
         let mut c = Compiler::new(&name(1), cfg());

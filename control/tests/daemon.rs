@@ -140,7 +140,7 @@ impl Lab {
             LoopConfig {
                 pod_wait,
                 tick: Duration::from_millis(20),
-                pod_mtu: cfg.pod_mtu(),
+                compile: cfg,
             },
             store,
             AttachedMarks::in_memory(),

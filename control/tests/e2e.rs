@@ -2,7 +2,9 @@
 //! `lace-forwarder` and a `lace-control` per node (both controls on one temp copy of
 //! deploy/examples and one state file), pods made as network namespaces through `lace-cni`
 //! exactly as kubelet calls it. Shows: CEL binding puts pods on the right network; pods reach
-//! each other across nodes; frontend cannot reach backend until later/routing.yaml is copied
+//! each other across nodes; pods of the l2 network `storage` get subnet-length addresses and
+//! reach each other on one node and across nodes (ARP/NDP answered with the peer's MAC, TCP),
+//! isolated from the l3 networks; frontend cannot reach backend until later/routing.yaml is copied
 //! in; a second ADD of an existing interface is refused (CNI spec) and changes nothing, and an
 //! ADD retried after the pod's interface vanished rebuilds the forwarder's port so traffic
 //! flows again; forwarding survives a killed lace-control, and after its restart nothing is
@@ -252,6 +254,60 @@ fn reachable(from: &Pod, to: IpAddr) {
     );
 }
 
+/// A TCP connection from `from` to `to` at `addr`: 64 KiB sent, echoed back, compared.
+fn tcp_echo(from: &Pod, to: &Pod, addr: IpAddr) {
+    let server = r#"
+import socket
+s = socket.socket(socket.AF_INET6 if ":" in "@HOST@" else socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("@HOST@", 7007))
+s.listen(1)
+s.settimeout(30)
+c, _ = s.accept()
+c.settimeout(30)
+got = b""
+while len(got) < 65536:
+    d = c.recv(65536)
+    if not d:
+        break
+    got += d
+c.sendall(got)
+c.close()
+"#
+    .replace("@HOST@", &addr.to_string());
+    let mut srv = Command::new("ip")
+        .args(["netns", "exec", &to.ns, "python3", "-c", &server])
+        .spawn()
+        .expect("spawn the TCP server");
+    let client = r#"
+import socket, sys, time
+data = bytes(range(256)) * 256
+for _ in range(50):
+    try:
+        c = socket.create_connection(("@HOST@", 7007), timeout=10)
+        break
+    except OSError:
+        time.sleep(0.2)
+else:
+    sys.exit("no connection")
+c.sendall(data)
+got = b""
+while len(got) < len(data):
+    d = c.recv(65536)
+    if not d:
+        break
+    got += d
+sys.exit(0 if got == data else "echo differs: %d bytes back" % len(got))
+"#
+    .replace("@HOST@", &addr.to_string());
+    let out = run_capture(&["ip", "netns", "exec", &from.ns, "python3", "-c", &client]);
+    let _ = srv.kill();
+    let _ = srv.wait();
+    if let Err(e) = out {
+        panic!("TCP {} -> {} ({addr}): {e}", from.name, to.name);
+    }
+}
+
 fn in_subnet(a: IpAddr, subnet: &str) -> bool {
     subnet.parse::<IpNet>().unwrap().contains(&a)
 }
@@ -389,6 +445,54 @@ fn two_nodes_end_to_end() {
     assert!(
         !ping(&tools1, backend1.v4, 2),
         "blue reached backend after the frontend-backend policy"
+    );
+
+    // ---- the l2 network `storage`: one L2 domain across both nodes ----
+    let storage1 = lab.add_pod(0, "team-blue", "storage-1");
+    let storage2 = lab.add_pod(1, "team-blue", "storage-2");
+    let storage3 = lab.add_pod(0, "team-blue", "storage-3");
+    for p in [&storage1, &storage2, &storage3] {
+        assert!(in_subnet(p.v4, "10.50.0.0/24"), "{}: {}", p.name, p.v4);
+        let ips = check_ips(&lab, p);
+        assert_eq!(
+            ips,
+            [format!("{}/24", p.v4), format!("{}/64", p.v6)],
+            "an l2 address carries the subnet's prefix length"
+        );
+    }
+    // Across nodes (Ethernet over SRv6) and on one node (switched), both families; the
+    // peers are on-link, so each pod asks ARP/NDP for the other and the forwarder answers.
+    reachable(&storage1, storage2.v4);
+    reachable(&storage1, storage2.v6);
+    reachable(&storage2, storage3.v4);
+    reachable(&storage1, storage3.v6);
+    // The answer was the peer's own MAC, from the network's neighbor table.
+    let mac_of = |p: &Pod| {
+        ipn(&p.ns, "-j link show eth0")
+            .split("\"address\":\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .expect("eth0's MAC")
+            .to_owned()
+    };
+    let neigh = ipn(
+        &storage1.ns,
+        &format!("neigh show {} dev eth0", storage2.v4),
+    );
+    assert!(
+        neigh.contains(&mac_of(&storage2)),
+        "storage-1 resolved storage-2 to its MAC: {neigh}"
+    );
+    // TCP across nodes.
+    tcp_echo(&storage1, &storage2, storage2.v4);
+    // l2 and l3 networks stay isolated without a routing policy.
+    assert!(
+        !ping(&storage1, backend1.v4, 2),
+        "storage (l2) reached backend (l3) without a routing policy"
+    );
+    assert!(
+        !ping(&backend2, storage2.v4, 2),
+        "backend (l3) reached storage (l2) without a routing policy"
     );
 
     // ---- a second ADD of an interface that exists: refused, nothing changes ----

@@ -712,8 +712,9 @@ fn the_demo_manifests_parse() {
     let o = &snapshot.objects;
     assert_eq!(
         o.networks.keys().collect::<Vec<_>>(),
-        ["backend", "blue", "default", "frontend"]
+        ["backend", "blue", "default", "frontend", "storage"]
     );
+    assert_eq!(o.networks["storage"].spec.type_, NetworkType::L2);
     let backend = &o.networks["backend"].spec;
     assert_eq!(backend.type_, NetworkType::L3);
     let v4 = backend.ipv4_subnet.as_ref().unwrap();
@@ -751,7 +752,7 @@ fn the_demo_manifests_parse() {
         o.namespaces.keys().collect::<Vec<_>>(),
         ["shop", "team-blue"]
     );
-    assert_eq!(o.pods.len(), 6);
+    assert_eq!(o.pods.len(), 9);
     let nodes: std::collections::BTreeSet<_> = o
         .pods
         .values()
