@@ -37,7 +37,12 @@ async fn install_crds(client: &Client) -> usize {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
-        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        let path = e.unwrap().path();
+        // deploy/crds also holds its kustomization (`Kustomization`), which is no CRD.
+        if path.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
         let crd: DynamicObject = serde_yaml::from_str(&text).unwrap();
         let created = crds.create(&PostParams::default(), &crd).await.unwrap();
         let established = created.data["status"]["conditions"]
