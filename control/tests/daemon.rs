@@ -205,6 +205,7 @@ fn attachment(container: &str, pod: &str) -> Attachment {
         ifname: "eth0".into(),
         pod_namespace: "shop".into(),
         pod_name: pod.into(),
+        pod_uid: String::new(),
         netns: "/var/run/netns/x".into(),
     }
 }
