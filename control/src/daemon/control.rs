@@ -763,10 +763,14 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 return;
             }
         }
-        // Decided once: a lease carries the network its pod was bound to.
-        let existing = self
-            .store
-            .read(|ipam| ipam.lease(&key).map(|l| l.network.clone()));
+        // Decided once: a lease carries the network its pod was bound to. A lease of another
+        // UID is not this pod's: released with this batch (its pod is gone, see
+        // `Core::ipam_actions`) or refused by IPAM, never taken over.
+        let existing = self.store.read(|ipam| {
+            ipam.lease(&key)
+                .filter(|l| !l.pod.uid_differs(&pod))
+                .map(|l| l.network.clone())
+        });
         let (network, fresh) = match existing {
             Some(n) => (n, false),
             None => {
