@@ -252,6 +252,7 @@ fn ipam_request(i: usize) -> AllocateRequest {
         pod: PodRef {
             namespace: "default".into(),
             name: format!("pod-{i}"),
+            uid: String::new(),
         },
     }
 }

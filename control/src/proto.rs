@@ -32,6 +32,11 @@ pub struct Attachment {
     /// `K8S_POD_NAME` from `CNI_ARGS`.
     #[serde(default)]
     pub pod_name: String,
+    /// `K8S_POD_UID` from `CNI_ARGS`; empty when the runtime passes none. Control refuses an
+    /// ADD whose UID is not the observed Pod's, and a DEL or CHECK whose UID is not the one
+    /// its attachment was made for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod_uid: String,
     /// `CNI_NETNS` (a path).
     #[serde(default)]
     pub netns: String,
@@ -180,6 +185,7 @@ mod tests {
             ifname: "eth0".into(),
             pod_namespace: "team-blue".into(),
             pod_name: "web-0".into(),
+            pod_uid: "7d3b2c1a-0000-4000-8000-000000000001".into(),
             netns: "/var/run/netns/x".into(),
         };
         for r in [

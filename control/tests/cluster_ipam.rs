@@ -90,6 +90,7 @@ fn request(node: &str, i: usize) -> AllocateRequest {
         pod: PodRef {
             namespace: "shop".into(),
             name: format!("{node}-pod{i}"),
+            uid: String::new(),
         },
     }
 }

@@ -24,6 +24,8 @@ const PLUGIN: &str = env!("CARGO_BIN_EXE_lace-cni");
 const POD_MAC: &str = "02:00:0a:28:03:07";
 const GW_MAC: &str = "02:00:00:00:00:01";
 const HOST_IF: &str = "lace_h0";
+/// The `K8S_POD_UID` the tests pass, as kubelet does.
+const POD_UID: &str = "2f0e6c1d-5a4b-4c3d-9e8f-0123456789ab";
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
@@ -321,7 +323,7 @@ impl<'a> Invocation<'a> {
         self.env.push(("CNI_IFNAME", "eth0".into()));
         self.env.push((
             "CNI_ARGS",
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-blue;K8S_POD_NAME=web-0".into(),
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=team-blue;K8S_POD_NAME=web-0;K8S_POD_UID={POD_UID}"),
         ));
         if let Some(ns) = netns {
             self.env.push(("CNI_NETNS", ns.display().to_string()));
@@ -525,9 +527,10 @@ fn del_without_add_succeeds() {
             a.container_id.as_str(),
             a.ifname.as_str(),
             a.pod_namespace.as_str(),
-            a.pod_name.as_str()
+            a.pod_name.as_str(),
+            a.pod_uid.as_str()
         ),
-        ("c-none", "eth0", "team-blue", "web-0")
+        ("c-none", "eth0", "team-blue", "web-0", POD_UID)
     );
 }
 
@@ -653,6 +656,7 @@ fn add_creates_the_configured_pod_interface() {
     assert_eq!(a.ifname, "eth0");
     assert_eq!(a.pod_namespace, "team-blue");
     assert_eq!(a.pod_name, "web-0");
+    assert_eq!(a.pod_uid, POD_UID);
     assert_eq!(a.netns, sb.pod.path().display().to_string());
 
     // The pod end.

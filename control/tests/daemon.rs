@@ -2,7 +2,11 @@
 //! [`Control`] loop on its own thread, the IPAM state in memory, the tables a real region in
 //! /dev/shm (read back by the test as the forwarder would), the status recorded. No sockets,
 //! no forwarder, no root: the test sends the loop what the source thread and the CNI
-//! connections send, and plays the forwarder where an Attach needs one.
+//! connections send, and plays the forwarder where an Attach needs one. The last tests run the
+//! loop against the fake API server (`lace-kube-fake`), and `lace-control` itself in
+//! Kubernetes mode.
+
+mod e2e_support;
 
 use std::collections::BTreeSet;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -205,6 +209,7 @@ fn attachment(container: &str, pod: &str) -> Attachment {
         ifname: "eth0".into(),
         pod_namespace: "shop".into(),
         pod_name: pod.into(),
+        pod_uid: String::new(),
         netns: "/var/run/netns/x".into(),
     }
 }
@@ -480,6 +485,23 @@ mod kube_cluster {
             }
         }
 
+        /// The namespaced object as the API server has it; `None` when there is none.
+        pub fn get_in(
+            &self,
+            api_version: &str,
+            kind: &str,
+            namespace: &str,
+            name: &str,
+        ) -> Option<serde_json::Value> {
+            let o: DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": name, "namespace": namespace}
+            }))
+            .unwrap();
+            let got = self.rt.block_on(self.api(&o).get_opt(name)).unwrap();
+            got.map(|o| serde_json::to_value(o).unwrap())
+        }
+
         /// The object as the API server has it.
         pub fn get(&self, api_version: &str, kind: &str, name: &str) -> serde_json::Value {
             let o: DynamicObject = serde_json::from_value(serde_json::json!({
@@ -681,4 +703,271 @@ fn a_restarted_control_rereads_its_allocations_and_releases_pods_deleted_meanwhi
         refused(lab.ask(Request::Check(attachment("c2", "api")))),
         (ErrorCode::InvalidArgs, _, true)
     ));
+}
+
+// ---- kubelet's CNI_ARGS in a cluster: the pod's UID -----------------------------------------
+
+const LACE_SYSTEM: &str = "apiVersion: v1\nkind: Namespace\nmetadata: {name: lace-system}\n";
+
+/// The pod's `metadata.uid` as the API server assigned it.
+fn pod_uid(cluster: &kube_cluster::Cluster, pod: &str) -> String {
+    let p = cluster
+        .get_in("v1", "Pod", "shop", pod)
+        .unwrap_or_else(|| panic!("no Pod shop/{pod}"));
+    p["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+/// `attachment(container, pod)` with `K8S_POD_UID` set, as kubelet calls.
+fn attachment_of_uid(container: &str, pod: &str, uid: &str) -> Attachment {
+    Attachment {
+        pod_uid: uid.into(),
+        ..attachment(container, pod)
+    }
+}
+
+/// The leases of the allocation state in the API server (ConfigMap lace-system/lace-ipam).
+fn api_leases(cluster: &kube_cluster::Cluster) -> Vec<serde_json::Value> {
+    let Some(cm) = cluster.get_in("v1", "ConfigMap", "lace-system", "lace-ipam") else {
+        return Vec::new();
+    };
+    let state: serde_json::Value =
+        serde_json::from_str(cm["data"]["state.json"].as_str().unwrap()).unwrap();
+    state["leases"].as_array().unwrap().clone()
+}
+
+/// A loop whose allocations live in `cluster` (Kubernetes mode's store), fed by its watch.
+fn kube_lab(cluster: &kube_cluster::Cluster, pod_wait: Duration) -> Lab {
+    let kube = lace_control::source::kubernetes::KubernetesConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        node: "node-a".into(),
+    };
+    let store = lace_control::daemon::cluster_state::ClusterState::open(
+        &kube,
+        "lace-system",
+        IpamConfig::default(),
+    )
+    .unwrap();
+    let lab = Lab::start_with(pod_wait, store);
+    kube_source(&lab, cluster);
+    lab
+}
+
+/// Waits until the loop reports pod `name` with UID-bound state, i.e. the watch delivered it.
+fn wait_observed(lab: &Lab, name: &str) {
+    e2e_support::wait_for(&format!("pod {name} observed"), e2e_support::WAIT, || {
+        let s = lab.status.0.lock().unwrap().last().cloned()?;
+        s.pods.iter().any(|p| p.name == name).then_some(())
+    });
+}
+
+/// kubelet creates a Pod and calls ADD at once, before control's watch has delivered it (the
+/// watch is made to lag: the API server restarted a moment ago, so the watcher is backing off):
+/// the first ADD waits for the pod, binds it from the cached object, and its lease records
+/// the pod's UID — in the API server's allocation state too.
+#[test]
+fn an_add_for_a_pod_created_a_moment_ago_waits_for_the_watch() {
+    let mut cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!("{LACE_SYSTEM}---{NAMESPACE}---{BASE}"));
+    let lab = kube_lab(&cluster, Duration::from_millis(4000));
+    e2e_support::wait_for("the first snapshot", e2e_support::WAIT, || {
+        (!lab.status.0.lock().unwrap().is_empty()).then_some(())
+    });
+    cluster.server.stop();
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.server.start().unwrap();
+    cluster.create(&pod("fresh", "backend"));
+    let uid = pod_uid(&cluster, "fresh");
+    let a = allocated(lab.ask(Request::Allocate(attachment_of_uid("c1", "fresh", &uid))));
+    assert_eq!(a.network, "backend");
+    assert!(a.fresh);
+    assert!(a.ips[0].address.starts_with("10.40."), "{a:?}");
+    let checked = allocated(lab.ask(Request::Check(attachment_of_uid("c1", "fresh", &uid))));
+    assert!(checked.same_interface(&a));
+    let leases = api_leases(&cluster);
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(
+        (
+            &leases[0]["containerId"],
+            &leases[0]["podName"],
+            &leases[0]["podUid"]
+        ),
+        (&"c1".into(), &"fresh".into(), &uid.clone().into())
+    );
+    // kubelet's DEL: released, in the API too.
+    assert!(matches!(
+        lab.ask(Request::Release(attachment_of_uid("c1", "fresh", &uid))),
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ..
+        })
+    ));
+    assert!(api_leases(&cluster).is_empty());
+}
+
+/// An ADD whose K8S_POD_UID is not the cached Pod's (kubelet's ADD for a pod that was deleted
+/// and recreated under the same name) is refused with a message naming both UIDs, after
+/// waiting for the watch; nothing is allocated. The same call with the Pod's UID succeeds.
+#[test]
+fn an_add_with_another_pods_uid_is_refused_and_allocates_nothing() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{LACE_SYSTEM}---{NAMESPACE}---{BASE}{}",
+        pod("web", "backend")
+    ));
+    let lab = kube_lab(&cluster, Duration::from_millis(500));
+    wait_observed(&lab, "web");
+    let uid = pod_uid(&cluster, "web");
+    let stale = "5e1d0c3b-0000-4000-8000-00000000dead";
+    let (code, msg, _) = refused(lab.ask(Request::Allocate(attachment_of_uid("c1", "web", stale))));
+    assert_eq!(code, ErrorCode::InvalidArgs, "{msg}");
+    assert!(
+        msg.contains(stale) && msg.contains(&uid) && msg.contains("K8S_POD_UID"),
+        "{msg}"
+    );
+    assert!(msg.contains("nothing was allocated"), "{msg}");
+    // Nothing allocated: no lease for the attachment, in the loop or in the API server.
+    let (code, _, _) = refused(lab.ask(Request::Check(attachment_of_uid("c1", "web", stale))));
+    assert_eq!(code, ErrorCode::InvalidArgs);
+    assert!(api_leases(&cluster).is_empty());
+    let s = lab.status.0.lock().unwrap().last().cloned().unwrap();
+    assert!(s.network_endpoints.is_empty(), "{:?}", s.network_endpoints);
+    let a = allocated(lab.ask(Request::Allocate(attachment_of_uid("c1", "web", &uid))));
+    assert!(a.fresh);
+    assert_eq!(api_leases(&cluster)[0]["podUid"], uid.as_str());
+}
+
+/// A pod deleted and recreated under the same name — here by a runtime that reuses the
+/// attachment's container id, so both pods' calls name the same attachment — is another pod:
+/// the old pod's lease goes, the new one gets its own, and kubelet's late DEL (and CHECK) for
+/// the old UID leave the new pod's endpoint allocated and published.
+#[test]
+fn a_del_for_the_old_uid_after_a_recreate_leaves_the_new_pods_endpoint() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{LACE_SYSTEM}---{NAMESPACE}---{BASE}{}",
+        pod("web", "backend")
+    ));
+    let lab = kube_lab(&cluster, Duration::from_millis(4000));
+    wait_observed(&lab, "web");
+    let old = pod_uid(&cluster, "web");
+    allocated(lab.ask(Request::Allocate(attachment_of_uid("c1", "web", &old))));
+    ticket(lab.ask(Request::Attach(attachment_of_uid("c1", "web", &old))));
+
+    cluster.delete(&pod("web", "backend"));
+    cluster.create(&pod("web", "backend"));
+    let new = pod_uid(&cluster, "web");
+    assert_ne!(old, new);
+    // The ADD for the new pod waits until the watch delivers it, then gets a lease of its own.
+    let a = allocated(lab.ask(Request::Allocate(attachment_of_uid("c1", "web", &new))));
+    assert!(a.fresh, "the old pod's lease was taken over");
+    let t = ticket(lab.ask(Request::Attach(attachment_of_uid("c1", "web", &new))));
+    assert_eq!(lab.published_endpoint(&t), Some(t.endpoint));
+
+    // kubelet finishes the old pod: CHECK and DEL with its UID.
+    let (code, msg, _) = refused(lab.ask(Request::Check(attachment_of_uid("c1", "web", &old))));
+    assert_eq!(code, ErrorCode::InvalidArgs);
+    assert!(msg.contains(&old) && msg.contains(&new), "{msg}");
+    assert!(matches!(
+        lab.ask(Request::Release(attachment_of_uid("c1", "web", &old))),
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ..
+        })
+    ));
+    // The new pod's endpoint is intact: allocated, recorded in the API, still published.
+    let checked = allocated(lab.ask(Request::Check(attachment_of_uid("c1", "web", &new))));
+    assert_eq!(checked, Allocation { fresh: false, ..a });
+    let leases = api_leases(&cluster);
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0]["podUid"], new.as_str());
+    // A batch later (the DEL's marks are saved with it), the port is still the new endpoint's.
+    lab.ask(Request::Status);
+    assert_eq!(lab.published_endpoint(&t), Some(t.endpoint));
+    let s = lab.status.0.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(s.network_endpoints.len(), 1);
+    assert!(s.network_endpoints[0].attached);
+}
+
+/// `lace-control run --source kubernetes` without --manifests (and without --kubeconfig: the
+/// configuration is inferred, here from $KUBECONFIG as a pod would from its service account):
+/// it serves CNI requests for the API's pods and keeps its own files in --state-dir, which it
+/// creates.
+#[test]
+fn kubernetes_mode_runs_without_a_manifests_directory() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{LACE_SYSTEM}---{NAMESPACE}---{BASE}{}",
+        pod("web", "backend")
+    ));
+    // Tables, socket and state directory in one tmpfs directory, removed on drop.
+    let dir = tempfile::Builder::new()
+        .prefix("lace-k8s-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let state_dir = dir.path().join("state");
+    let socket = dir.path().join("control.sock");
+    let argv: Vec<String> = [
+        "/usr/bin/env",
+        &format!("KUBECONFIG={}", cluster.kubeconfig.display()),
+        env!("CARGO_BIN_EXE_lace-control"),
+        "run",
+        "--node",
+        "node-a",
+        "--source",
+        "kubernetes",
+        "--state-dir",
+        state_dir.to_str().unwrap(),
+        "--socket",
+        socket.to_str().unwrap(),
+        "--tables-dir",
+        dir.path().to_str().unwrap(),
+        "--pod-wait-ms",
+        "3000",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let mut control = e2e_support::Proc::spawn("lace-control", &argv, dir.path().join("log"));
+    let request = |r: &Request| -> Response {
+        let v = e2e_support::control_request(&socket, &serde_json::to_value(r).unwrap());
+        serde_json::from_value(v).unwrap()
+    };
+    e2e_support::wait_for("lace-control ready (STATUS)", e2e_support::WAIT, || {
+        assert!(control.try_wait().is_none(), "{}", control.log_tail(20));
+        let v = e2e_support::try_control_request(
+            &socket,
+            &serde_json::to_value(Request::Status).unwrap(),
+        )
+        .ok()?;
+        (serde_json::from_value::<Response>(v).ok()? == Response::Ok).then_some(())
+    });
+    let uid = pod_uid(&cluster, "web");
+    let add = attachment_of_uid("c1", "web", &uid);
+    let Response::Allocated(a) = request(&Request::Allocate(add.clone())) else {
+        panic!("ADD refused: {}", control.log_tail(20))
+    };
+    assert_eq!(a.network, "backend");
+    assert_eq!(api_leases(&cluster)[0]["podUid"], uid.as_str());
+    // Its own files are in the state directory: the status file shows the endpoint.
+    let status = e2e_support::wait_for("the status file", e2e_support::WAIT, || {
+        let text = std::fs::read_to_string(state_dir.join("status-node-a.yaml")).ok()?;
+        text.contains("c1").then_some(text)
+    });
+    assert!(status.contains("backend"), "{status}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lace-control"))
+        .args(["status", "--node", "node-a", "--state-dir"])
+        .arg(&state_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("backend"));
+    assert_eq!(request(&Request::Release(add)), Response::Ok);
+    assert!(api_leases(&cluster).is_empty());
+    let exit = control.stop(nix::sys::signal::Signal::SIGTERM, e2e_support::WAIT);
+    assert!(exit.success(), "{exit:?}: {}", control.log_tail(20));
+    assert!(!socket.exists(), "the socket is removed on stop");
 }

@@ -280,7 +280,7 @@ proptest! {
                         key: key(k),
                         network: nets[n].name.into(),
                         node: node_name(node),
-                        pod: PodRef { namespace: "ns".into(), name: format!("pod-{k}") },
+                        pod: PodRef { namespace: "ns".into(), name: format!("pod-{k}"), uid: String::new() },
                     });
                     match model.add(&nets, k, n, node) {
                         Expect::Lease(a) => {

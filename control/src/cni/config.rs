@@ -1,5 +1,5 @@
 //! What `lace-cni` reads besides the CNI parameters themselves: lace's own keys of the network
-//! configuration and the Kubernetes keys of `CNI_ARGS`.
+//! configuration and the Kubernetes keys of `CNI_ARGS` (the pod's namespace, name and UID).
 //!
 //! The lace keys of a network configuration (all optional):
 //!
@@ -139,14 +139,17 @@ fn typed<T: for<'de> Deserialize<'de>>(
     })
 }
 
-/// The Kubernetes keys of `CNI_ARGS` (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`); other keys, such as
-/// `IgnoreUnknown` or `K8S_POD_UID`, are accepted and ignored.
+/// The Kubernetes keys of `CNI_ARGS` kubelet passes (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`,
+/// `K8S_POD_UID`); other keys, such as `IgnoreUnknown` or `K8S_POD_INFRA_CONTAINER_ID`, are
+/// accepted and ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodArgs {
     /// `K8S_POD_NAMESPACE`, empty when absent.
     pub namespace: String,
     /// `K8S_POD_NAME`, empty when absent.
     pub name: String,
+    /// `K8S_POD_UID`, empty when absent (runtimes other than kubelet may not pass it).
+    pub uid: String,
 }
 
 impl PodArgs {
@@ -163,6 +166,7 @@ impl PodArgs {
             match key {
                 "K8S_POD_NAMESPACE" => args.namespace = value.to_string(),
                 "K8S_POD_NAME" => args.name = value.to_string(),
+                "K8S_POD_UID" => args.uid = value.to_string(),
                 _ => {}
             }
         }
@@ -243,11 +247,14 @@ mod tests {
     #[test]
     fn cni_args_give_the_pod() {
         let a = PodArgs::parse(Some(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-blue;K8S_POD_NAME=web-0;K8S_POD_UID=u",
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-blue;K8S_POD_NAME=web-0;\
+             K8S_POD_UID=7d3b2c1a-0000-4000-8000-000000000001;K8S_POD_INFRA_CONTAINER_ID=x",
         ))
         .unwrap();
         assert_eq!(a.namespace, "team-blue");
         assert_eq!(a.name, "web-0");
+        assert_eq!(a.uid, "7d3b2c1a-0000-4000-8000-000000000001");
+        assert_eq!(PodArgs::parse(Some("K8S_POD_NAME=a")).unwrap().uid, "");
         assert_eq!(PodArgs::parse(None).unwrap(), PodArgs::default());
         assert_eq!(PodArgs::parse(Some("")).unwrap(), PodArgs::default());
         assert_eq!(

@@ -258,6 +258,7 @@ impl Call {
                 ifname: ifname.as_ref().to_string(),
                 pod_namespace: pod.namespace,
                 pod_name: pod.name,
+                pod_uid: pod.uid,
                 netns: netns
                     .as_ref()
                     .map(|p| p.display().to_string())
@@ -455,6 +456,7 @@ impl LacePlugin {
                 ifname: a.ifname.clone(),
                 pod_namespace: String::new(),
                 pod_name: String::new(),
+                pod_uid: String::new(),
                 netns: String::new(),
             })
             .collect();

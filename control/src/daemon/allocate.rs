@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use lace_shared::types::NetworkId;
 
-use crate::ipam::{AllocateRequest, EndpointLease, Ipam, IpamError, NetworkDef};
+use crate::ipam::{AllocateRequest, EndpointLease, Ipam, IpamError, NetworkDef, PodRef};
 use crate::world::AttachmentKey;
 
 /// What IPAM must be told about networks and nodes before the world can be built.
@@ -50,12 +50,15 @@ pub enum IpamRequest {
     Allocate(AllocateRequest),
     /// A retried ADD rebuilt the pod's interface: a new endpoint id for the lease.
     Renew(AttachmentKey),
-    /// DEL: release the lease, unless it belongs to another node.
+    /// DEL: release the lease, unless it belongs to another node or to another pod than the
+    /// one the DEL names (a known UID that differs: a pod recreated under the same name).
     Release {
         /// The attachment.
         key: AttachmentKey,
         /// This node.
         node: String,
+        /// The pod the DEL is for (`K8S_POD_*`; all empty when the runtime passes none).
+        pod: PodRef,
     },
     /// GC: release every lease of `node` not in `keep`.
     Collect {
@@ -71,7 +74,8 @@ pub enum IpamRequest {
 pub enum IpamAnswer {
     /// For [`IpamRequest::Allocate`] and [`IpamRequest::Renew`] (`Ok(None)`: no lease to renew).
     Lease(Result<Option<EndpointLease>, IpamError>),
-    /// For [`IpamRequest::Release`]: the lease released, if there was one on this node.
+    /// For [`IpamRequest::Release`]: the lease released, if there was one on this node for
+    /// that pod.
     Released(Option<EndpointLease>),
     /// For [`IpamRequest::Collect`]: the leases released.
     Collected(Vec<EndpointLease>),
@@ -138,10 +142,12 @@ pub fn allocate(ipam: &mut Ipam, actions: &IpamActions, requests: &[IpamRequest]
         out.answers.push(match r {
             IpamRequest::Allocate(req) => IpamAnswer::Lease(ipam.allocate(req).map(Some)),
             IpamRequest::Renew(key) => IpamAnswer::Lease(ipam.renew_endpoint(key)),
-            IpamRequest::Release { key, node } => IpamAnswer::Released(match ipam.lease(key) {
-                Some(l) if l.node != *node => None,
-                _ => ipam.release(key),
-            }),
+            IpamRequest::Release { key, node, pod } => {
+                IpamAnswer::Released(match ipam.lease(key) {
+                    Some(l) if l.node != *node || l.pod.uid_differs(pod) => None,
+                    _ => ipam.release(key),
+                })
+            }
             IpamRequest::Collect { node, keep } => IpamAnswer::Collected(ipam.gc(node, keep)),
         });
     }
@@ -169,15 +175,21 @@ mod tests {
         }
     }
 
+    /// The pod of container `c` (UID `uid-<c>`).
+    fn pod(c: &str) -> PodRef {
+        PodRef {
+            namespace: "ns".into(),
+            name: c.into(),
+            uid: format!("uid-{c}"),
+        }
+    }
+
     fn alloc(c: &str, node: &str) -> IpamRequest {
         IpamRequest::Allocate(AllocateRequest {
             key: key(c),
             network: "backend".into(),
             node: node.into(),
-            pod: PodRef {
-                namespace: "ns".into(),
-                name: c.into(),
-            },
+            pod: pod(c),
         })
     }
 
@@ -204,10 +216,20 @@ mod tests {
             IpamRequest::Release {
                 key: key("c3"),
                 node: "a".into(),
+                pod: PodRef::default(),
+            },
+            IpamRequest::Release {
+                key: key("c1"),
+                node: "a".into(),
+                pod: PodRef {
+                    uid: "uid-of-another-c1".into(),
+                    ..pod("c1")
+                },
             },
             IpamRequest::Release {
                 key: key("c2"),
                 node: "a".into(),
+                pod: pod("c2"),
             },
         ];
         let out = allocate(&mut ipam, &actions, &requests);
@@ -219,10 +241,13 @@ mod tests {
         let renewed = lease(&out.answers[3]);
         assert_eq!(renewed.addresses, l1.addresses);
         assert!(renewed.endpoint_id > lease(&out.answers[2]).endpoint_id);
-        // Another node's lease is not released by this node's DEL; this node's is.
+        // Another node's lease is not released by this node's DEL, nor another pod's by a DEL
+        // naming another UID; this node's is.
         assert_eq!(out.answers[4], IpamAnswer::Released(None));
-        assert!(matches!(&out.answers[5], IpamAnswer::Released(Some(l)) if l.key == key("c2")));
+        assert_eq!(out.answers[5], IpamAnswer::Released(None));
+        assert!(matches!(&out.answers[6], IpamAnswer::Released(Some(l)) if l.key == key("c2")));
         assert_eq!(ipam.leases().count(), 2);
+        assert_eq!(ipam.lease(&key("c1")).unwrap().pod.uid, "uid-c1");
     }
 
     #[test]

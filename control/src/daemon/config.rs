@@ -3,8 +3,13 @@
 //!
 //! Guarantees: every value is checked before anything starts ([`RunConfig::from_args`]); a
 //! bad one is a [`ConfigError`] naming the flag, the value and the fix, and the binary exits
-//! with status 2. Defaults derived from other flags (state file, socket, tables name) are
-//! resolved here, so the daemon never guesses.
+//! with status 2. Defaults derived from other flags (state directory, state file, socket,
+//! tables name) are resolved here, so the daemon never guesses.
+//!
+//! Control's own files (the status file, the attachment marks and, standalone, the IPAM state
+//! file) live in one directory, [`NodePaths::state_dir`]: `--state-dir`, by default
+//! `<manifests>/.lace` ([`STATE_SUBDIR`]) — standalone mode's place, unchanged — or, in
+//! Kubernetes mode without `--manifests`, `/var/lib/lace/<node>` ([`DEFAULT_STATE_ROOT`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,9 +20,14 @@ use ipnet::Ipv6Net;
 use crate::ipam::IpamConfig;
 
 /// The directory under the manifests directory where control keeps its files (state, status,
-/// attachment marks). The standalone source reads the manifests directory non-recursively,
-/// so nothing here is ever taken for a manifest.
+/// attachment marks) unless `--state-dir` says otherwise. The standalone source reads the
+/// manifests directory non-recursively, so nothing here is ever taken for a manifest.
 pub const STATE_SUBDIR: &str = ".lace";
+
+/// Where control keeps its files when there is no manifests directory (Kubernetes mode) and
+/// no `--state-dir`: `<DEFAULT_STATE_ROOT>/<node>` (a hostPath in a DaemonSet, so the
+/// attachment marks outlive the container).
+pub const DEFAULT_STATE_ROOT: &str = "/var/lib/lace";
 
 /// `lace-control`: lace's node control plane.
 #[derive(Debug, Parser)]
@@ -44,15 +54,22 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
     /// This node's name: the Kubernetes Node (with the `lace-cni.io/underlay` annotation) in
-    /// the manifests.
+    /// the manifests or the API server.
     #[arg(long, value_name = "NAME")]
     pub node: String,
     /// The directory of YAML manifests (Networks, policies, Namespaces, Nodes, Pods, Services),
-    /// watched for changes. Shared by every node's control on one machine.
+    /// watched for changes. Shared by every node's control on one machine. Required with
+    /// `--source standalone`; not read with `--source kubernetes`.
     #[arg(long, value_name = "DIR")]
-    pub manifests: PathBuf,
-    /// The IPAM state file, shared by every node's control that uses the same manifests
-    /// (serialised by an exclusive lock on `<FILE>.lock`). Default: `<DIR>/.lace/state.json`.
+    pub manifests: Option<PathBuf>,
+    /// The directory of control's own files: this node's status file
+    /// (`status-<NODE>.yaml`), its attachment marks and, standalone, the default state file.
+    /// Default: `<DIR>/.lace` of `--manifests`, else `/var/lib/lace/<NODE>`. Created if absent.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Standalone mode's IPAM state file, shared by every node's control that uses the same
+    /// manifests (serialised by an exclusive lock on `<FILE>.lock`). Default:
+    /// `<STATE_DIR>/state.json`. Kubernetes mode keeps allocations in the API server instead.
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
     /// Directory of the shared-memory tables and the forwarder's status region. Default: the
@@ -91,11 +108,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "MS", default_value_t = 3_000)]
     pub pod_wait_ms: u64,
     /// Where the objects come from: `standalone` reads the manifests directory; `kubernetes`
-    /// watches an API server (the manifests directory then only holds control's own files).
+    /// watches an API server (no manifests needed).
     #[arg(long, value_enum, default_value_t = SourceKind::Standalone)]
     pub source: SourceKind,
-    /// The kubeconfig for `--source kubernetes`. Default: the in-cluster configuration, else
-    /// `$KUBECONFIG` / `~/.kube/config`.
+    /// The kubeconfig for `--source kubernetes`. Default: `$KUBECONFIG` or `~/.kube/config`
+    /// when there is one, else the in-cluster configuration (a pod's service account token and
+    /// `KUBERNETES_SERVICE_HOST`/`_PORT`: what a DaemonSet gets).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// With `--source kubernetes`: the namespace control keeps its allocation state in (the
@@ -116,8 +134,11 @@ pub enum SourceKind {
 /// Where `run` reads its objects, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceConfig {
-    /// The manifests directory ([`NodePaths::manifests`]).
-    Standalone,
+    /// A manifests directory.
+    Standalone {
+        /// The directory ([`NodePaths::manifests`]).
+        manifests: PathBuf,
+    },
     /// An API server.
     Kubernetes(crate::source::kubernetes::KubernetesConfig),
 }
@@ -153,6 +174,25 @@ pub enum ConfigError {
         value: String,
         /// Why.
         reason: &'static str,
+    },
+    /// Standalone mode without a manifests directory.
+    #[error(
+        "--manifests is required with --source standalone (the default); pass the directory \
+         holding the YAML manifests, or use --source kubernetes"
+    )]
+    ManifestsRequired,
+    /// `--state` in Kubernetes mode.
+    #[error(
+        "--state is standalone mode's IPAM state file; with --source kubernetes allocations \
+         live in the API server (ConfigMap lace-ipam in --namespace): drop --state (control's \
+         own files go to --state-dir)"
+    )]
+    StateWithKubernetes,
+    /// `--state-dir` exists but is not a directory.
+    #[error("--state-dir {path}: not a directory; pass the directory for control's own files")]
+    StateDir {
+        /// The path.
+        path: PathBuf,
     },
     /// The manifests directory is not a directory.
     #[error("--manifests {path}: {reason}; pass the directory holding the YAML manifests")]
@@ -205,9 +245,11 @@ pub enum ConfigError {
 pub struct NodePaths {
     /// This node.
     pub node: String,
-    /// The manifests directory.
-    pub manifests: PathBuf,
-    /// The IPAM state file.
+    /// The manifests directory (always there in standalone mode).
+    pub manifests: Option<PathBuf>,
+    /// The directory of control's own files (see the module docs).
+    pub state_dir: PathBuf,
+    /// Standalone mode's IPAM state file.
     pub state: PathBuf,
     /// The tables directory.
     pub tables_dir: PathBuf,
@@ -223,15 +265,14 @@ impl NodePaths {
         PathBuf::from(s)
     }
 
-    /// This node's status file: `<manifests>/.lace/status-<node>.yaml`.
+    /// This node's status file: `<state dir>/status-<node>.yaml`.
     pub fn status_file(&self) -> PathBuf {
-        self.manifests
-            .join(STATE_SUBDIR)
-            .join(format!("status-{}.yaml", self.node))
+        self.state_dir.join(format!("status-{}.yaml", self.node))
     }
 
     /// This node's attachment marks (which leases have their interface plumbed):
-    /// `<state dir>/attached-<node>.json`.
+    /// `attached-<node>.json` beside the state file (in the state directory unless `--state`
+    /// puts the state file elsewhere).
     pub fn attached_file(&self) -> PathBuf {
         let dir = self
             .state
@@ -259,20 +300,30 @@ impl NodePaths {
                 reason,
             });
         }
-        match std::fs::metadata(&a.manifests) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(ConfigError::Manifests {
-                    path: a.manifests.clone(),
-                    reason: "not a directory".into(),
-                })
+        if let Some(manifests) = &a.manifests {
+            match std::fs::metadata(manifests) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(ConfigError::Manifests {
+                        path: manifests.clone(),
+                        reason: "not a directory".into(),
+                    })
+                }
+                Err(e) => {
+                    return Err(ConfigError::Manifests {
+                        path: manifests.clone(),
+                        reason: e.to_string(),
+                    })
+                }
             }
-            Err(e) => {
-                return Err(ConfigError::Manifests {
-                    path: a.manifests.clone(),
-                    reason: e.to_string(),
-                })
-            }
+        }
+        let state_dir = match (&a.state_dir, &a.manifests) {
+            (Some(d), _) => d.clone(),
+            (None, Some(m)) => m.join(STATE_SUBDIR),
+            (None, None) => Path::new(DEFAULT_STATE_ROOT).join(&a.node),
+        };
+        if std::fs::metadata(&state_dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(ConfigError::StateDir { path: state_dir });
         }
         let tables_name = a.tables_name.clone().unwrap_or_else(|| a.node.clone());
         check_tables_name(&tables_name)?;
@@ -282,7 +333,8 @@ impl NodePaths {
             state: a
                 .state
                 .clone()
-                .unwrap_or_else(|| a.manifests.join(STATE_SUBDIR).join("state.json")),
+                .unwrap_or_else(|| state_dir.join("state.json")),
+            state_dir,
             tables_dir: a
                 .tables_dir
                 .clone()
@@ -392,9 +444,15 @@ impl RunConfig {
                 if a.kubeconfig.is_some() {
                     return Err(ConfigError::KubeconfigWithoutKubernetes);
                 }
-                SourceConfig::Standalone
+                let Some(manifests) = paths.manifests.clone() else {
+                    return Err(ConfigError::ManifestsRequired);
+                };
+                SourceConfig::Standalone { manifests }
             }
             SourceKind::Kubernetes => {
+                if a.node.state.is_some() {
+                    return Err(ConfigError::StateWithKubernetes);
+                }
                 SourceConfig::Kubernetes(crate::source::kubernetes::KubernetesConfig {
                     kubeconfig: a.kubeconfig.clone(),
                     node: paths.node.clone(),
@@ -449,17 +507,81 @@ mod tests {
     fn run_config(extra: &[&str]) -> Result<RunConfig, ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_str().unwrap().to_owned();
-        let mut args = vec!["run", "--node", "node-a", "--manifests", &d];
+        let mut args = vec!["--manifests", d.as_str()];
         args.extend_from_slice(extra);
-        let Command::Run(r) = parse(&args).unwrap().command else {
+        run_config_of(&args)
+    }
+
+    /// `run --node node-a` with `args` only.
+    fn run_config_of(args: &[&str]) -> Result<RunConfig, ConfigError> {
+        let mut all = vec!["run", "--node", "node-a"];
+        all.extend_from_slice(args);
+        let Command::Run(r) = parse(&all).unwrap().command else {
             panic!("not run")
         };
         RunConfig::from_args(&r)
     }
 
     #[test]
+    fn kubernetes_mode_needs_no_manifests_and_keeps_its_files_in_the_state_dir() {
+        let k = run_config_of(&["--source", "kubernetes"]).unwrap();
+        assert_eq!(k.paths.manifests, None);
+        assert_eq!(k.paths.state_dir, PathBuf::from("/var/lib/lace/node-a"));
+        assert_eq!(
+            k.paths.status_file(),
+            PathBuf::from("/var/lib/lace/node-a/status-node-a.yaml")
+        );
+        assert_eq!(
+            k.paths.attached_file(),
+            PathBuf::from("/var/lib/lace/node-a/attached-node-a.json")
+        );
+        // No kubeconfig: inferred at start ($KUBECONFIG, ~/.kube/config, else in-cluster).
+        assert_eq!(
+            k.source,
+            SourceConfig::Kubernetes(crate::source::kubernetes::KubernetesConfig {
+                kubeconfig: None,
+                node: "node-a".into(),
+            })
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("lace");
+        let k =
+            run_config_of(&["--source", "kubernetes", "--state-dir", d.to_str().unwrap()]).unwrap();
+        assert_eq!(k.paths.status_file(), d.join("status-node-a.yaml"));
+        assert_eq!(k.paths.attached_file(), d.join("attached-node-a.json"));
+        // With --manifests, its .lace as in standalone mode.
+        let k = run_config(&["--source", "kubernetes"]).unwrap();
+        let m = k.paths.manifests.clone().unwrap();
+        assert_eq!(k.paths.state_dir, m.join(".lace"));
+        // The state is in the API: a state file is refused, not ignored.
+        assert_eq!(
+            run_config_of(&["--source", "kubernetes", "--state", "/tmp/s.json"]),
+            Err(ConfigError::StateWithKubernetes)
+        );
+        // Standalone mode still needs its manifests.
+        assert_eq!(run_config_of(&[]), Err(ConfigError::ManifestsRequired));
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(matches!(
+            run_config_of(&[
+                "--source",
+                "kubernetes",
+                "--state-dir",
+                file.to_str().unwrap()
+            ]),
+            Err(ConfigError::StateDir { .. })
+        ));
+    }
+
+    #[test]
     fn the_source_is_standalone_unless_kubernetes_is_asked_for() {
-        assert_eq!(run_config(&[]).unwrap().source, SourceConfig::Standalone);
+        let c = run_config(&[]).unwrap();
+        assert_eq!(
+            c.source,
+            SourceConfig::Standalone {
+                manifests: c.paths.manifests.clone().unwrap()
+            }
+        );
         let k = run_config(&["--source", "kubernetes", "--kubeconfig", "/etc/kc"]).unwrap();
         assert_eq!(
             k.source,
@@ -485,6 +607,7 @@ mod tests {
             panic!("not run")
         };
         let c = RunConfig::from_args(&r).unwrap();
+        assert_eq!(c.paths.state_dir, dir.path().join(".lace"));
         assert_eq!(c.paths.state, dir.path().join(".lace/state.json"));
         assert_eq!(
             c.paths.lock_file(),
@@ -587,5 +710,12 @@ mod tests {
             parse(&["run", "--manifests", "/"]).is_err(),
             "--node is required"
         );
+        let Command::Status(s) = parse(&["status", "--node", "a", "--manifests", "/nonexistent"])
+            .unwrap()
+            .command
+        else {
+            panic!("not status")
+        };
+        assert!(matches!(s.paths(), Err(ConfigError::Manifests { .. })));
     }
 }

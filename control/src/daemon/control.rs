@@ -23,16 +23,22 @@
 //!
 //! # CNI requests in a batch
 //!
-//! - **Allocate**: an existing lease is returned as it is (IPAM checks it is the same pod and
-//!   network). Otherwise the pod must have been observed: a pod control has not seen yet is
-//!   parked and retried with every batch for [`LoopConfig::pod_wait`], then refused with code
-//!   11 (try again later) — never bound with a stand-in object. A pod bound to a network that
-//!   does not exist (yet) is also 11; a pod no policy binds is 100.
+//! - **Allocate**: a call with a pod UID (`K8S_POD_UID`) whose observed Pod has another
+//!   `metadata.uid` is parked like an unobserved pod (the watch may not have delivered a pod
+//!   recreated a moment ago), then refused with code 4 naming both UIDs; nothing is allocated.
+//!   An existing lease is returned as it is (IPAM checks it is the same pod — UID included —
+//!   and network). Otherwise the pod must have been observed: a pod control has not seen yet
+//!   is parked and retried with every batch for [`LoopConfig::pod_wait`], then refused with
+//!   code 11 (try again later) — never bound with a stand-in object. A pod bound to a network
+//!   that does not exist (yet) is also 11; a pod no policy binds is 100. The lease records the
+//!   UID.
 //! - **Attach** marks the lease attached (its port is published with the batch). An Attach for
 //!   a lease that is attached already means the plugin rebuilt the pod's interface (a retried
 //!   ADD after it vanished): the lease gets a new endpoint id, so the forwarder replaces its
 //!   port instead of keeping the old one "up".
 //! - **Release**, **Gc** release and unmark; **Check** and **Status** read the batch's result.
+//!   Attach, Check and Release with a UID other than the one the lease recorded touch nothing:
+//!   the lease is another pod's (kubelet's DEL for a pod replaced under the same name).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -315,6 +321,14 @@ fn key_of(a: &Attachment) -> AttachmentKey {
     }
 }
 
+fn pod_of(a: &Attachment) -> PodRef {
+    PodRef {
+        namespace: a.pod_namespace.clone(),
+        name: a.pod_name.clone(),
+        uid: a.pod_uid.clone(),
+    }
+}
+
 fn check_attachment(a: &Attachment) -> Option<Answer> {
     (a.container_id.is_empty() || a.ifname.is_empty()).then(|| {
         Answer::error(
@@ -547,7 +561,11 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                         attach_keys.push(key.clone());
                     }
                 }
-                Pending::Release { key, index, .. } if answers.get(*index).is_some() => {
+                // Only what was released: a DEL for another pod (UID) of the same attachment
+                // leaves that pod's port published.
+                Pending::Release { key, index, .. }
+                    if matches!(answers.get(*index), Some(IpamAnswer::Released(Some(_)))) =>
+                {
                     marks_changed |= self.marks.remove(key);
                 }
                 Pending::Collect { index, .. } => {
@@ -657,6 +675,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 requests.push(IpamRequest::Release {
                     key: key.clone(),
                     node: self.core.node().to_owned(),
+                    pod: pod_of(&a),
                 });
                 pending.push(Pending::Release {
                     reply,
@@ -714,16 +733,51 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             return;
         }
         let key = key_of(&a);
-        let pod = PodRef {
-            namespace: a.pod_namespace.clone(),
-            name: a.pod_name.clone(),
-        };
+        let pod = pod_of(&a);
         let who = format!("pod {}/{}", pod.namespace, pod.name);
         let node = self.core.node().to_owned();
-        // Decided once: a lease carries the network its pod was bound to.
-        let existing = self
-            .store
-            .read(|ipam| ipam.lease(&key).map(|l| l.network.clone()));
+        // The call names the pod by UID too: the observed Pod must be that one, not an older
+        // or newer pod of the same name. The watch may not have delivered a pod recreated a
+        // moment ago, so a mismatch waits as an unobserved pod does.
+        if let PodLookup::Bound(b) = self.core.pod(&pod) {
+            if !pod.uid.is_empty() && !b.uid.is_empty() && b.uid != pod.uid {
+                if now < deadline {
+                    self.parked.push(Parked {
+                        attachment: a,
+                        reply,
+                        deadline,
+                    });
+                    return;
+                }
+                pending.push(Pending::Now(
+                    reply,
+                    Answer::error(
+                        ErrorCode::InvalidArgs,
+                        format!(
+                            "{who}: K8S_POD_UID {} in CNI_ARGS is not the UID of Pod {}/{} \
+                             (metadata.uid {}) as lace-control on node {node} observes it after \
+                             {} ms: the ADD is for a pod deleted and recreated under the same \
+                             name; nothing was allocated",
+                            pod.uid,
+                            pod.namespace,
+                            pod.name,
+                            b.uid,
+                            self.cfg.pod_wait.as_millis()
+                        ),
+                        "",
+                    ),
+                ));
+                return;
+            }
+        }
+        // Decided once: a lease carries the network its pod was bound to. A lease of another
+        // UID is not this pod's: released with this batch (its pod is gone, see
+        // `Core::ipam_actions`) or refused by IPAM, never taken over.
+        let existing = self.store.read(|ipam| {
+            ipam.lease(&key)
+                .filter(|l| !l.pod.uid_differs(&pod))
+                .map(|l| l.network.clone())
+        });
         let (network, fresh) = match existing {
             Some(n) => (n, false),
             None => {
@@ -858,7 +912,17 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
     fn own_lease(&self, a: &Attachment) -> Result<EndpointLease, Box<Answer>> {
         let key = key_of(a);
         let node = self.core.node();
+        let pod = pod_of(a);
         match self.store.read(|ipam| ipam.lease(&key).cloned()) {
+            Some(l) if l.node == node && l.pod.uid_differs(&pod) => Err(Box::new(Answer::error(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "container {} interface {} is attached for pod {}, not for K8S_POD_UID {}: \
+                     a pod of the same name that replaced the one this call is for",
+                    a.container_id, a.ifname, l.pod, pod.uid
+                ),
+                "",
+            ))),
             Some(l) if l.node == node => Ok(l),
             Some(l) => Err(Box::new(Answer::error(
                 ErrorCode::AlreadyExists,

@@ -27,6 +27,8 @@
 //! - A pod is bound once, when control first observes it, with the policies valid then; a
 //!   decision that binds nothing ([`Binding::NoMatch`]) is retried when the pod policies change
 //!   (there is no binding to keep). The lease made at ADD then carries the network for good.
+//!   A pod is its UID: one recreated under the same name is bound afresh, and the leases of
+//!   the one it replaced are released ([`Core::ipam_actions`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -178,6 +180,9 @@ pub struct PodBinding {
     pub decided_by: Option<(String, usize)>,
     /// The node the pod runs on (`spec.nodeName`), if set.
     pub node: Option<String>,
+    /// The pod's `metadata.uid` as observed; empty when the object has none (a manifest
+    /// without one). A pod recreated under the same name is bound afresh.
+    pub uid: String,
     /// Expression evaluations that failed on the pod.
     pub errors: Vec<String>,
     /// The pod policies' versions the decision was made with (a `NoMatch` is retried when
@@ -351,10 +356,10 @@ impl Core {
         let fingerprint = self.policies.fingerprint(MatchKind::Pod).to_vec();
         self.pods.retain(|k, _| objects.pods.contains_key(k));
         for (key, pod) in &objects.pods {
-            let decided = self
-                .pods
-                .get(key)
-                .is_some_and(|b| b.binding != Binding::NoMatch || b.fingerprint == fingerprint);
+            let uid = pod_uid(pod);
+            let decided = self.pods.get(key).is_some_and(|b| {
+                b.uid == uid && (b.binding != Binding::NoMatch || b.fingerprint == fingerprint)
+            });
             if decided {
                 continue;
             }
@@ -370,6 +375,7 @@ impl Core {
                     binding: d.binding,
                     decided_by: d.decided_by.map(|(p, r)| (p.to_string(), r)),
                     node: pod_node(pod),
+                    uid: uid.to_owned(),
                     errors: d.errors.iter().map(ToString::to_string).collect(),
                     fingerprint: fingerprint.clone(),
                 },
@@ -437,10 +443,15 @@ impl Core {
             }
         }
         // GC by listing: the source's pods are the truth (in Kubernetes mode, every pod of
-        // this node), so a lease of a pod that is gone is released even if no DEL came.
+        // this node), so a lease of a pod that is gone is released even if no DEL came — also
+        // when a new pod of the same name (another UID) took its place.
         for l in ipam.leases().filter(|l| l.node == self.node) {
             let pod = NamespacedName::new(&l.pod.namespace, &l.pod.name);
-            if !self.objects.pods.contains_key(&pod) {
+            let gone = self.objects.pods.get(&pod).is_none_or(|p| {
+                let uid = pod_uid(p);
+                !uid.is_empty() && !l.pod.uid.is_empty() && uid != l.pod.uid
+            });
+            if gone {
                 a.release_pods_gone.push(l.key.clone());
             }
         }
@@ -560,6 +571,11 @@ impl Core {
 
 fn pod_node(pod: &Pod) -> Option<String> {
     pod.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// `metadata.uid`, empty when absent.
+fn pod_uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
 /// An object as binding sees it: unstructured, with its namespace and name set.
@@ -1085,6 +1101,7 @@ spec: {podSelector: {}}
             pod: PodRef {
                 namespace: "shop".into(),
                 name: c.into(),
+                uid: String::new(),
             },
         })
     }
@@ -1267,6 +1284,57 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         assert!(ipam.lease(&key("c1")).is_none());
     }
 
+    /// A pod is its UID: one recreated under the same name (another `metadata.uid`, other
+    /// labels) is bound afresh, and the lease of the pod it replaced is released without a DEL;
+    /// a lease or object without a UID is matched by name as before.
+    #[test]
+    fn a_pod_recreated_under_the_same_name_is_another_pod() {
+        let mut core = Core::new("node-a");
+        let mut ipam = new_ipam();
+        let web = |uid: &str, labels: &str| {
+            BINDING.replace(
+                "metadata: {name: web, namespace: shop, labels: {tier: backend}}",
+                &format!("metadata: {{name: web, namespace: shop, uid: {uid}, labels: {labels}}}"),
+            )
+        };
+        core.observe(snapshot(&[NETWORKS, &web("uid-1", "{tier: backend}")]));
+        let request = IpamRequest::Allocate(AllocateRequest {
+            key: key("w1"),
+            network: "backend".into(),
+            node: "node-a".into(),
+            pod: PodRef {
+                namespace: "shop".into(),
+                name: "web".into(),
+                uid: "uid-1".into(),
+            },
+        });
+        batch(&mut core, &mut ipam, &BTreeSet::new(), &[request]);
+        assert_eq!(ipam.lease(&key("w1")).unwrap().pod.uid, "uid-1");
+        let lookup = |core: &Core| match core.pod(&PodRef {
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: String::new(),
+        }) {
+            PodLookup::Bound(b) => (b.uid, b.binding),
+            PodLookup::NotObserved => panic!("web not observed"),
+        };
+        assert_eq!(
+            lookup(&core),
+            ("uid-1".into(), Binding::Network("backend".into()))
+        );
+        // The same UID again (a resync): nothing to release.
+        core.observe(snapshot(&[NETWORKS, &web("uid-1", "{tier: backend}")]));
+        core.plan();
+        assert!(core.ipam_actions(&ipam).release_pods_gone.is_empty());
+        // Deleted and recreated without the label, before control saw the deletion.
+        core.observe(snapshot(&[NETWORKS, &web("uid-2", "{}")]));
+        core.plan();
+        assert_eq!(lookup(&core), ("uid-2".into(), Binding::NoMatch));
+        assert_eq!(core.ipam_actions(&ipam).release_pods_gone, [key("w1")]);
+        batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        assert!(ipam.lease(&key("w1")).is_none());
+    }
+
     #[test]
     fn ipam_forgets_what_the_source_dropped() {
         let mut core = Core::new("node-a");
@@ -1321,6 +1389,7 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         let web = PodRef {
             namespace: "shop".into(),
             name: "web".into(),
+            uid: String::new(),
         };
         let PodLookup::Bound(b) = core.pod(&web) else {
             panic!("web not bound")
@@ -1379,6 +1448,7 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         let other = PodRef {
             namespace: "shop".into(),
             name: "other".into(),
+            uid: String::new(),
         };
         assert!(
             matches!(core.pod(&other), PodLookup::Bound(b) if b.binding == Binding::Network("flat".into()))
@@ -1389,7 +1459,8 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         assert!(matches!(
             core.pod(&PodRef {
                 namespace: "shop".into(),
-                name: "new".into()
+                name: "new".into(),
+                uid: String::new(),
             }),
             PodLookup::NotObserved
         ));

@@ -66,6 +66,18 @@ pub enum DaemonError {
     /// The IPAM state or the attachment marks could not be opened.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The directory of control's own files could not be created.
+    #[error(
+        "state directory {path}: {source}; pass a directory lace-control may write with \
+         --state-dir (its status file and attachment marks live there)"
+    )]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The manifests could not be read at all.
     #[error("manifests: {0}")]
     Source(#[from] SourceError),
@@ -116,9 +128,14 @@ enum Loop {
 }
 
 impl Daemon {
-    /// Opens the state, the marks and the tables. Nothing is published until [`Daemon::run`].
+    /// Opens the state directory (created if absent), the state, the marks and the tables.
+    /// Nothing is published until [`Daemon::run`].
     pub fn open(cfg: RunConfig) -> Result<Daemon, DaemonError> {
         let p = &cfg.paths;
+        std::fs::create_dir_all(&p.state_dir).map_err(|source| DaemonError::StateDir {
+            path: p.state_dir.clone(),
+            source,
+        })?;
         let marks = AttachedMarks::open(&p.attached_file())?;
         let tables = p.tables();
         let writer =
@@ -142,7 +159,7 @@ impl Daemon {
         let core = core::Core::new(&p.node);
         let sink = StatusFileSink::new(p.status_file());
         let control = match &cfg.source {
-            SourceConfig::Standalone => Loop::Standalone(Box::new(Control::new(
+            SourceConfig::Standalone { .. } => Loop::Standalone(Box::new(Control::new(
                 core,
                 loop_config,
                 SharedState::open(&p.state, &p.lock_file(), cfg.ipam)?,
@@ -203,8 +220,8 @@ impl Daemon {
         }
         let source_thread = std::thread::Builder::new().name("source".into());
         let spawned = match &self.cfg.source {
-            SourceConfig::Standalone => {
-                let mut source = StandaloneSource::new(&self.cfg.paths.manifests)?;
+            SourceConfig::Standalone { manifests } => {
+                let mut source = StandaloneSource::new(manifests)?;
                 let tx = tx.clone();
                 source_thread.spawn(move || {
                     crate::source::pump(&mut source, POLL, |e| tx.send(Event::Source(e)).is_ok())
@@ -228,7 +245,7 @@ impl Daemon {
         tracing::info!(
             node = %self.cfg.paths.node,
             socket = %self.cfg.socket.display(),
-            state = %self.cfg.paths.state.display(),
+            state_dir = %self.cfg.paths.state_dir.display(),
             tables = %self.cfg.paths.tables().tables_path().display(),
             "lace-control running"
         );
@@ -263,7 +280,6 @@ pub fn status_report(paths: &config::NodePaths) -> Result<String, StatusError> {
     let text = std::fs::read_to_string(&path).map_err(|source| StatusError::Read {
         path: path.clone(),
         node: paths.node.clone(),
-        manifests: paths.manifests.clone(),
         source,
     })?;
     let s: StatusFile = serde_yaml::from_str(&text).map_err(|e| StatusError::Parse {

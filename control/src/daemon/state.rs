@@ -339,6 +339,7 @@ mod tests {
             pod: PodRef {
                 namespace: "ns".into(),
                 name: c.into(),
+                uid: String::new(),
             },
         }
     }

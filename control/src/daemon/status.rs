@@ -1,5 +1,6 @@
-//! The status file of standalone mode (no API server to write `status` to):
-//! `<manifests>/.lace/status-<node>.yaml`, replaced atomically ([`crate::fsio`]) after every
+//! The status file (standalone mode has no API server to write `status` to; Kubernetes mode
+//! writes it too, for `lace-control status`): `<state dir>/status-<node>.yaml` (by default
+//! `<manifests>/.lace`, see [`super::config`]), replaced atomically ([`crate::fsio`]) after every
 //! batch that changed it ([`StatusFileSink`]), and what `lace-control status` prints from it.
 //!
 //! Format (YAML, camelCase, one document):
@@ -365,15 +366,14 @@ pub fn render(s: &StatusFile, ports: Option<&PortStates>) -> String {
 pub enum StatusError {
     /// The status file could not be read.
     #[error(
-        "{path}: {source}; has `lace-control run --node {node} --manifests {manifests}` run yet?"
+        "{path}: {source}; has `lace-control run --node {node}` run yet with the same \
+         --manifests or --state-dir?"
     )]
     Read {
         /// The file.
         path: PathBuf,
         /// This node.
         node: String,
-        /// The manifests directory.
-        manifests: PathBuf,
         /// The error.
         #[source]
         source: std::io::Error,

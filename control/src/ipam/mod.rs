@@ -19,8 +19,10 @@
 //! - **Dual stack**: one address per family the network has, all or nothing.
 //! - **Idempotence**: allocations are keyed by (container id, interface) ([`AttachmentKey`]). A
 //!   retried ADD with the same key, network, node and pod returns the same lease; the same key
-//!   with anything else is [`IpamError::AlreadyExists`] (CNI spec: an interface that exists with
-//!   another configuration). [`Ipam::release`] of an unknown key does nothing.
+//!   with anything else — another pod UID too ([`PodRef::same_pod`]) — is
+//!   [`IpamError::AlreadyExists`] (CNI spec: an interface that exists with another
+//!   configuration). [`Ipam::release`] of an unknown key does nothing. A lease records its
+//!   pod's UID when the ADD carried one.
 //! - **Per attachment**: a forwarder port id (lowest free of 1..[`MAX_PORTS`] per node), a
 //!   host-side interface name `lace` + 8 hex digits of a hash of (container id, interface),
 //!   unique per node, and a locally administered unicast MAC `02:…` from a hash of (network id,
@@ -104,13 +106,41 @@ impl From<&NetworkModel> for NetworkDef {
     }
 }
 
-/// The pod a CNI call is for (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`).
+/// The pod a CNI call is for (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`, `K8S_POD_UID`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct PodRef {
     /// Namespace.
     pub namespace: String,
     /// Name.
     pub name: String,
+    /// `metadata.uid`; empty when unknown (a runtime that passes no `K8S_POD_UID`, a lease
+    /// made before UIDs were recorded). A pod deleted and recreated under the same name gets
+    /// a new UID: it is another pod.
+    pub uid: String,
+}
+
+impl PodRef {
+    /// Whether both UIDs are known and differ: `self` and `other` are different pods, whatever
+    /// their names.
+    pub fn uid_differs(&self, other: &PodRef) -> bool {
+        !self.uid.is_empty() && !other.uid.is_empty() && self.uid != other.uid
+    }
+
+    /// Whether `other` may be the same pod: the same namespace and name, and no known UIDs
+    /// that differ.
+    pub fn same_pod(&self, other: &PodRef) -> bool {
+        self.namespace == other.namespace && self.name == other.name && !self.uid_differs(other)
+    }
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)?;
+        if !self.uid.is_empty() {
+            write!(f, " (UID {})", self.uid)?;
+        }
+        Ok(())
+    }
 }
 
 /// An ADD: attach `key` to `network` on `node`.
@@ -239,7 +269,7 @@ pub enum IpamError {
         container_id: String,
         /// Interface.
         ifname: String,
-        /// The existing lease: `network N, node M, pod ns/name`.
+        /// The existing lease: `network N, node M, pod ns/name (UID u)`.
         existing: String,
         /// The request, in the same form.
         requested: String,
@@ -956,19 +986,16 @@ impl Ipam {
     /// ADD: the lease of `req.key`, made now or returned as it was (see the module docs).
     pub fn allocate(&mut self, req: &AllocateRequest) -> Result<EndpointLease, IpamError> {
         if let Some(l) = self.leases.get(&req.key) {
-            if l.network == req.network && l.node == req.node && l.pod == req.pod {
+            if l.network == req.network && l.node == req.node && l.pod.same_pod(&req.pod) {
                 return Ok(l.clone());
             }
             return Err(IpamError::AlreadyExists {
                 container_id: req.key.container_id.clone(),
                 ifname: req.key.ifname.clone(),
-                existing: format!(
-                    "network {}, node {}, pod {}/{}",
-                    l.network, l.node, l.pod.namespace, l.pod.name
-                ),
+                existing: format!("network {}, node {}, pod {}", l.network, l.node, l.pod),
                 requested: format!(
-                    "network {}, node {}, pod {}/{}",
-                    req.network, req.node, req.pod.namespace, req.pod.name
+                    "network {}, node {}, pod {}",
+                    req.network, req.node, req.pod
                 ),
             });
         }

@@ -76,6 +76,10 @@ struct LeaseRecord {
     node: String,
     pod_namespace: String,
     pod_name: String,
+    /// Absent in states written before UIDs were recorded (and for pods of runtimes that pass
+    /// no UID): read as unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pod_uid: String,
     addresses: Vec<AddressRecord>,
     mac: String,
     port: u32,
@@ -144,6 +148,7 @@ impl Ipam {
                 node: l.node.clone(),
                 pod_namespace: l.pod.namespace.clone(),
                 pod_name: l.pod.name.clone(),
+                pod_uid: l.pod.uid.clone(),
                 addresses: l
                     .addresses
                     .iter()
@@ -385,6 +390,7 @@ fn restore_lease(
         pod: PodRef {
             namespace: r.pod_namespace.clone(),
             name: r.pod_name.clone(),
+            uid: r.pod_uid.clone(),
         },
         addresses,
         mac,

@@ -37,6 +37,7 @@ fn req(c: &str, network: &str, node: &str) -> AllocateRequest {
         pod: PodRef {
             namespace: "default".into(),
             name: format!("pod-{c}"),
+            uid: String::new(),
         },
     }
 }
@@ -545,6 +546,41 @@ fn same_key_with_another_network_node_or_pod_already_exists() {
     let l = i.allocate(&eth1).unwrap();
     assert_eq!(l.port, PortId(2));
     assert_ne!(l.host_iface, i.lease(&key("a")).unwrap().host_iface);
+}
+
+/// A lease records its pod's UID; the same key for a pod of the same name but another UID is
+/// another pod (recreated), and a request without a UID (or a lease without one) matches any.
+#[test]
+fn a_lease_records_the_pod_uid_and_another_uid_is_another_pod() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    let mut first = req("a", "net", "n1");
+    first.pod.uid = "uid-1".into();
+    let l = i.allocate(&first).unwrap();
+    assert_eq!(l.pod.uid, "uid-1");
+    let mut recreated = first.clone();
+    recreated.pod.uid = "uid-2".into();
+    let e = i.allocate(&recreated).unwrap_err();
+    assert!(matches!(e, IpamError::AlreadyExists { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("UID uid-1") && msg.contains("UID uid-2"),
+        "{msg}"
+    );
+    let mut unknown = first.clone();
+    unknown.pod.uid = String::new();
+    assert_eq!(i.allocate(&unknown).unwrap(), l);
+    // The UID survives a save and a load; a state written before UIDs were recorded loads
+    // with none.
+    let state = i.to_state();
+    let json = serde_json::to_value(&state).unwrap();
+    assert_eq!(json["leases"][0]["podUid"], "uid-1");
+    let restored = Ipam::from_state(&state, IpamConfig::default()).unwrap();
+    assert_eq!(restored.lease(&key("a")).unwrap().pod.uid, "uid-1");
+    let mut old = json;
+    old["leases"][0].as_object_mut().unwrap().remove("podUid");
+    let old: IpamState = serde_json::from_value(old).unwrap();
+    let restored = Ipam::from_state(&old, IpamConfig::default()).unwrap();
+    assert_eq!(restored.lease(&key("a")).unwrap().pod.uid, "");
 }
 
 #[test]

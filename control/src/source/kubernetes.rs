@@ -41,8 +41,10 @@ use crate::api::{Network, NetworkBindingPolicy, NetworkRoutingPolicy};
 /// How control reaches the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubernetesConfig {
-    /// A kubeconfig file; `None`: the in-cluster configuration (service account token and
-    /// `KUBERNETES_SERVICE_HOST`), else `$KUBECONFIG` / `~/.kube/config`.
+    /// A kubeconfig file; `None`: inferred (`kube::Config::infer`) — `$KUBECONFIG` or
+    /// `~/.kube/config` when there is one, else the in-cluster configuration (the pod's
+    /// service account token and CA under `/var/run/secrets/kubernetes.io/serviceaccount`,
+    /// `KUBERNETES_SERVICE_HOST`/`_PORT`), which is what a DaemonSet pod has.
     pub kubeconfig: Option<PathBuf>,
     /// This node (Pods are watched for it only).
     pub node: String,
