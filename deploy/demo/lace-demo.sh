@@ -144,7 +144,7 @@ cni() { # cni COMMAND POD
 
 declare -A ip4 ip6
 say "pods: lace-cni ADD for each pod of deploy/examples/pods.yaml"
-for pod in frontend-1 frontend-2 backend-1 backend-2 tools-1 cart-1; do
+for pod in frontend-1 frontend-2 backend-1 backend-2 tools-1 cart-1 storage-1 storage-2 storage-3; do
   ip netns add "pod-$tag-$pod"
   pods+=("$pod")
   if ! out=$(cni ADD "$pod"); then
@@ -210,10 +210,35 @@ else
   failures=$((failures+1))
 fi
 
+say "l2 network storage: one Ethernet domain across nodes (frames in SRv6, End.DT2U/DT2M)"
+expect_reach storage-1 storage-3 4
+expect_reach storage-1 storage-2 4
+expect_reach storage-1 storage-2 6
+expect_reach storage-2 storage-3 6
+
+stage_count() { # stage_count NODE STAGE → that stage's packet count on the node's forwarder
+  "$bin/lace-forwarder" stats --name "$tag-$1" --tables-dir /dev/shm --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["stages"].get(sys.argv[1], 0))' "$2"
+}
+say "ARP answered locally: storage-1 resolves storage-2 (on node-b) from node-a's neighbor table"
+in_pod storage-1 ip neigh flush dev eth0
+before=$(stage_count a arp-reply)
+in_pod storage-1 ping -4 -c 1 -W 1 -q "${ip4[storage-2]}" >/dev/null 2>&1 || true
+after=$(stage_count a arp-reply)
+resolved=$(in_pod storage-1 ip -4 neigh show "${ip4[storage-2]}" dev eth0 | awk '{for (i = 1; i < NF; i++) if ($i == "lladdr") print $(i+1)}')
+real=$(in_pod storage-2 cat /sys/class/net/eth0/address)
+if [ "$after" -gt "$before" ] && [ -n "$resolved" ] && [ "$resolved" = "$real" ]; then
+  ok "node-a's forwarder answered $((after - before)) ARP request(s): ${ip4[storage-2]} is at $resolved, storage-2's own MAC"
+else
+  bad "ARP for ${ip4[storage-2]}: node-a arp-reply $before → $after, resolved '${resolved}', storage-2's MAC $real"
+  failures=$((failures+1))
+fi
+
 say "isolation: frontend and backend are different networks"
 expect_isolated frontend-1 backend-2 4
 expect_isolated frontend-1 backend-1 4
 expect_isolated cart-1 tools-1 4
+expect_isolated storage-1 backend-2 4
 
 say "routing policy: deploy/examples/later/routing.yaml opens frontend ↔ backend"
 cp deploy/examples/later/routing.yaml "$work/manifests/"
