@@ -254,6 +254,73 @@ fn reachable(from: &Pod, to: IpAddr) {
     );
 }
 
+/// Five numbered UDP broadcasts from `from` to `bcast` (a broadcast address), with
+/// a listener in each of `to`: every listener must receive each datagram exactly once (head-end
+/// replication to the other node, local delivery once per member, nothing back or twice).
+fn broadcast_once(from: &Pod, to: &[&Pod], bcast: &str) {
+    use std::io::{BufRead, BufReader};
+    let listener = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7010))
+print("ready", flush=True)
+got, end = [], None
+s.settimeout(0.5)
+start = time.time()
+# Until a little after the end marker (a late duplicate still counts), at most 20 s.
+while time.time() - start < 20 and (end is None or time.time() - end < 1):
+    try:
+        d, _ = s.recvfrom(64)
+    except socket.timeout:
+        continue
+    if d == b"end":
+        end = end or time.time()
+    else:
+        got.append(d.decode())
+print(" ".join(got), flush=True)
+"#;
+    let mut listeners: Vec<_> = to
+        .iter()
+        .map(|p| {
+            let mut child = Command::new("ip")
+                .args(["netns", "exec", &p.ns, "python3", "-c", listener])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a broadcast listener");
+            let mut out = BufReader::new(child.stdout.take().expect("listener stdout"));
+            let mut line = String::new();
+            out.read_line(&mut line).expect("listener's ready line");
+            assert_eq!(line.trim(), "ready", "{}: listener did not start", p.name);
+            (p.name, child, out)
+        })
+        .collect();
+    let sender = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+for m in ["1", "2", "3", "4", "5", "end"]:
+    s.sendto(m.encode(), (sys.argv[1], 7010))
+"#;
+    let sent = run_capture(&[
+        "ip", "netns", "exec", &from.ns, "python3", "-c", sender, bcast,
+    ]);
+    for (name, child, out) in &mut listeners {
+        let mut line = String::new();
+        let read = out.read_line(&mut line);
+        let _ = child.kill();
+        let _ = child.wait();
+        read.expect("listener's result line");
+        sent.as_ref().expect("send the broadcasts");
+        assert_eq!(
+            line.trim(),
+            "1 2 3 4 5",
+            "{name}: every broadcast from {} exactly once, in order",
+            from.name
+        );
+    }
+}
+
 /// A TCP connection from `from` to `to` at `addr`: 64 KiB sent, echoed back, compared.
 fn tcp_echo(from: &Pod, to: &Pod, addr: IpAddr) {
     let server = r#"
@@ -485,6 +552,8 @@ fn two_nodes_end_to_end() {
     );
     // TCP across nodes.
     tcp_echo(&storage1, &storage2, storage2.v4);
+    // Broadcast: once to the member on the other node and once to the one beside the sender.
+    broadcast_once(&storage1, &[&storage2, &storage3], "255.255.255.255");
     // l2 and l3 networks stay isolated without a routing policy.
     assert!(
         !ping(&storage1, backend1.v4, 2),
