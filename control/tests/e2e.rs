@@ -254,13 +254,12 @@ fn reachable(from: &Pod, to: IpAddr) {
     );
 }
 
-/// Five numbered UDP broadcasts from `from` to `bcast` (a broadcast address), with
-/// a listener in each of `to`: every listener must receive each datagram exactly once (head-end
-/// replication to the other node, local delivery once per member, nothing back or twice).
-fn broadcast_once(from: &Pod, to: &[&Pod], bcast: &str) {
-    use std::io::{BufRead, BufReader};
+/// Five numbered UDP broadcasts from `from` to `bcast` (a broadcast address), with a listener
+/// in each of `to` (logs in `dir`): every listener must receive each datagram exactly once
+/// (head-end replication to the other node, local delivery once per member, nothing twice).
+fn broadcast_once(dir: &Path, from: &Pod, to: &[&Pod], bcast: &str) {
     let listener = r#"
-import socket, sys, time
+import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 7010))
@@ -278,23 +277,26 @@ while time.time() - start < 20 and (end is None or time.time() - end < 1):
         end = end or time.time()
     else:
         got.append(d.decode())
-print(" ".join(got), flush=True)
+print("got", " ".join(got), flush=True)
 "#;
-    let mut listeners: Vec<_> = to
+    // Killed and reaped on drop, also when an assertion below fails.
+    let listeners: Vec<Proc> = to
         .iter()
         .map(|p| {
-            let mut child = Command::new("ip")
-                .args(["netns", "exec", &p.ns, "python3", "-c", listener])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn a broadcast listener");
-            let mut out = BufReader::new(child.stdout.take().expect("listener stdout"));
-            let mut line = String::new();
-            out.read_line(&mut line).expect("listener's ready line");
-            assert_eq!(line.trim(), "ready", "{}: listener did not start", p.name);
-            (p.name, child, out)
+            let argv = ["ip", "netns", "exec", &p.ns, "python3", "-c", listener].map(String::from);
+            let log = dir.join(format!("broadcast-{}.log", p.name));
+            Proc::spawn(&format!("broadcast listener in {}", p.name), &argv, log)
         })
         .collect();
+    let line = |p: &Proc, prefix: &str| {
+        std::fs::read_to_string(&p.log)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix).map(str::to_owned))
+    };
+    for p in &listeners {
+        wait_for(&format!("{} ready", p.name), WAIT, || line(p, "ready"));
+    }
     let sender = r#"
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -302,20 +304,17 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
 for m in ["1", "2", "3", "4", "5", "end"]:
     s.sendto(m.encode(), (sys.argv[1], 7010))
 "#;
-    let sent = run_capture(&[
+    run_capture(&[
         "ip", "netns", "exec", &from.ns, "python3", "-c", sender, bcast,
-    ]);
-    for (name, child, out) in &mut listeners {
-        let mut line = String::new();
-        let read = out.read_line(&mut line);
-        let _ = child.kill();
-        let _ = child.wait();
-        read.expect("listener's result line");
-        sent.as_ref().expect("send the broadcasts");
+    ])
+    .expect("send the broadcasts");
+    for p in &listeners {
+        let got = wait_for(&format!("{} result", p.name), WAIT, || line(p, "got"));
         assert_eq!(
-            line.trim(),
+            got.trim(),
             "1 2 3 4 5",
-            "{name}: every broadcast from {} exactly once, in order",
+            "{}: every broadcast from {} exactly once, in order",
+            p.name,
             from.name
         );
     }
@@ -553,7 +552,12 @@ fn two_nodes_end_to_end() {
     // TCP across nodes.
     tcp_echo(&storage1, &storage2, storage2.v4);
     // Broadcast: once to the member on the other node and once to the one beside the sender.
-    broadcast_once(&storage1, &[&storage2, &storage3], "255.255.255.255");
+    broadcast_once(
+        &lab.res.dir,
+        &storage1,
+        &[&storage2, &storage3],
+        "255.255.255.255",
+    );
     // l2 and l3 networks stay isolated without a routing policy.
     assert!(
         !ping(&storage1, backend1.v4, 2),
