@@ -90,6 +90,7 @@ pub fn figures(scale: &Scale) -> anyhow::Result<Outcome> {
     bind(&mut out, scale).context("bind figures")?;
     ipam(&mut out, scale).context("ipam figures")?;
     compile(&mut out, scale).context("compile figures")?;
+    crate::policy::figures(&mut out, scale).context("NetworkPolicy figures")?;
     Ok(out)
 }
 
@@ -254,6 +255,7 @@ fn ipam_request(i: usize) -> AllocateRequest {
             name: format!("pod-{i}"),
             uid: String::new(),
         },
+        identity: None,
     }
 }
 
@@ -542,6 +544,7 @@ fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
                 v6: Some((format!("fd00:{n:x}::/32").parse()?, Some(64))),
                 external: vec![],
                 anonymous: false,
+                l2: lace_control::world::L2Config::default(),
             },
         );
         for k in 1..=s.nodes {
@@ -571,7 +574,7 @@ fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
     Ok(w)
 }
 
-fn shm_base() -> PathBuf {
+pub(crate) fn shm_base() -> PathBuf {
     if Path::new("/dev/shm").is_dir() {
         PathBuf::from("/dev/shm")
     } else {
@@ -718,11 +721,11 @@ fn compile(out: &mut Outcome, scale: &Scale) -> anyhow::Result<()> {
 
 /// A directory removed on drop.
 #[derive(Debug)]
-struct TempDir(PathBuf, bool);
+pub(crate) struct TempDir(pub(crate) PathBuf, bool);
 
 impl TempDir {
     /// A new directory under `base`, removed on drop.
-    fn new(prefix: &str, base: &Path) -> anyhow::Result<TempDir> {
+    pub(crate) fn new(prefix: &str, base: &Path) -> anyhow::Result<TempDir> {
         Self::create(prefix, base, false)
     }
 
@@ -841,19 +844,53 @@ pub fn cni_figures(scale: &Scale) -> Outcome {
 /// Nodes of the stack: (suffix, node name).
 const NODES: [(&str, &str); 2] = [("a", "node-a"), ("b", "node-b")];
 
+/// The name of the stack's node `n` (`a`, `b`).
+fn node_name(n: &str) -> anyhow::Result<&'static str> {
+    NODES
+        .iter()
+        .find(|(s, _)| *s == n)
+        .map(|(_, node)| *node)
+        .ok_or_else(|| anyhow!("the stack has no node {n}"))
+}
+
+/// Where the stack's controls read their objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A manifests directory (`--source standalone`): the examples and the bench's pods.
+    Standalone,
+    /// The fake API server (`--source kubernetes`), loaded with the same examples; the bench
+    /// creates each Pod before its ADD, as the scheduler would ([`crate::k8s`]).
+    Kubernetes,
+}
+
+/// A pod attached (or being attached) through lace-cni.
+#[derive(Debug)]
+struct Attached {
+    container: String,
+    /// The node's suffix (`a`, `b`).
+    node: &'static str,
+    namespace: String,
+    pod: String,
+    /// The Pod's uid (Kubernetes mode: kubelet passes it in `CNI_ARGS`).
+    uid: Option<String>,
+}
+
 /// The two-node stack: namespaces, processes and files, all removed on drop. Also the lace
 /// shape of the pod-path comparison ([`crate::podpath`]).
 #[derive(Debug)]
 pub(crate) struct Stack {
     pub(crate) tag: String,
     pub(crate) bin: PathBuf,
+    /// The fake API server (Kubernetes mode). Declared before `work`: dropped after the
+    /// daemons are stopped (see `Drop`), before the directory with its kubeconfig.
+    cluster: Option<crate::k8s::Cluster>,
     work: TempDir,
     /// The running daemons (lace-forwarder, lace-control of each node).
     procs: Vec<(String, Child)>,
     /// Pod namespaces still present.
     pod_netns: Vec<String>,
-    /// Attachments still present (container id, node suffix, pod namespace, pod name).
-    attached: Vec<(String, &'static str, String)>,
+    /// Attachments still present.
+    attached: Vec<Attached>,
 }
 
 pub(crate) fn run_ok(cmd: &mut Command) -> anyhow::Result<String> {
@@ -877,7 +914,12 @@ impl Stack {
         format!("lace-bench-{}-{n}", self.tag)
     }
 
+    /// A standalone stack.
     pub(crate) fn start() -> anyhow::Result<Stack> {
+        Self::start_in(Mode::Standalone)
+    }
+
+    pub(crate) fn start_in(mode: Mode) -> anyhow::Result<Stack> {
         let bin = bin_dir()?;
         for b in ["lace-forwarder", "lace-control", "lace-cni"] {
             if !bin.join(b).is_file() {
@@ -908,9 +950,14 @@ impl Stack {
         }
         let tag = format!("{}", std::process::id());
         let work = TempDir::keepable("lace-bench-cni", &std::env::temp_dir())?;
+        let cluster = match mode {
+            Mode::Standalone => None,
+            Mode::Kubernetes => Some(crate::k8s::Cluster::start(&work.0, &examples)?),
+        };
         let mut s = Stack {
             tag,
             bin,
+            cluster,
             work,
             procs: Vec::new(),
             pod_netns: Vec::new(),
@@ -977,9 +1024,236 @@ impl Stack {
         Ok(())
     }
 
-    /// Writes the pod manifests (before lace-control starts, as the API server would hold
-    /// them before kubelet's ADD) and starts the daemons.
+    /// Starts the daemons; standalone, after writing the pod manifests (`pods` measured pods,
+    /// `rounds` concurrent rounds). In Kubernetes mode [`Stack::add`] creates each Pod instead.
     pub(crate) fn launch(&mut self, pods: usize, rounds: usize) -> anyhow::Result<()> {
+        if self.cluster.is_none() {
+            self.write_pods(pods, rounds)?;
+        }
+        for (n, _) in NODES {
+            let ns = self.node_ns(n);
+            let f = std::fs::File::create(self.work.0.join(format!("forwarder-{n}.log")))?;
+            let child = Command::new("ip")
+                .args(["netns", "exec", &ns])
+                .arg(self.bin.join("lace-forwarder"))
+                .arg("run")
+                .arg("--config")
+                .arg(self.work.0.join(format!("forwarder-{n}.toml")))
+                .stdin(Stdio::null())
+                .stdout(f.try_clone()?)
+                .stderr(f)
+                .spawn()
+                .context("starting lace-forwarder")?;
+            self.procs.push((format!("forwarder-{n}"), child));
+            self.spawn_control(n)?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (n, _) in NODES {
+            while !self.socket(n).exists() {
+                self.check_alive()?;
+                if Instant::now() > deadline {
+                    bail!(
+                        "lace-control on node-{n} did not open {} within 20 s",
+                        self.socket(n).display()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts node `n`'s lace-control (its log appended to `control-<n>.log`): standalone in
+    /// the node's namespace; in Kubernetes mode in this one, where the API server listens on
+    /// 127.0.0.1 (control needs no interface of the node's: lace-cni makes the pod's veth, the
+    /// forwarder reads the tables from /dev/shm).
+    fn spawn_control(&mut self, n: &'static str) -> anyhow::Result<()> {
+        let node = node_name(n)?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.work.0.join(format!("control-{n}.log")))?;
+        let mut cmd = if self.cluster.is_some() {
+            Command::new(self.bin.join("lace-control"))
+        } else {
+            let mut ip = Command::new("ip");
+            ip.args(["netns", "exec", &self.node_ns(n)])
+                .arg(self.bin.join("lace-control"));
+            ip
+        };
+        cmd.args(["run", "--node", node]);
+        match &self.cluster {
+            None => {
+                let manifests = self.manifests();
+                cmd.arg("--manifests")
+                    .arg(&manifests)
+                    .arg("--state")
+                    .arg(manifests.join(".lace/state.json"));
+            }
+            Some(c) => {
+                cmd.args(["--source", "kubernetes", "--kubeconfig"])
+                    .arg(&c.kubeconfig)
+                    .arg("--state-dir")
+                    .arg(self.state_dir(n));
+            }
+        }
+        let child = cmd
+            .arg("--socket")
+            .arg(self.socket(n))
+            .args(["--tables-dir", "/dev/shm", "--tables-name"])
+            .arg(format!("lace-bench-{}-{n}", self.tag))
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .context("starting lace-control")?;
+        self.procs.push((format!("control-{n}"), child));
+        Ok(())
+    }
+
+    /// Node `n`'s control's own files (status, attachment marks).
+    fn state_dir(&self, n: &str) -> PathBuf {
+        match &self.cluster {
+            None => self.manifests().join(".lace"),
+            Some(_) => self.work.0.join(format!("state-{n}")),
+        }
+    }
+
+    /// The fake API server (Kubernetes mode only).
+    pub(crate) fn cluster(&self) -> anyhow::Result<&crate::k8s::Cluster> {
+        self.cluster
+            .as_ref()
+            .ok_or_else(|| anyhow!("a standalone stack has no API server"))
+    }
+
+    /// Node `n`'s status file, once `done` holds for it (read every 50 ms, at most `within`).
+    pub(crate) fn wait_status(
+        &mut self,
+        n: &str,
+        within: Duration,
+        done: impl Fn(&lace_control::daemon::status::StatusFile) -> bool,
+    ) -> anyhow::Result<lace_control::daemon::status::StatusFile> {
+        let path = self.state_dir(n).join(format!("status-node-{n}.yaml"));
+        let deadline = Instant::now() + within;
+        loop {
+            let read = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| serde_yaml::from_str(&t).ok());
+            if let Some(s) = read {
+                if done(&s) {
+                    return Ok(s);
+                }
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not reach the expected state within {} s",
+                    path.display(),
+                    within.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The pid of node `n`'s lace-control (standalone, `ip netns exec` execs it: the same
+    /// process).
+    pub(crate) fn control_pid(&self, n: &str) -> anyhow::Result<u32> {
+        let name = format!("control-{n}");
+        let pid = self
+            .procs
+            .iter()
+            .find(|(p, _)| *p == name)
+            .map(|(_, c)| c.id())
+            .ok_or_else(|| anyhow!("{name} is not running"))?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() != "lace-control" {
+            bail!(
+                "process {pid} of {name} is {:?}, not lace-control",
+                comm.trim()
+            );
+        }
+        Ok(pid)
+    }
+
+    /// Waits until node `n`'s control is idle: less than 2% of a CPU over 500 ms (at most
+    /// `within`); how long that took.
+    pub(crate) fn settle_cpu(&mut self, n: &str, within: Duration) -> anyhow::Result<Duration> {
+        let pid = self.control_pid(n)?;
+        let ticks = || -> anyhow::Result<u64> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+            // After the command (which may hold spaces and parentheses): state is field 3,
+            // utime and stime are fields 14 and 15.
+            let rest = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r)
+                .ok_or_else(|| anyhow!("unreadable /proc/{pid}/stat"))?;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Ok(f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+                + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0))
+        };
+        let hz = crate::sys::clock_ticks_per_s() as f64;
+        let start = Instant::now();
+        let window = Duration::from_millis(500);
+        loop {
+            let before = ticks()?;
+            std::thread::sleep(window);
+            self.check_alive()?;
+            let used = (ticks()? - before) as f64 / hz;
+            if used < 0.02 * window.as_secs_f64() || start.elapsed() > within {
+                return Ok(start.elapsed());
+            }
+        }
+    }
+
+    /// Stops node `n`'s control (SIGTERM) and starts it again; the time from its start until
+    /// its socket answers Status ok (at most `within`). Its status file is removed in between,
+    /// so that [`Stack::wait_status`] reads the restarted control's.
+    pub(crate) fn restart_control(
+        &mut self,
+        n: &'static str,
+        within: Duration,
+    ) -> anyhow::Result<Duration> {
+        let name = format!("control-{n}");
+        let i = self
+            .procs
+            .iter()
+            .position(|(p, _)| *p == name)
+            .ok_or_else(|| anyhow!("{name} is not running"))?;
+        let (_, mut child) = self.procs.remove(i);
+        Self::stop(&name, &mut child);
+        let status = self.state_dir(n).join(format!("status-node-{n}.yaml"));
+        std::fs::remove_file(&status)
+            .with_context(|| format!("removing {} before the restart", status.display()))?;
+        let client = lace_control::cni::client::ControlClient::new(
+            self.socket(n),
+            Duration::from_millis(200),
+        );
+        let t = Instant::now();
+        self.spawn_control(n)?;
+        loop {
+            // Not listening yet, or "try again later" until it has read its source.
+            let answer = client.call(
+                &lace_control::proto::Request::Status,
+                Duration::from_secs(5),
+            );
+            if let Ok(lace_control::proto::Response::Ok) = answer {
+                return Ok(t.elapsed());
+            }
+            self.check_alive()?;
+            if t.elapsed() > within {
+                bail!(
+                    "{name} was not ready within {} s of its restart",
+                    within.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Writes the pod manifests of the standalone stack (before lace-control starts, as the
+    /// API server would hold them before kubelet's ADD).
+    fn write_pods(&self, pods: usize, rounds: usize) -> anyhow::Result<()> {
         let manifests = self.work.0.join("manifests");
         let mut yaml = String::new();
         let mut pod = |name: &str, node: &str| {
@@ -1002,63 +1276,25 @@ impl Stack {
             }
         }
         std::fs::write(manifests.join("bench-pods.yaml"), yaml)?;
-
-        for (n, node) in NODES {
-            let ns = self.node_ns(n);
-            let log = |what: &str| -> anyhow::Result<(std::fs::File, std::fs::File)> {
-                let f = std::fs::File::create(self.work.0.join(format!("{what}-{n}.log")))?;
-                Ok((f.try_clone()?, f))
-            };
-            let (o, e) = log("forwarder")?;
-            let child = Command::new("ip")
-                .args(["netns", "exec", &ns])
-                .arg(self.bin.join("lace-forwarder"))
-                .arg("run")
-                .arg("--config")
-                .arg(self.work.0.join(format!("forwarder-{n}.toml")))
-                .stdin(Stdio::null())
-                .stdout(o)
-                .stderr(e)
-                .spawn()
-                .context("starting lace-forwarder")?;
-            self.procs.push((format!("forwarder-{n}"), child));
-            let (o, e) = log("control")?;
-            let child = Command::new("ip")
-                .args(["netns", "exec", &ns])
-                .arg(self.bin.join("lace-control"))
-                .args(["run", "--node", node, "--manifests"])
-                .arg(&manifests)
-                .arg("--state")
-                .arg(manifests.join(".lace/state.json"))
-                .arg("--socket")
-                .arg(self.socket(n))
-                .args(["--tables-dir", "/dev/shm", "--tables-name"])
-                .arg(format!("lace-bench-{}-{n}", self.tag))
-                .stdin(Stdio::null())
-                .stdout(o)
-                .stderr(e)
-                .spawn()
-                .context("starting lace-control")?;
-            self.procs.push((format!("control-{n}"), child));
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for (n, _) in NODES {
-            while !self.socket(n).exists() {
-                self.check_alive()?;
-                if Instant::now() > deadline {
-                    bail!(
-                        "lace-control on node-{n} did not open {} within 20 s",
-                        self.socket(n).display()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
         Ok(())
     }
 
     fn socket(&self, n: &str) -> PathBuf {
         self.work.0.join(format!("control-{n}.sock"))
+    }
+
+    /// The manifests directory both controls read (write more before [`Stack::launch`]).
+    pub(crate) fn manifests(&self) -> PathBuf {
+        self.work.0.join("manifests")
+    }
+
+    /// The table set of node `n` (`a`, `b`) in /dev/shm.
+    pub(crate) fn tables(&self, n: &str) -> TablesConfig {
+        TablesConfig {
+            dir: PathBuf::from("/dev/shm"),
+            name: format!("lace-bench-{}-{n}", self.tag),
+            ..TablesConfig::new("unused")
+        }
     }
 
     pub(crate) fn check_alive(&mut self) -> anyhow::Result<()> {
@@ -1095,59 +1331,66 @@ impl Stack {
         format!("lace-bench-{}-{pod}", self.tag)
     }
 
-    /// One `lace-cni` call in node `n`'s namespace, as kubelet makes it; returns stdout.
-    fn cni(&self, cmd: &str, n: &str, pod: &str, container: &str) -> anyhow::Result<String> {
-        let conf = json!({
-            "cniVersion": "1.1.0",
-            "name": "lace",
-            "type": "lace-cni",
-            "controlSocket": self.socket(n),
-        })
-        .to_string();
-        let mut child = Command::new("nsenter")
-            .arg(format!("--net=/var/run/netns/{}", self.node_ns(n)))
-            .arg(self.bin.join("lace-cni"))
-            .env("CNI_COMMAND", cmd)
-            .env("CNI_CONTAINERID", container)
-            .env("CNI_NETNS", format!("/var/run/netns/{}", self.pod_ns(pod)))
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", &self.bin)
-            .env(
-                "CNI_ARGS",
-                format!("K8S_POD_NAMESPACE=team-blue;K8S_POD_NAME={pod}"),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting lace-cni")?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(conf.as_bytes())?;
-        }
-        let o = child.wait_with_output()?;
-        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-        if !o.status.success() {
-            bail!(
-                "lace-cni {cmd} for {pod} failed ({}): {} {}",
-                o.status,
-                stdout.trim(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-        }
-        Ok(stdout)
+    /// One `lace-cni` call for `a` in its node's namespace, as kubelet makes it; returns stdout.
+    fn cni(&self, cmd: &str, a: &Attached) -> anyhow::Result<String> {
+        self.cni_env().call(cmd, a)
     }
 
-    /// Creates the pod's netns and ADDs it on node `n`; returns (its IPv4 address, ADD time).
+    /// What a `lace-cni` call needs of the stack (shareable across threads, unlike the stack
+    /// with its API server).
+    fn cni_env(&self) -> CniEnv<'_> {
+        CniEnv {
+            bin: &self.bin,
+            node_ns: [self.node_ns("a"), self.node_ns("b")],
+            sockets: [self.socket("a"), self.socket("b")],
+            pod_ns_prefix: format!("lace-bench-{}-", self.tag),
+        }
+    }
+
+    /// Creates the pod's netns and ADDs it on node `n` (`team-blue`, label `tier: backend`;
+    /// in Kubernetes mode the Pod is created in the API first, as the scheduler binds it
+    /// before kubelet's ADD); returns (its IPv4 address, ADD time).
     pub(crate) fn add(&mut self, n: &'static str, pod: &str) -> anyhow::Result<(String, Duration)> {
+        let uid = match &self.cluster {
+            None => None,
+            Some(c) => Some(c.create_pod(pod, node_name(n)?)?),
+        };
+        self.add_in(n, "team-blue", pod, uid)
+    }
+
+    /// ADDs a pod that exists in the API (Kubernetes mode) with its uid, as kubelet does.
+    pub(crate) fn add_pod(
+        &mut self,
+        n: &'static str,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+    ) -> anyhow::Result<(String, Duration)> {
+        self.add_in(n, namespace, pod, Some(uid.to_owned()))
+    }
+
+    fn add_in(
+        &mut self,
+        n: &'static str,
+        namespace: &str,
+        pod: &str,
+        uid: Option<String>,
+    ) -> anyhow::Result<(String, Duration)> {
         let ns = self.pod_ns(pod);
         ip(&["netns", "add", &ns])?;
         self.pod_netns.push(ns);
-        let container = format!("lace-bench-{}-{pod}", self.tag);
+        let a = Attached {
+            container: format!("lace-bench-{}-{pod}", self.tag),
+            node: n,
+            namespace: namespace.to_owned(),
+            pod: pod.to_owned(),
+            uid,
+        };
         let t = Instant::now();
-        let result = self.cni("ADD", n, pod, &container);
+        let result = self.cni("ADD", &a);
         let took = t.elapsed();
         // Recorded even on failure: a failed ADD may have left something for DEL to remove.
-        self.attached.push((container, n, pod.to_owned()));
+        self.attached.push(a);
         let v: Value = serde_json::from_str(&result?).context("lace-cni ADD's result")?;
         let addr = v["ips"]
             .as_array()
@@ -1163,22 +1406,32 @@ impl Stack {
     /// ADDs `pods` on node `n` all at once (one `lace-cni` process each, started together);
     /// returns each ADD's time. Their namespaces are made before, untimed.
     fn add_at_once(&mut self, n: &'static str, pods: &[String]) -> anyhow::Result<Vec<Duration>> {
+        let first = self.attached.len();
         for pod in pods {
             let ns = self.pod_ns(pod);
             ip(&["netns", "add", &ns])?;
             self.pod_netns.push(ns);
-            self.attached
-                .push((format!("lace-bench-{}-{pod}", self.tag), n, pod.clone()));
+            let uid = match &self.cluster {
+                None => None,
+                Some(c) => Some(c.create_pod(pod, node_name(n)?)?),
+            };
+            self.attached.push(Attached {
+                container: format!("lace-bench-{}-{pod}", self.tag),
+                node: n,
+                namespace: "team-blue".to_owned(),
+                pod: pod.clone(),
+                uid,
+            });
         }
-        let this = &*self;
+        let env = self.cni_env();
+        let env = &env;
         let results: Vec<anyhow::Result<Duration>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = pods
+            let handles: Vec<_> = self.attached[first..]
                 .iter()
-                .map(|pod| {
+                .map(|a| {
                     scope.spawn(move || {
-                        let container = format!("lace-bench-{}-{pod}", this.tag);
                         let t = Instant::now();
-                        this.cni("ADD", n, pod, &container)?;
+                        env.call("ADD", a)?;
                         Ok(t.elapsed())
                     })
                 })
@@ -1199,11 +1452,11 @@ impl Stack {
         let i = self
             .attached
             .iter()
-            .position(|a| a.2 == pod)
+            .position(|a| a.pod == pod)
             .ok_or_else(|| anyhow!("{pod} is not attached"))?;
-        let (container, n, _) = self.attached.remove(i);
+        let a = self.attached.remove(i);
         let t = Instant::now();
-        self.cni("DEL", n, pod, &container)?;
+        self.cni("DEL", &a)?;
         let took = t.elapsed();
         let ns = self.pod_ns(pod);
         ip(&["netns", "del", &ns])?;
@@ -1227,8 +1480,10 @@ impl Stack {
         Ok(st.success())
     }
 
-    fn measure(&mut self, scale: &Scale, out: &mut Outcome) -> anyhow::Result<()> {
+    /// The `cni.*` figures (`k8s.cni.*` and `k8s.api_requests_per_pod` in Kubernetes mode).
+    pub(crate) fn measure(&mut self, scale: &Scale, out: &mut Outcome) -> anyhow::Result<()> {
         let n = cni_pods(scale);
+        let prefix = if self.cluster.is_some() { "k8s." } else { "" };
         let rounds = cni_rounds(scale);
         self.launch(n, rounds)?;
         let (target, _) = self
@@ -1251,6 +1506,11 @@ impl Stack {
             Histogram::new(),
         );
         let mut late = Vec::new();
+        // Kubernetes mode: requests at the API server from each Pod's creation until it
+        // answers (add windows), and over the whole loop (DELs and probes included).
+        let requests = |s: &Self| s.cluster.as_ref().map(crate::k8s::Cluster::requests);
+        let mut in_windows: BTreeMap<String, u64> = BTreeMap::new();
+        let mut loop_start = None;
         // One untimed round first (first-use costs: page cache, binaries, lazy setup).
         for i in 0..=n {
             let pod = if i == 0 {
@@ -1258,10 +1518,20 @@ impl Stack {
             } else {
                 format!("bench-{}", i - 1)
             };
+            if i == 1 {
+                loop_start = requests(&*self);
+            }
+            let before = requests(&*self);
             let t0 = Instant::now();
             let (_, add_took) = self.add("a", &pod)?;
             let reached = self.probe(&pod, &target, 2)?;
             let took = t0.elapsed();
+            if let (Some((_, b)), Some((_, a)), true) = (before, requests(&*self), i > 0) {
+                for (verb, count) in a {
+                    let d = count - b.get(&verb).copied().unwrap_or(0);
+                    *in_windows.entry(verb).or_default() += d;
+                }
+            }
             let t1 = Instant::now();
             let floor_ok = self.probe("bench-resident", &target, 2)?;
             let floor_took = t1.elapsed();
@@ -1283,6 +1553,29 @@ impl Stack {
             add.record(add_took);
             del.record(del_took);
         }
+        if let (Some((start, start_verbs)), Some((end, end_verbs))) = (loop_start, requests(&*self))
+        {
+            let per_pod = in_windows.values().sum::<u64>() as f64 / n as f64;
+            out.push(Figure::new(
+                crate::k8s::REQUESTS_FIGURE,
+                per_pod,
+                "requests",
+            ));
+            let whole: BTreeMap<&String, u64> = end_verbs
+                .iter()
+                .map(|(v, c)| (v, c - start_verbs.get(v).copied().unwrap_or(0)))
+                .filter(|(_, c)| *c > 0)
+                .collect();
+            out.notes.push(format!(
+                "{}: requests at the fake API server (both controls) from each Pod's creation \
+                 until its first ping reply, summed over {n} pods: {in_windows:?}; over the whole \
+                 loop (creation, ADD, ping, reach_floor, DEL; the Pods stay): {} = {:.1} per pod \
+                 {whole:?}",
+                crate::k8s::REQUESTS_FIGURE,
+                end - start,
+                (end - start) as f64 / n as f64,
+            ));
+        }
         // Concurrent rounds: 20 ADDs started at once, each timed on its own.
         let mut concurrent = Histogram::new();
         for r in 0..rounds {
@@ -1298,47 +1591,60 @@ impl Stack {
             }
         }
         let ms = |h: &Histogram, p: f64| h.percentile_us(p) / 1000.0;
+        let id = |s: &str| format!("{prefix}{s}");
         let f50 = out.push(Figure::new(
-            "cni.reach_floor.p50_ms",
+            id("cni.reach_floor.p50_ms"),
             ms(&floor, 50.0),
             "ms",
         ));
         let f99 = out.push(Figure::new(
-            "cni.reach_floor.p99_ms",
+            id("cni.reach_floor.p99_ms"),
             ms(&floor, 99.0),
             "ms",
         ));
         out.push(Figure::versus(
-            "cni.add_to_reachable.p50_ms",
+            id("cni.add_to_reachable.p50_ms"),
             ms(&reach, 50.0),
             &f50,
         ));
-        out.push(Figure::versus(CNI_FIGURE, ms(&reach, 99.0), &f99));
-        let a50 = out.push(Figure::new("cni.add.p50_ms", ms(&add, 50.0), "ms"));
-        let a99 = out.push(Figure::new("cni.add.p99_ms", ms(&add, 99.0), "ms"));
+        out.push(Figure::versus(id(CNI_FIGURE), ms(&reach, 99.0), &f99));
+        let a50 = out.push(Figure::new(id("cni.add.p50_ms"), ms(&add, 50.0), "ms"));
+        let a99 = out.push(Figure::new(id("cni.add.p99_ms"), ms(&add, 99.0), "ms"));
         out.push(Figure::versus(
-            "cni.add.concurrent20.p50_ms",
+            id("cni.add.concurrent20.p50_ms"),
             ms(&concurrent, 50.0),
             &a50,
         ));
         out.push(Figure::versus(
-            "cni.add.concurrent20.p99_ms",
+            id("cni.add.concurrent20.p99_ms"),
             ms(&concurrent, 99.0),
             &a99,
         ));
-        out.push(Figure::new("cni.del.p50_ms", ms(&del, 50.0), "ms"));
-        out.push(Figure::new("cni.pods", n as f64, "pods"));
+        out.push(Figure::new(id("cni.del.p50_ms"), ms(&del, 50.0), "ms"));
+        out.push(Figure::new(id("cni.pods"), n as f64, "pods"));
+        if self.cluster.is_none() {
+            out.notes.push(format!(
+                "cni: {n} pods on node-a, each: netns, then the clock: `nsenter --net=<node-a> \
+                 lace-cni` ADD (CNI_* environment, config with controlSocket on stdin), then \
+                 `nsenter --net=<pod> ping -c1 -i 0.001 -w 2` to the target pod on node-b \
+                 (across the SRv6 underlay) until its first reply; reach_floor: the same ping \
+                 from the resident pod, right after; then DEL and netns removal (untimed but for \
+                 cni.del); two lace-forwarders (af_packet uplinks, 4 KiB pages) and two \
+                 lace-controls on a copy of deploy/examples, started before the figures, unpinned"
+            ));
+        } else {
+            out.notes.push(format!(
+                "k8s.cni: the cni stack with both lace-controls on `--source kubernetes` against \
+                 lace-kube-fake (TLS, bearer token, kubeconfig; CRDs and deploy/examples loaded \
+                 in it); {n} pods on node-a, each: netns, then the clock: the Pod created in the \
+                 API (spec.nodeName node-a, as the scheduler binds it), `lace-cni` ADD with \
+                 kubelet's CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_INFRA_CONTAINER_ID, \
+                 K8S_POD_UID; control answers once its watch has delivered the Pod), then the same \
+                 ping as cni.add_to_reachable until its first reply; DEL untimed, the Pod stays"
+            ));
+        }
         out.notes.push(format!(
-            "cni: {n} pods on node-a, each: netns, then the clock: `nsenter --net=<node-a> \
-             lace-cni` ADD (CNI_* environment, config with controlSocket on stdin), then \
-             `nsenter --net=<pod> ping -c1 -i 0.001 -w 2` to the target pod on node-b (across \
-             the SRv6 underlay) until its first reply; reach_floor: the same ping from the \
-             resident pod, right after; then DEL and netns removal (untimed but for cni.del); \
-             two lace-forwarders (af_packet uplinks, 4 KiB pages) and two lace-controls on a \
-             copy of deploy/examples, started before the figures, unpinned"
-        ));
-        out.notes.push(format!(
-            "cni.add.concurrent20: {rounds} round(s) of {CONCURRENT} `lace-cni` ADDs started \
+            "{prefix}cni.add.concurrent20: {rounds} round(s) of {CONCURRENT} `lace-cni` ADDs started \
              together on node-a (one process each, as kubelet starts a burst of pods); each ADD \
              timed from its own start to its result; lace-control answers them from its event \
              loop's batches (no lock held across a reconcile), then DEL, untimed"
@@ -1377,10 +1683,77 @@ impl Stack {
     }
 }
 
+/// What a `lace-cni` call needs of the [`Stack`].
+#[derive(Debug)]
+struct CniEnv<'a> {
+    bin: &'a Path,
+    /// Node namespaces of `a`, `b`.
+    node_ns: [String; 2],
+    /// Control sockets of `a`, `b`.
+    sockets: [PathBuf; 2],
+    pod_ns_prefix: String,
+}
+
+impl CniEnv<'_> {
+    /// One `lace-cni` call for `a` in its node's namespace, as kubelet makes it; returns stdout.
+    fn call(&self, cmd: &str, a: &Attached) -> anyhow::Result<String> {
+        let (pod, container) = (a.pod.as_str(), a.container.as_str());
+        let k = usize::from(a.node != "a");
+        let conf = json!({
+            "cniVersion": "1.1.0",
+            "name": "lace",
+            "type": "lace-cni",
+            "controlSocket": self.sockets[k],
+        })
+        .to_string();
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{}", self.node_ns[k]))
+            .arg(self.bin.join("lace-cni"))
+            .env("CNI_COMMAND", cmd)
+            .env("CNI_CONTAINERID", container)
+            .env(
+                "CNI_NETNS",
+                format!("/var/run/netns/{}{pod}", self.pod_ns_prefix),
+            )
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", self.bin)
+            .env(
+                "CNI_ARGS",
+                match &a.uid {
+                    None => format!("K8S_POD_NAMESPACE={};K8S_POD_NAME={pod}", a.namespace),
+                    Some(uid) => format!(
+                        "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};\
+                         K8S_POD_INFRA_CONTAINER_ID={container};K8S_POD_UID={uid}",
+                        a.namespace
+                    ),
+                },
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting lace-cni")?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(conf.as_bytes())?;
+        }
+        let o = child.wait_with_output()?;
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        if !o.status.success() {
+            bail!(
+                "lace-cni {cmd} for {pod} failed ({}): {} {}",
+                o.status,
+                stdout.trim(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        Ok(stdout)
+    }
+}
+
 impl Drop for Stack {
     fn drop(&mut self) {
-        for (container, n, pod) in std::mem::take(&mut self.attached) {
-            let _ = self.cni("DEL", n, &pod, &container);
+        for a in std::mem::take(&mut self.attached) {
+            let _ = self.cni("DEL", &a);
         }
         for ns in std::mem::take(&mut self.pod_netns) {
             let _ = ip(&["netns", "del", &ns]);

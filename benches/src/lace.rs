@@ -26,7 +26,9 @@ use lace_shared::hash::{HashHdr, HashKey, HashTable};
 use lace_shared::pod::Pod;
 use lace_shared::region::{Region, RegionKind};
 use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
-use lace_shared::types::{MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, PortId};
+use lace_shared::types::{
+    L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, PortId,
+};
 
 use crate::workload::Route4;
 
@@ -339,7 +341,7 @@ struct ProbeShared {
 
 /// Removes a table set's files when dropped.
 #[derive(Debug)]
-struct Cleanup(TablesConfig);
+pub(crate) struct Cleanup(pub(crate) TablesConfig);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
@@ -393,6 +395,8 @@ impl PublishProbe {
                 gateway4: Some("10.0.0.1".parse().expect("literal")),
                 gateway6: None,
                 mtu: 1500,
+                stateful: false,
+                l2: L2Settings::default(),
             },
         )?;
         for &(p, len, nh) in routes {

@@ -7,13 +7,17 @@
 //!   [`dpdk`], the only modules allowed `unsafe`; every block carries a `// SAFETY:` comment.
 //! * [`lace`]: lace's tables (`lace-shared`) built on `/dev/shm` regions the way the figures
 //!   need them: FIBs, hash tables, many networks, and a writer/reader pair timing publication.
+//! * [`services`]: ClusterIP Services in real tables (a cluster's worth of Service ports with
+//!   their Maglev records, as lace-control compiles them) and the NEW-connection lookup + pick.
 //! * [`workload`]: deterministic route tables (BGP-like IPv4/IPv6, pod networks), lookup
 //!   streams and exact-match keys.
 //! * [`report`]: [`report::Figure`]s with anchors and ratios, targets, the text table and
 //!   JSON, and the cycle/latency measurement helpers.
 //! * [`anchors`]: the DPDK measurements every lace figure is reported beside.
 //! * [`pipeline`]: packets through lace-forwarder's pipeline between DPDK `net_null` ports,
-//!   beside the plain null-PMD forward loop, and its two-worker scaling.
+//!   beside the plain null-PMD forward loop, and its two-worker scaling; with connection
+//!   tracking (a tracked connection through a ClusterIP, new connections per second).
+//! * [`ct`]: the connection tracker's flow table filled with a million connections, its memory.
 //! * [`peer`]: lace's l3_encap path beside OVS-DPDK 3.1 (dec_ttl + GRE/IPv6 push) and
 //!   `dpdk-testpmd` (the I/O floor) on the same pcap, ports and core; [`peer_host`] runs and
 //!   reads those peer processes.
@@ -22,6 +26,8 @@
 //! * [`control`]: lace-control's binding, IPAM and table compiler in process, and the whole
 //!   stack (forwarders, controls, lace-cni in network namespaces) from a CNI ADD to the first
 //!   packet through.
+//! * [`policy`]: Kubernetes NetworkPolicy compiled for one node of a kube-vnet-shaped cluster
+//!   (10,000 pods, 1,000 policies), beside the same compile of 1,000 pods.
 //! * [`podpath`]: pod-to-pod TCP, UDP and ping across two nodes, lace beside the kernel's own
 //!   SRv6 built on the same machine (`lace-bench --pod-path`, root).
 //!
@@ -30,13 +36,18 @@
 
 pub mod anchors;
 pub mod control;
+pub mod ct;
 pub mod dpdk;
+pub mod k8s;
 pub mod lace;
 pub mod latency;
+pub mod learning;
 pub mod peer;
 pub mod peer_host;
 pub mod pipeline;
 pub mod podpath;
+pub mod policy;
 pub mod report;
+pub mod services;
 pub mod sys;
 pub mod workload;

@@ -42,8 +42,8 @@ use lace_forwarder::wire::{ethernet, ipv4, udp};
 use lace_shared::status::DropReason;
 use lace_shared::tables::{ReaderHandle, TableReader, TableWriter, TablesConfig};
 use lace_shared::types::{
-    IfName, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, NodeId, NodeInfo, PortId,
-    PortInfo, PortKind, Sid, SidBehavior,
+    IfName, L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, NodeId, NodeInfo,
+    PortId, PortInfo, PortKind, Sid, SidBehavior,
 };
 
 use crate::dpdk::Eal;
@@ -144,6 +144,8 @@ impl EncapNode {
                 gateway4: Some(GW4),
                 gateway6: None,
                 mtu: 1460,
+                stateful: false,
+                l2: L2Settings::default(),
             },
         )?;
         w.set_port(
@@ -156,6 +158,7 @@ impl EncapNode {
                 ipv6: None,
                 endpoint: 1,
                 iface: IfName::new("poda")?,
+                policy: lace_shared::policy::PolicySetId::NONE,
             },
         )?;
         w.add_route(
@@ -309,6 +312,8 @@ struct UplinkIo {
     sent: u64,
     /// Packets the pipeline sent anywhere but the uplink (never expected).
     elsewhere: u64,
+    /// Learn reports (the l3_encap path has none: each one is a failure).
+    learned: u64,
     hz: f64,
 }
 
@@ -348,6 +353,10 @@ impl Io<Mbuf> for UplinkIo {
 
     fn now_ns(&self) -> u64 {
         (rdtsc() as f64 * 1e9 / self.hz) as u64
+    }
+
+    fn learn(&mut self, _event: &lace_shared::learn::LearnEvent) {
+        self.learned += 1;
     }
 }
 
@@ -411,6 +420,7 @@ impl LaceSide {
                 pool,
                 sent: 0,
                 elsewhere: 0,
+                learned: 0,
                 hz: tsc_hz(),
             },
             burst: Burst::new(),
@@ -451,6 +461,10 @@ impl LaceSide {
         );
         if packets == 0 {
             bail!("{id}: the pcap port delivered no packets (mempool too small?)");
+        }
+        let learned = std::mem::take(&mut self.io.learned);
+        if learned > 0 {
+            bail!("{id}: {learned} learn reports on the l3_encap path; no figure taken");
         }
         if c.total_drops() > 0 || elsewhere > 0 {
             bail!(

@@ -13,6 +13,11 @@
 //! | `pipeline.l3_decap.cycles`, `.mpps` | 82 B IPv6(SID) + UDP/IPv4 | uplink → pod B: uplink-input, srv6-decap (End.DT46), ip4-lookup, local-rewrite, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.<path>.above_floor` | as the path | the path's cycles minus `dpdk.null_fwd_write.cycles` in the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` |
 //! | `pipeline.arp_reply.cycles`, `.mpps` | 64 B ARP (42 B + padding) | pod A asks for its gateway: pod-input, arp-reply, tx | `dpdk.null_fwd.*` |
+//! | `pipeline.l2_encap.cycles`, `.mpps` | 64 B UDP/IPv4 | l2 pod → the MAC of an endpoint on the remote node: pod-input, l2-forward, l2-encap (H.Encaps.L2.Red, +54 B), underlay-out, tx | `dpdk.null_fwd.*` |
+//! | `pipeline.l2_decap.cycles`, `.mpps` | 118 B IPv6(DT2U SID) + the 64 B frame | uplink → l2 pod: uplink-input, l2-decap (End.DT2U), l2-forward, tx | `dpdk.null_fwd.*` |
+//! | `pipeline.arp_proxy.cycles`, `.mpps` | 64 B ARP | l2 pod asks for the remote endpoint's address: pod-input, arp-reply (answered from the neighbor table), tx | `dpdk.null_fwd.*` |
+//! | `pipeline.nd_proxy.cycles`, `.mpps` | 86 B NS (+ 32 B Ethernet padding: the 118 B port) | l2 pod solicits the remote endpoint's IPv6 address: pod-input, nd-reply (NA built in place), tx | `dpdk.null_fwd.*` |
+//! | `pipeline.l2_flood.cycles`, `.mpps`, `.cycles_per_copy` | 64 B UDP/IPv4 broadcast | l2 pod → everyone: pod-input, l2-flood, three copies (the other local pod; nodes 2 and 3 at their End.DT2M SIDs: l2-encap, underlay-out), tx; BUM limit off | `dpdk.null_fwd.*` |
 //! | `pipeline.l3_encap.scaling_2w` | 64 B | l3_encap throughput with two workers ÷ with one | `pipeline.scaling_2w.ideal` (2.0) |
 //! | `pipeline.l3_encap.mpps_1w`, `.mpps_2w` | 64 B | the two throughputs behind it (Mpps, both workers together) | — |
 //! | `churn.100k_per_s.l3_encap.cycles` | 64 B | l3_encap while a writer thread moves routes between two remote nodes, 100,000 changes per second (100 per publication), the packets' route among them | `churn.quiet.l3_encap.cycles` |
@@ -45,7 +50,7 @@
 //! encapsulated, no drop). The test `route_churn_never_misforwards` checks each packet's outer
 //! destination against its snapshot's route.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -54,12 +59,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use lace_forwarder::dpdk::{self as fwd, Burst, Mbuf, Mempool, Port, PortConfig, RxQueue, TxQueue};
-use lace_forwarder::pipeline::{Config, Counters, Io, Pipeline, Stage, UnderlayNeighbors};
+use lace_forwarder::pipeline::{
+    Config, Counters, CtTimeouts, Io, Pipeline, Stage, UnderlayNeighbors,
+};
+use lace_forwarder::wire::checksum;
+use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable};
+use lace_shared::policy::{
+    maglev_size, maglev_table, Backend, BackendState, PeerClass, PolicyDir, PolicySet, PolicySetId,
+    PortRange, Ports, ServiceInfo, ServiceKey, PROTO_TCP,
+};
 use lace_shared::status::DropReason;
 use lace_shared::tables::{ReaderHandle, TableReader, TableWriter, TablesConfig};
 use lace_shared::types::{
-    IfName, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, NodeId, NodeInfo, PortId,
-    PortInfo, PortKind, Sid, SidBehavior,
+    FdbEntry, FdbTarget, FloodTarget, IfName, L2Settings, MacAddr, NetworkId, NetworkInfo,
+    NetworkKind, NextHop, NodeId, NodeInfo, PortId, PortInfo, PortKind, Sid, SidBehavior,
 };
 
 use crate::dpdk::Eal;
@@ -92,10 +105,54 @@ const PEER: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xb);
 const MY_SID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 1, 0, 0, 0, 0);
 /// The remote node's End.DT46 SID for [`NET`].
 const PEER_SID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 1, 0, 0, 0, 0);
+/// The l2 network, its two pods and the endpoint behind the remote node.
+const L2NET: NetworkId = NetworkId(2);
+const POD_L2A: PortId = PortId(3);
+const POD_L2B: PortId = PortId(4);
+const MAC_L2A: [u8; 6] = [0x02, 0, 0, 0, 2, 3];
+const MAC_L2B: [u8; 6] = [0x02, 0, 0, 0, 2, 4];
+const MAC_L2R: [u8; 6] = [0x02, 0, 0, 0, 2, 9];
+const L2A4: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 2);
+const L2A6: Ipv6Addr = Ipv6Addr::new(0xfd02, 0, 0, 0, 0, 0, 0, 2);
+const L2B4: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 3);
+const L2R4: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 9);
+const L2R6: Ipv6Addr = Ipv6Addr::new(0xfd02, 0, 0, 0, 0, 0, 0, 9);
+const L2GW_MAC: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 2];
+/// This node's End.DT2U SID for [`L2NET`], and the remote nodes' End.DT2U / End.DT2M.
+const MY_DT2U: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 0xe020, 0, 0, 0, 2);
+const PEER_DT2U: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 0xe020, 0, 0, 0, 2);
+const PEER_DT2M: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 0xe02f, 0, 0, 0, 2);
+const PEER3_DT2M: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 3, 0xe02f, 0, 0, 0, 2);
 /// The second remote node's underlay address, MAC and End.DT46 SID.
 const PEER3: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xc);
 const PEER3_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 3];
 const PEER3_SID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 3, 1, 0, 0, 0, 0);
+
+// The stateful network (connection tracking: NetworkPolicy and a ClusterIP Service).
+const SNET: NetworkId = NetworkId(3);
+const SGW4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 1);
+/// The pod of the ct_hit figure: it reaches the Service's ClusterIP.
+const POD_S: PortId = PortId(5);
+/// The pod of the new-connection figure: every packet a connection of its own.
+const POD_N: PortId = PortId(6);
+const MAC_S: [u8; 6] = [0x02, 0, 0, 0, 3, 5];
+const MAC_N: [u8; 6] = [0x02, 0, 0, 0, 3, 6];
+const S4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 2);
+const N4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 3);
+/// The stateful network's pods on the remote node (peer class [`REMOTE_CLASS`]).
+const SREMOTE_BLOCK: Ipv4Addr = Ipv4Addr::new(10, 3, 2, 0);
+const REMOTE_CLASS: PeerClass = PeerClass(2);
+/// The Service's ClusterIP (TCP 80) and its one backend on the remote node (TCP 8080).
+const VIP4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+const BACKEND4: Ipv4Addr = Ipv4Addr::new(10, 3, 2, 5);
+const BACKEND_PORT: u16 = 8080;
+/// The remote node's End.DT46 SID for [`SNET`].
+const PEER_SSID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 3, 0, 0, 0, 0);
+/// The policy set of both pods: isolated for ingress and egress; egress allowed to the remote
+/// block on TCP 8080 (and to nothing else).
+const SET: PolicySetId = PolicySetId(1);
+/// Connections the flow table holds: the forwarder's default (`conntrack.max_flows`).
+pub const FLOWS: u32 = lace_forwarder::engine::config::DEFAULT_MAX_FLOWS;
 
 /// The pipeline configuration of the node.
 fn config() -> Config {
@@ -120,12 +177,16 @@ impl Drop for TempDir {
 
 /// The node's tables on `/dev/shm`: one l3 network with two local pods, two remote nodes with
 /// static underlay neighbors and a /24 behind the first's End.DT46 SID, and this node's
-/// End.DT46 SID.
+/// End.DT46 SID; a stateful network (connection tracking) with two pods under a NetworkPolicy
+/// set, a /24 on the first remote node and a ClusterIP Service whose backend is there; a flow
+/// table of the forwarder's default size.
 #[derive(Debug)]
 struct Node {
     reader: Arc<TableReader>,
     // Declared after `reader`: the files go once nothing maps them any more.
     writer: TableWriter,
+    /// The node's flow table (every worker's pipeline tracks connections in it).
+    flows: Arc<FlowTable>,
     _dir: TempDir,
 }
 
@@ -156,6 +217,8 @@ impl Node {
                 gateway4: Some(GW4),
                 gateway6: Some(GW6),
                 mtu: 1460,
+                stateful: false,
+                l2: L2Settings::default(),
             },
         )?;
         for (port, mac, ip) in [(POD_A, MAC_A, A4), (POD_B, MAC_B, B4)] {
@@ -169,6 +232,7 @@ impl Node {
                     ipv6: None,
                     endpoint: u64::from(port.0),
                     iface: IfName::new(&format!("pod{}", port.0))?,
+                    policy: lace_shared::policy::PolicySetId::NONE,
                 },
             )?;
             w.add_route(
@@ -209,14 +273,196 @@ impl Node {
             },
         )?;
         w.set_local_sid(Sid(MY_SID), SidBehavior::EndDt46(NET))?;
+        l2_network(&mut w)?;
+        stateful(&mut w)?;
         w.publish()?;
         let reader = TableReader::attach(&tc)?;
         Ok(Node {
             reader,
             writer: w,
+            flows: Arc::new(FlowTable::in_memory(FLOWS)?),
             _dir: dir,
         })
     }
+}
+
+/// The l2 network as control compiles it: two local pods, an endpoint behind node 2, every
+/// address in the neighbor table, every MAC in the FDB, the flood list (the two pods, nodes 2
+/// and 3), this node's End.DT2U SID; no learning and no BUM limit (the flood figure measures
+/// replication, not the bucket).
+fn l2_network(w: &mut TableWriter) -> anyhow::Result<()> {
+    w.set_network(
+        L2NET,
+        &NetworkInfo {
+            kind: NetworkKind::L2,
+            anonymous: false,
+            gateway_mac: MacAddr(L2GW_MAC),
+            gateway4: Some(Ipv4Addr::new(10, 2, 0, 1)),
+            gateway6: Some(Ipv6Addr::new(0xfd02, 0, 0, 0, 0, 0, 0, 1)),
+            mtu: 1446,
+            l2: L2Settings {
+                learning: None,
+                bum_pps: 0,
+                bum_burst: 1,
+            },
+            stateful: false,
+        },
+    )?;
+    for (port, mac, ip4, ip6) in [
+        (POD_L2A, MAC_L2A, L2A4, Some(L2A6)),
+        (POD_L2B, MAC_L2B, L2B4, None),
+    ] {
+        w.set_port(
+            port,
+            &PortInfo {
+                kind: PortKind::Pod,
+                network: L2NET,
+                mac: MacAddr(mac),
+                ipv4: Some(ip4),
+                ipv6: ip6,
+                endpoint: u64::from(port.0),
+                iface: IfName::new(&format!("pod{}", port.0))?,
+                policy: lace_shared::policy::PolicySetId::NONE,
+            },
+        )?;
+        w.set_fdb(
+            L2NET,
+            MacAddr(mac),
+            FdbEntry {
+                target: FdbTarget::Port(port),
+                seq: 0,
+                learned: false,
+            },
+        )?;
+    }
+    w.set_fdb(
+        L2NET,
+        MacAddr(MAC_L2R),
+        FdbEntry {
+            target: FdbTarget::Remote {
+                node: REMOTE_NODE,
+                sid: Sid(PEER_DT2U),
+            },
+            seq: 0,
+            learned: false,
+        },
+    )?;
+    for (ip, mac) in [
+        (IpAddr::V4(L2A4), MAC_L2A),
+        (IpAddr::V6(L2A6), MAC_L2A),
+        (IpAddr::V4(L2B4), MAC_L2B),
+        (IpAddr::V4(L2R4), MAC_L2R),
+        (IpAddr::V6(L2R6), MAC_L2R),
+    ] {
+        w.set_neighbor(L2NET, ip, MacAddr(mac), false)?;
+    }
+    w.set_flood(
+        L2NET,
+        &[
+            FloodTarget::Port(POD_L2A),
+            FloodTarget::Port(POD_L2B),
+            FloodTarget::Remote {
+                node: REMOTE_NODE,
+                sid: Sid(PEER_DT2M),
+            },
+            FloodTarget::Remote {
+                node: REMOTE_NODE3,
+                sid: Sid(PEER3_DT2M),
+            },
+        ],
+    )?;
+    w.set_local_sid(Sid(MY_DT2U), SidBehavior::EndDt2u(L2NET))?;
+    Ok(())
+}
+
+/// Programs the stateful network: pods S and N (policy set [`SET`]), the remote node's block
+/// (peer class [`REMOTE_CLASS`]) and the Service `VIP4:80/TCP → BACKEND4:8080`.
+fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
+    w.set_network(
+        SNET,
+        &NetworkInfo {
+            kind: NetworkKind::L3,
+            anonymous: false,
+            gateway_mac: MacAddr(GW_MAC),
+            gateway4: Some(SGW4),
+            gateway6: None,
+            mtu: 1460,
+            stateful: true,
+            l2: L2Settings::default(),
+        },
+    )?;
+    for (port, mac, ip) in [(POD_S, MAC_S, S4), (POD_N, MAC_N, N4)] {
+        w.set_port(
+            port,
+            &PortInfo {
+                kind: PortKind::Pod,
+                network: SNET,
+                mac: MacAddr(mac),
+                ipv4: Some(ip),
+                ipv6: None,
+                endpoint: u64::from(port.0),
+                iface: IfName::new(&format!("pod{}", port.0))?,
+                policy: SET,
+            },
+        )?;
+        w.add_route(
+            SNET,
+            ip.into(),
+            32,
+            NextHop::Local {
+                port,
+                mac: MacAddr(mac),
+            },
+        )?;
+    }
+    w.add_route(
+        SNET,
+        SREMOTE_BLOCK.into(),
+        24,
+        NextHop::Remote {
+            node: REMOTE_NODE,
+            sid: Sid(PEER_SSID),
+        },
+    )?;
+    w.set_peer_prefix(SNET, SREMOTE_BLOCK.into(), 24, REMOTE_CLASS)?;
+    w.set_policy_set(
+        SET,
+        &PolicySet {
+            network: SNET,
+            ingress_isolated: true,
+            egress_isolated: true,
+        },
+    )?;
+    w.set_decision(
+        SET,
+        PolicyDir::Egress,
+        REMOTE_CLASS,
+        &Ports::Ranges(vec![PortRange {
+            proto: PROTO_TCP,
+            lo: BACKEND_PORT,
+            hi: BACKEND_PORT,
+        }]),
+    )?;
+    let backend = Backend {
+        addr: BACKEND4.into(),
+        port: BACKEND_PORT,
+        state: BackendState {
+            ready: true,
+            serving: true,
+            terminating: false,
+        },
+    };
+    let name = format!("{BACKEND4}:{BACKEND_PORT}");
+    w.set_service(
+        ServiceKey::new(SNET, VIP4.into(), PROTO_TCP, 80),
+        &ServiceInfo {
+            affinity_timeout_s: None,
+            backends: vec![backend],
+            table: maglev_table(&[&name], maglev_size(1)),
+        },
+    )?;
+    w.add_route(SNET, VIP4.into(), 32, NextHop::Service)?;
+    Ok(())
 }
 
 // ---- frames ------------------------------------------------------------------------------------
@@ -232,11 +478,43 @@ pub enum Path {
     L3Decap,
     /// Pod A's ARP request for its gateway, answered in place (64 bytes, padded).
     ArpReply,
+    /// l2 pod → the MAC of the endpoint behind node 2: H.Encaps.L2.Red (64-byte UDP/IPv4 in).
+    L2Encap,
+    /// From the uplink to this node's End.DT2U SID, the inner frame to the l2 pod (118 in).
+    L2Decap,
+    /// The l2 pod's ARP request for the remote endpoint's address, answered in place.
+    ArpProxy,
+    /// The l2 pod's neighbor solicitation for the remote endpoint's IPv6 address, answered.
+    NdProxy,
+    /// The l2 pod's broadcast, replicated to three members.
+    L2Flood,
+    /// Pod S → the Service's ClusterIP, on a tracked connection (64-byte TCP/IPv4 ACK): a
+    /// flow-table hit in S's zone, DNAT to the backend, lookup again, SRv6 encap.
+    CtHit,
+    /// Pod N → a pod behind the remote node, every packet a new connection (64-byte TCP/IPv4
+    /// SYN, its source port and destination varied per packet): policy classification, a new
+    /// flow-table entry, SRv6 encap.
+    CtNew,
 }
+
+/// Copies of each flooded frame: the other local pod, nodes 2 and 3.
+pub const FLOOD_COPIES: u64 = 3;
 
 impl Path {
     /// Every path, in report order.
-    pub const ALL: [Path; 4] = [Path::L3Local, Path::L3Encap, Path::L3Decap, Path::ArpReply];
+    pub const ALL: [Path; 9] = [
+        Path::L3Local,
+        Path::L3Encap,
+        Path::L3Decap,
+        Path::ArpReply,
+        Path::L2Encap,
+        Path::L2Decap,
+        Path::ArpProxy,
+        Path::NdProxy,
+        Path::L2Flood,
+    ];
+    /// The connection-tracking paths.
+    pub const CT: [Path; 2] = [Path::CtHit, Path::CtNew];
 
     /// The figure-id component.
     pub const fn name(self) -> &'static str {
@@ -245,6 +523,13 @@ impl Path {
             Path::L3Encap => "l3_encap",
             Path::L3Decap => "l3_decap",
             Path::ArpReply => "arp_reply",
+            Path::L2Encap => "l2_encap",
+            Path::L2Decap => "l2_decap",
+            Path::ArpProxy => "arp_proxy",
+            Path::NdProxy => "nd_proxy",
+            Path::L2Flood => "l2_flood",
+            Path::CtHit => "ct_hit",
+            Path::CtNew => "ct_new",
         }
     }
 
@@ -252,6 +537,7 @@ impl Path {
     pub const fn frame_len(self) -> usize {
         match self {
             Path::L3Decap => DECAP_LEN,
+            Path::L2Decap | Path::NdProxy => L2_DECAP_LEN,
             _ => FRAME_LEN,
         }
     }
@@ -259,21 +545,36 @@ impl Path {
     /// The port the frames arrive on.
     const fn rx_port(self) -> PortId {
         match self {
-            Path::L3Decap => PortId::UPLINK,
+            Path::L3Decap | Path::L2Decap => PortId::UPLINK,
+            Path::L2Encap | Path::ArpProxy | Path::NdProxy | Path::L2Flood => POD_L2A,
+            Path::CtHit => POD_S,
+            Path::CtNew => POD_N,
             _ => POD_A,
         }
     }
 
-    /// The port every packet must leave on.
-    const fn tx_port(self) -> PortId {
+    /// The ports the packets leave on, and how many per packet received.
+    const fn tx_ports(self) -> &'static [(PortId, u64)] {
         match self {
-            Path::L3Local | Path::L3Decap => POD_B,
-            Path::L3Encap => PortId::UPLINK,
-            Path::ArpReply => POD_A,
+            Path::L3Local | Path::L3Decap => &[(POD_B, 1)],
+            Path::L3Encap | Path::L2Encap | Path::CtHit | Path::CtNew => &[(PortId::UPLINK, 1)],
+            Path::ArpReply => &[(POD_A, 1)],
+            Path::L2Decap | Path::ArpProxy | Path::NdProxy => &[(POD_L2A, 1)],
+            Path::L2Flood => &[(POD_L2B, 1), (PortId::UPLINK, FLOOD_COPIES - 1)],
         }
     }
 
-    /// The stages every packet must go through (each exactly once), and no others.
+    /// How many times each packet passes `s` (a flooded frame's copies pass the nodes after
+    /// l2-flood each).
+    fn passes(self, s: Stage) -> u64 {
+        match (self, s) {
+            (Path::L2Flood, Stage::Tx) => FLOOD_COPIES,
+            (Path::L2Flood, Stage::L2Encap | Stage::UnderlayOut) => FLOOD_COPIES - 1,
+            _ => self.stages().iter().filter(|&&p| p == s).count() as u64,
+        }
+    }
+
+    /// The stages every packet must go through (as often as listed), and no others.
     const fn stages(self) -> &'static [Stage] {
         match self {
             Path::L3Local => &[
@@ -296,7 +597,46 @@ impl Path {
                 Stage::LocalRewrite,
                 Stage::Tx,
             ],
-            Path::ArpReply => &[Stage::PodInput, Stage::ArpReply, Stage::Tx],
+            Path::ArpReply | Path::ArpProxy => &[Stage::PodInput, Stage::ArpReply, Stage::Tx],
+            Path::L2Encap => &[
+                Stage::PodInput,
+                Stage::L2Forward,
+                Stage::L2Encap,
+                Stage::UnderlayOut,
+                Stage::Tx,
+            ],
+            Path::L2Decap => &[
+                Stage::UplinkInput,
+                Stage::L2Decap,
+                Stage::L2Forward,
+                Stage::Tx,
+            ],
+            Path::NdProxy => &[Stage::PodInput, Stage::NdReply, Stage::Tx],
+            Path::L2Flood => &[
+                Stage::PodInput,
+                Stage::L2Flood,
+                Stage::L2Encap,
+                Stage::UnderlayOut,
+                Stage::Tx,
+            ],
+            // The ClusterIP's route leads to conntrack; the translated packet is looked up again.
+            Path::CtHit => &[
+                Stage::PodInput,
+                Stage::Ip4Lookup,
+                Stage::Conntrack,
+                Stage::Ip4Lookup,
+                Stage::Srv6Encap,
+                Stage::UnderlayOut,
+                Stage::Tx,
+            ],
+            Path::CtNew => &[
+                Stage::PodInput,
+                Stage::Ip4Lookup,
+                Stage::Conntrack,
+                Stage::Srv6Encap,
+                Stage::UnderlayOut,
+                Stage::Tx,
+            ],
         }
     }
 
@@ -324,14 +664,116 @@ impl Path {
                 f.resize(FRAME_LEN, 0); // Ethernet padding
                 f
             }
+            Path::L2Encap => udp4_frame(MAC_L2A, MAC_L2R, L2A4, L2R4, FRAME_LEN),
+            Path::L2Decap => {
+                // Node 2's H.Encaps.L2.Red: outer IPv6 to our DT2U SID, the frame whole.
+                let inner = udp4_frame(MAC_L2R, MAC_L2A, L2R4, L2A4, FRAME_LEN);
+                let mut f = eth(UPLINK_MAC, PEER_MAC, 0x86dd);
+                f.extend_from_slice(&ipv6_header(FRAME_LEN as u16, 143, PEER, MY_DT2U));
+                f.extend_from_slice(&inner);
+                debug_assert_eq!(f.len(), L2_DECAP_LEN);
+                f
+            }
+            Path::ArpProxy => {
+                let mut f = eth([0xff; 6], MAC_L2A, 0x0806);
+                f.extend_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
+                f.extend_from_slice(&MAC_L2A);
+                f.extend_from_slice(&L2A4.octets());
+                f.extend_from_slice(&[0; 6]);
+                f.extend_from_slice(&L2R4.octets());
+                f.resize(FRAME_LEN, 0);
+                f
+            }
+            Path::NdProxy => {
+                // To the target's solicited-node address, with the source link-layer option.
+                let o = L2R6.octets();
+                let snm = Ipv6Addr::new(
+                    0xff02,
+                    0,
+                    0,
+                    0,
+                    0,
+                    1,
+                    0xff00 | u16::from(o[13]),
+                    u16::from_be_bytes([o[14], o[15]]),
+                );
+                let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
+                icmp.extend_from_slice(&o);
+                icmp.extend_from_slice(&[1, 1]);
+                icmp.extend_from_slice(&MAC_L2A);
+                let mut pseudo = Vec::new();
+                pseudo.extend_from_slice(&L2A6.octets());
+                pseudo.extend_from_slice(&snm.octets());
+                pseudo.extend_from_slice(&(icmp.len() as u32).to_be_bytes());
+                pseudo.extend_from_slice(&[0, 0, 0, 58]);
+                pseudo.extend_from_slice(&icmp);
+                let sum = checksum(&pseudo);
+                icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+                let s = snm.octets();
+                let mut f = eth([0x33, 0x33, s[12], s[13], s[14], s[15]], MAC_L2A, 0x86dd);
+                let mut ip = ipv6_header(icmp.len() as u16, 58, L2A6, snm);
+                ip[7] = 255;
+                f.extend_from_slice(&ip);
+                f.extend_from_slice(&icmp);
+                f.resize(L2_DECAP_LEN, 0); // Ethernet padding: the 118-byte port
+                f
+            }
+            Path::L2Flood => udp4_frame(MAC_L2A, [0xff; 6], L2A4, Ipv4Addr::BROADCAST, FRAME_LEN),
+            Path::CtHit => tcp4_frame(MAC_S, S4, VIP4, CT_SPORT, 80, TCP_ACK),
+            Path::CtNew => tcp4_frame(MAC_N, N4, SREMOTE_BLOCK, 0, BACKEND_PORT, TCP_SYN),
         }
     }
+
+    /// The receive port (by frame size) of this path among a worker's `[rx64, rx82, rx118]`.
+    fn rx_queue(self, queues: [&mut RxQueue; 3]) -> &mut RxQueue {
+        let [q64, q82, q118] = queues;
+        match self.frame_len() {
+            DECAP_LEN => q82,
+            L2_DECAP_LEN => q118,
+            _ => q64,
+        }
+    }
+}
+
+/// The ct_hit connection's source port.
+const CT_SPORT: u16 = 40_000;
+const TCP_SYN: u8 = 0x02;
+const TCP_ACK: u8 = 0x10;
+/// Connections of the ct_new frames before their (port, address) repeat: 64,000 source ports
+/// × 250 addresses of the remote block.
+const NEW_PORTS: u64 = 64_000;
+const NEW_HOSTS: u64 = 250;
+
+/// Makes the ct_new frame `frame` connection number `k`: source port 1024 + k mod 64,000,
+/// destination 10.2.2.(1 + k / 64,000 mod 250); the IPv4 and TCP checksums updated in place.
+#[inline(always)]
+fn vary_connection(frame: &mut [u8], k: u64) {
+    let sport = 1024 + (k % NEW_PORTS) as u16;
+    let host = 1 + (k / NEW_PORTS % NEW_HOSTS) as u16;
+    // The last 16 bits of the destination (bytes 32..34), the source port (34..36).
+    let old_dst = u16::from_be_bytes([frame[32], frame[33]]);
+    let new_dst = old_dst & 0xff00 | host;
+    let old_sport = u16::from_be_bytes([frame[34], frame[35]]);
+    let ip = checksum::update_u16(u16::from_be_bytes([frame[24], frame[25]]), old_dst, new_dst);
+    let tcp = u16::from_be_bytes([frame[50], frame[51]]);
+    let tcp = checksum::update_u16(
+        checksum::update_u16(tcp, old_dst, new_dst),
+        old_sport,
+        sport,
+    );
+    frame[24..26].copy_from_slice(&ip.to_be_bytes());
+    frame[32..34].copy_from_slice(&new_dst.to_be_bytes());
+    frame[34..36].copy_from_slice(&sport.to_be_bytes());
+    frame[50..52].copy_from_slice(&tcp.to_be_bytes());
 }
 
 /// Frame size of the 64-byte figures.
 pub const FRAME_LEN: usize = 64;
 /// Frame size of the decap figure: Ethernet + outer IPv6 + IPv4 + UDP.
 pub const DECAP_LEN: usize = 14 + 40 + 20 + 8;
+/// Frame size of the l2 decap figure: Ethernet + outer IPv6 + the 64-byte inner frame (the
+/// nd_proxy frame comes padded to it).
+pub const L2_DECAP_LEN: usize = 14 + 40 + FRAME_LEN;
 
 fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
     let mut f = Vec::with_capacity(128);
@@ -383,6 +825,41 @@ fn udp4_frame(
     f
 }
 
+/// An Ethernet + IPv4 + TCP frame of [`FRAME_LEN`] bytes from pod `src_mac` to its gateway
+/// (10 bytes of payload), TTL 64, valid IPv4 and TCP checksums.
+fn tcp4_frame(
+    src_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    flags: u8,
+) -> Vec<u8> {
+    let mut f = udp4_frame(src_mac, GW_MAC, src, dst, FRAME_LEN);
+    f[23] = 6;
+    f[24..26].copy_from_slice(&[0, 0]);
+    let sum = checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    let mut tcp = [0u8; 20];
+    tcp[0..2].copy_from_slice(&sport.to_be_bytes());
+    tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+    tcp[4..8].copy_from_slice(&1u32.to_be_bytes());
+    tcp[12] = 0x50;
+    tcp[13] = flags;
+    tcp[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+    f[34..54].copy_from_slice(&tcp);
+    f[54..].fill(0x5a);
+    let mut pseudo = Vec::with_capacity(12 + FRAME_LEN - 34);
+    pseudo.extend_from_slice(&src.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&[0, 6]);
+    pseudo.extend_from_slice(&((FRAME_LEN - 34) as u16).to_be_bytes());
+    pseudo.extend_from_slice(&f[34..]);
+    let sum = checksum(&pseudo);
+    f[50..52].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
 fn ipv6_header(payload_len: u16, next: u8, src: Ipv6Addr, dst: Ipv6Addr) -> [u8; 40] {
     let mut h = [0u8; 40];
     h[0] = 0x60;
@@ -414,9 +891,13 @@ struct BenchIo {
     pool: Mempool,
     /// Packets sent to a port without an output (never expected).
     unknown_port: u64,
+    /// Learn reports (no measured path is on a learning network: each one is a failure).
+    learned: u64,
     /// Packets the driver refused.
     refused: u64,
     hz: f64,
+    /// While `Some`: the first packet sent is copied here (checks before timing).
+    capture: Option<Option<(PortId, Vec<u8>)>>,
 }
 
 impl BenchIo {
@@ -438,6 +919,9 @@ impl BenchIo {
 impl Io<Mbuf> for BenchIo {
     #[inline]
     fn send(&mut self, port: PortId, pkt: Mbuf) {
+        if let Some(c @ None) = &mut self.capture {
+            *c = Some((port, pkt.data().to_vec()));
+        }
         let Some(o) = self.outputs.iter_mut().find(|o| o.port == port) else {
             self.unknown_port += 1;
             return;
@@ -463,6 +947,10 @@ impl Io<Mbuf> for BenchIo {
     fn now_ns(&self) -> u64 {
         (rdtsc() as f64 * 1e9 / self.hz) as u64
     }
+
+    fn learn(&mut self, _event: &lace_shared::learn::LearnEvent) {
+        self.learned += 1;
+    }
 }
 
 /// What one timed round runs.
@@ -486,16 +974,23 @@ struct Worker {
     io: BenchIo,
     rx64: RxQueue,
     rx82: RxQueue,
+    rx118: RxQueue,
     anchor_tx: TxQueue,
     burst: Burst,
     pkts: Vec<Mbuf>,
     templates: Vec<Vec<u8>>,
+    /// The node's flow table, its counters at the last check, the next ct_new connection's
+    /// number, and the free entries of the ct_new removal sweep.
+    flows: Arc<FlowTable>,
+    flow_base: FlowCounts,
+    next_conn: u64,
+    sweep_cache: FlowCache,
     /// Kept for their lifetime (the queues keep them attached too).
     _ports: Vec<Port>,
 }
 
 /// Queues of the TX port: the anchor's, then one per output port.
-const OUTPUT_PORTS: [PortId; 3] = [PortId::UPLINK, POD_A, POD_B];
+const OUTPUT_PORTS: [PortId; 5] = [PortId::UPLINK, POD_A, POD_B, POD_L2A, POD_L2B];
 
 impl Worker {
     /// Creates worker `index`'s mempool and null ports, and registers its reader.
@@ -533,6 +1028,7 @@ impl Worker {
         };
         let p64 = port("rx64", &format!(",size={FRAME_LEN}"), 1)?;
         let p82 = port("rx82", &format!(",size={DECAP_LEN}"), 1)?;
+        let p118 = port("rx118", &format!(",size={L2_DECAP_LEN}"), 1)?;
         let ptx = port("tx", "", 1 + OUTPUT_PORTS.len() as u16)?;
         let outputs = OUTPUT_PORTS
             .iter()
@@ -546,23 +1042,36 @@ impl Worker {
                 })
             })
             .collect::<Result<Vec<_>, fwd::Error>>()?;
+        let mut pipeline = Pipeline::new(config(), Arc::clone(neigh));
+        pipeline.set_flows(Arc::clone(&node.flows), index, 2, CtTimeouts::default());
         Ok(Worker {
-            pipeline: Pipeline::new(config(), Arc::clone(neigh)),
+            pipeline,
             reader: node.reader.register()?,
             io: BenchIo {
                 outputs,
                 pool,
                 unknown_port: 0,
+                learned: 0,
                 refused: 0,
                 hz: tsc_hz(),
+                capture: None,
             },
             rx64: p64.rx_queue(0)?,
             rx82: p82.rx_queue(0)?,
+            rx118: p118.rx_queue(0)?,
             anchor_tx: ptx.tx_queue(0)?,
             burst: Burst::new(),
             pkts: Vec::with_capacity(fwd::BURST_SIZE),
-            templates: Path::ALL.iter().map(|p| p.template()).collect(),
-            _ports: vec![p64, p82, ptx],
+            templates: Path::ALL
+                .iter()
+                .chain(&Path::CT)
+                .map(|p| p.template())
+                .collect(),
+            flow_base: node.flows.counts(),
+            flows: Arc::clone(&node.flows),
+            next_conn: 0,
+            sweep_cache: FlowCache::default(),
+            _ports: vec![p64, p82, p118, ptx],
             name,
         })
     }
@@ -585,13 +1094,16 @@ impl Worker {
                 n as u64
             }
             Contender::Pipeline(path) => {
-                let rxq = if path == Path::L3Decap {
-                    &mut self.rx82
-                } else {
-                    &mut self.rx64
-                };
-                let n = rxq.rx_burst(&mut self.burst);
+                let n = path
+                    .rx_queue([&mut self.rx64, &mut self.rx82, &mut self.rx118])
+                    .rx_burst(&mut self.burst);
                 write_template(&mut self.burst, &self.templates[path as usize]);
+                if path == Path::CtNew {
+                    for m in self.burst.iter_mut() {
+                        vary_connection(m.data_mut(), self.next_conn);
+                        self.next_conn += 1;
+                    }
+                }
                 self.pkts.extend(self.burst.drain());
                 let snap = self.reader.snapshot();
                 self.pipeline
@@ -640,9 +1152,18 @@ impl Worker {
     }
 
     /// Checks the counters since the last check: `packets` went through exactly `path`'s
-    /// stages and out of its port, with no drop. Resets the counters.
+    /// stages and out of its port, with no drop, and entered as many connections in the flow
+    /// table as the path opens (ct_new: one per packet; the others none). Resets the counters.
     fn check(&mut self, path: Path, packets: u64) -> anyhow::Result<()> {
+        let opened = if path == Path::CtNew { packets } else { 0 };
+        self.check_opening(path, packets, opened)
+    }
+
+    /// [`Worker::check`] with `opened` new connections expected.
+    fn check_opening(&mut self, path: Path, packets: u64, opened: u64) -> anyhow::Result<()> {
         let c = self.pipeline.take_counters();
+        let flows = self.flows.counts();
+        let base = std::mem::replace(&mut self.flow_base, flows);
         let sent: Vec<(PortId, u64)> = self
             .io
             .outputs
@@ -650,9 +1171,13 @@ impl Worker {
             .map(|o| (o.port, std::mem::take(&mut o.sent)))
             .collect();
         let unknown = std::mem::take(&mut self.io.unknown_port);
+        let learned = std::mem::take(&mut self.io.learned);
         let id = format!("pipeline.{} ({})", path.name(), self.name);
         if packets == 0 {
             bail!("{id}: the null port delivered no packets (mempool exhausted?)");
+        }
+        if learned > 0 {
+            bail!("{id}: {learned} learn reports on a path without learning; no figure taken");
         }
         if c.total_drops() > 0 {
             bail!(
@@ -664,11 +1189,7 @@ impl Worker {
             );
         }
         for s in Stage::ALL {
-            let want = if path.stages().contains(&s) {
-                packets
-            } else {
-                0
-            };
+            let want = path.passes(s) * packets;
             if c.stage(s) != want {
                 bail!(
                     "{id}: stage {} handled {} packets, expected {want} of {packets} — the \
@@ -680,7 +1201,11 @@ impl Worker {
             }
         }
         for (port, n) in sent {
-            let want = if port == path.tx_port() { packets } else { 0 };
+            let want = path
+                .tx_ports()
+                .iter()
+                .find(|(p, _)| *p == port)
+                .map_or(0, |(_, k)| k * packets);
             if n != want {
                 bail!(
                     "{id}: {n} packets left on port {}, expected {want} of {packets} \
@@ -692,7 +1217,85 @@ impl Worker {
         if unknown > 0 {
             bail!("{id}: {unknown} packets sent to ports without output");
         }
+        let (created, full) = (flows.created - base.created, flows.full - base.full);
+        if created != opened || full != 0 || flows.removed != base.removed {
+            bail!(
+                "{id}: {created} connections entered in the flow table ({} removed, {full} \
+                 refused as full), expected {opened} of {packets} packets — no figure taken",
+                flows.removed - base.removed
+            );
+        }
         Ok(())
+    }
+
+    /// Opens the ct_hit connection (its first packets: one new entry, the rest hits) and
+    /// checks what a packet of it becomes: DNAT to the backend, encapsulated to the remote
+    /// node's SID of the stateful network, out of the uplink.
+    fn open_ct_hit(&mut self) -> anyhow::Result<()> {
+        let path = Path::CtHit;
+        self.io.capture = Some(None);
+        let n = self.burst(Contender::Pipeline(path));
+        let captured = self.io.capture.take().flatten();
+        self.check_opening(path, n, 1)?;
+        let key = FlowKey {
+            zone: POD_S.0,
+            proto: PROTO_TCP,
+            v6: false,
+            remote: VIP4.to_ipv6_mapped().octets(),
+            rport: 80,
+            lport: CT_SPORT,
+        };
+        let v = self
+            .flows
+            .lookup(&key, key.hash(self.flows.seed()))
+            .ok_or_else(|| anyhow!("pipeline.ct_hit: the connection is not in the flow table"))?;
+        let nat = v.nat.map(|t| (t.addr, t.port));
+        if nat != Some((BACKEND4.to_ipv6_mapped().octets(), BACKEND_PORT)) {
+            bail!("pipeline.ct_hit: the connection's translation is {nat:?}, not the backend");
+        }
+        let Some((port, f)) = captured else {
+            bail!("pipeline.ct_hit: no packet left the pipeline");
+        };
+        // Ethernet, outer IPv6 (destination at 38..54), inner IPv4 at 54, TCP at 74.
+        let ok = port == PortId::UPLINK
+            && f.len() == FRAME_LEN + 40
+            && f[12..14] == [0x86, 0xdd]
+            && f[38..54] == PEER_SSID.octets()
+            && f[54 + 16..54 + 20] == BACKEND4.octets()
+            && f[74 + 2..74 + 4] == BACKEND_PORT.to_be_bytes()
+            && checksum(&f[54..74]) == 0
+            && {
+                let mut pseudo = S4.octets().to_vec();
+                pseudo.extend_from_slice(&BACKEND4.octets());
+                pseudo.extend_from_slice(&[0, 6, 0, (FRAME_LEN - 34) as u8]);
+                pseudo.extend_from_slice(&f[74..]);
+                checksum(&pseudo) == 0
+            };
+        if !ok {
+            bail!(
+                "pipeline.ct_hit: the packet left on port {} as {:02x?}, not DNATed to \
+                 {BACKEND4}:{BACKEND_PORT} and encapsulated to {PEER_SSID}",
+                port.0,
+                f
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes every ct_new connection from the flow table as the forwarder's sweep does
+    /// (every entry of the table visited), returning the TSC cycles it took and the
+    /// connections removed.
+    fn remove_new(&mut self) -> (u64, u64) {
+        let start = rdtsc();
+        let (_, removed) =
+            self.flows
+                .sweep(0, self.flows.capacity(), &mut self.sweep_cache, 0, |v| {
+                    v.key.zone == POD_N.0
+                });
+        self.flows.return_cache(&mut self.sweep_cache);
+        let cycles = rdtsc().saturating_sub(start);
+        self.flow_base = self.flows.counts();
+        (cycles, u64::from(removed))
     }
 }
 
@@ -779,12 +1382,32 @@ impl Sizes {
     }
 }
 
-/// Every pipeline figure, and notes for the report. `worker_lcore` is an EAL worker lcore for
-/// the two-worker scaling figure (`None`: skipped, with a note).
+/// Which pipeline figures a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Want {
+    /// `dpdk.null_fwd*`, every `pipeline.<path>` of [`Path::ALL`], churn and scaling.
+    pub paths: bool,
+    /// `pipeline.ct_hit.*` and `ct.new_conns*` (with `pipeline.l3_encap.*` in the same rounds,
+    /// their anchor).
+    pub ct: bool,
+}
+
+/// Bursts of a timed ct_new round: a quarter of the flow table's connections, so that the
+/// table never fills between removal sweeps.
+fn new_bursts(sizes: &Sizes) -> usize {
+    sizes
+        .bursts
+        .min(FLOWS as usize / 4 / fwd::BURST_SIZE)
+        .max(1)
+}
+
+/// Every pipeline figure `want` asks for, and notes for the report. `worker_lcore` is an EAL
+/// worker lcore for the two-worker scaling figure (`None`: skipped, with a note).
 pub fn figures(
     eal: Eal,
     scale: &Scale,
     worker_lcore: Option<u32>,
+    want: Want,
 ) -> anyhow::Result<(Vec<Figure>, Vec<String>)> {
     let sizes = Sizes::of(scale);
     let fwd_eal = eal.forwarder()?;
@@ -794,28 +1417,44 @@ pub fn figures(
     let mut figures = Vec::new();
     let mut notes = Vec::new();
 
+    let mut paths: Vec<Path> = if want.paths {
+        Path::ALL.to_vec()
+    } else {
+        vec![Path::L3Encap]
+    };
+    if want.ct {
+        paths.extend(Path::CT);
+        w0.open_ct_hit().context("pipeline.ct_hit")?;
+    }
     // Warm up and check every contender: the frames must fit the null ports' mbufs exactly,
     // and every packet must take its path.
     let contenders: Vec<Contender> = [Contender::NullFwd, Contender::NullFwdWrite]
         .into_iter()
-        .chain(Path::ALL.map(Contender::Pipeline))
+        .chain(paths.iter().map(|&p| Contender::Pipeline(p)))
         .collect();
     for &c in &contenders {
-        let n = w0.round(c, sizes.warmup);
+        let bursts = if c == Contender::Pipeline(Path::CtNew) {
+            sizes.warmup.min(new_bursts(&sizes))
+        } else {
+            sizes.warmup
+        };
+        let n = w0.round(c, bursts);
         if let Contender::Pipeline(path) = c {
             w0.check(path, n)?;
+            if path == Path::CtNew {
+                let (_, removed) = w0.remove_new();
+                if removed != n {
+                    bail!("ct.new_conns: the sweep removed {removed} of {n} new connections");
+                }
+            }
         } else if n == 0 {
             bail!("the null port delivered no packets");
         }
     }
-    for path in Path::ALL {
+    for &path in &paths {
         let mut b: Burst = Burst::new();
-        let rxq = if path == Path::L3Decap {
-            &mut w0.rx82
-        } else {
-            &mut w0.rx64
-        };
-        rxq.rx_burst(&mut b);
+        path.rx_queue([&mut w0.rx64, &mut w0.rx82, &mut w0.rx118])
+            .rx_burst(&mut b);
         if let Some(len) = b.iter().map(Mbuf::len).find(|&l| l != path.frame_len()) {
             bail!(
                 "pipeline.{}: the null port delivers {len}-byte mbufs, the frame is {}",
@@ -825,15 +1464,30 @@ pub fn figures(
         }
     }
 
-    // Timed: every contender once per round, round-robin.
+    // Timed: every contender once per round, round-robin. ct_new's rounds are shorter (the
+    // table holds four of them) and each is followed by the timed sweep that removes its
+    // connections (`removal`: its cycles per connection).
     let mut samples = vec![Vec::with_capacity(sizes.rounds); contenders.len()];
+    let mut removal = Vec::with_capacity(sizes.rounds);
     for _ in 0..sizes.rounds {
         for (&c, s) in contenders.iter().zip(&mut samples) {
+            let bursts = if c == Contender::Pipeline(Path::CtNew) {
+                new_bursts(&sizes)
+            } else {
+                sizes.bursts
+            };
             let start = rdtsc();
-            let n = w0.round(c, sizes.bursts);
+            let n = w0.round(c, bursts);
             let cycles = rdtsc().saturating_sub(start);
             if let Contender::Pipeline(path) = c {
                 w0.check(path, n)?;
+                if path == Path::CtNew {
+                    let (sweep, removed) = w0.remove_new();
+                    if removed != n {
+                        bail!("ct.new_conns: the sweep removed {removed} of {n} new connections");
+                    }
+                    removal.push(sweep as f64 / n as f64);
+                }
             } else if n == 0 {
                 bail!("the null port delivered no packets");
             }
@@ -842,56 +1496,96 @@ pub fn figures(
     }
     let medians: Vec<f64> = samples.iter().cloned().map(median).collect();
     let mpps = |cycles: f64| tsc_hz() / cycles / 1e6;
+    let at = |path: Path| 2 + paths.iter().position(|&p| p == path).unwrap_or(0);
 
     let a_cycles = Figure::new("dpdk.null_fwd.cycles", medians[0], "cycles/packet");
     let a_mpps = Figure::new("dpdk.null_fwd.mpps", mpps(medians[0]), "Mpps");
-    figures.push(a_cycles.clone());
-    figures.push(a_mpps.clone());
-    figures.push(Figure::versus(
-        "dpdk.null_fwd_write.cycles",
-        medians[1],
-        &a_cycles,
-    ));
-    figures.push(Figure::versus(
-        "dpdk.null_fwd_write.mpps",
-        mpps(medians[1]),
-        &a_mpps,
-    ));
     let floor = Figure::versus("dpdk.null_fwd_write.cycles", medians[1], &a_cycles);
-    for (k, (path, &cycles)) in Path::ALL.iter().zip(&medians[2..]).enumerate() {
+    if want.paths {
+        figures.push(a_cycles.clone());
+        figures.push(a_mpps.clone());
+        figures.push(floor.clone());
+        figures.push(Figure::versus(
+            "dpdk.null_fwd_write.mpps",
+            mpps(medians[1]),
+            &a_mpps,
+        ));
+    }
+    // The pipeline's own cost of a path: its cycles minus the I/O floor of the same round (rx,
+    // the frame written, tx), median over the rounds.
+    let above = |k: usize, base: usize| -> f64 {
+        median(
+            samples[k]
+                .iter()
+                .zip(&samples[base])
+                .map(|(path, floor)| path - floor)
+                .collect(),
+        )
+    };
+    let encap = at(Path::L3Encap);
+    let encap_cycles = Figure::new("pipeline.l3_encap.cycles", medians[encap], "cycles/packet");
+    let encap_mpps = Figure::new("pipeline.l3_encap.mpps", mpps(medians[encap]), "Mpps");
+    for &path in paths.iter().filter(|p| Path::ALL.contains(p)) {
+        let k = at(path);
         figures.push(Figure::versus(
             format!("pipeline.{}.cycles", path.name()),
-            cycles,
+            medians[k],
             &a_cycles,
         ));
         figures.push(Figure::versus(
             format!("pipeline.{}.mpps", path.name()),
-            mpps(cycles),
+            mpps(medians[k]),
             &a_mpps,
         ));
-        // The pipeline's own cost: the path minus the I/O floor of the same round (rx, the
-        // frame written, tx), median over the rounds.
-        let above: Vec<f64> = samples[2 + k]
-            .iter()
-            .zip(&samples[1])
-            .map(|(path, floor)| path - floor)
-            .collect();
         figures.push(Figure::versus(
             format!("pipeline.{}.above_floor", path.name()),
-            median(above),
+            above(k, 1),
             &floor,
         ));
+        if path == Path::L2Flood {
+            // Replication's cost per copy (the frame itself is the last one).
+            figures.push(Figure::versus(
+                "pipeline.l2_flood.cycles_per_copy",
+                medians[k] / FLOOD_COPIES as f64,
+                &a_cycles,
+            ));
+        }
     }
-    notes.push(format!(
-        "pipeline.*: one core, {} timed rounds of {} bursts of 32 per figure, all figures and \
-         dpdk.null_fwd round-robin, median; per burst: rx_burst from net_null, the path's frame \
-         written into each mbuf, snapshot, Pipeline::process, tx_burst per output port, \
-         quiescent (dpdk.null_fwd: rx_burst + tx_burst only; dpdk.null_fwd_write: plus the \
-         64-byte write). Frames: l3_local/l3_encap UDP/IPv4 {FRAME_LEN} B, l3_decap \
-         IPv6+UDP/IPv4 {DECAP_LEN} B (net_null size={DECAP_LEN}), arp_reply ARP padded to \
-         {FRAME_LEN} B; stage counters checked every round (no drop, intended stages only)",
-        sizes.rounds, sizes.bursts
-    ));
+    if want.paths {
+        notes.push(format!(
+            "pipeline.*: one core, {} timed rounds of {} bursts of 32 per figure, all figures and \
+             dpdk.null_fwd round-robin, median; per burst: rx_burst from net_null, the path's \
+             frame written into each mbuf, snapshot, Pipeline::process, tx_burst per output \
+             port, quiescent (dpdk.null_fwd: rx_burst + tx_burst only; dpdk.null_fwd_write: plus \
+             the 64-byte write). Frames: l3_local/l3_encap UDP/IPv4 {FRAME_LEN} B, l3_decap \
+             IPv6+UDP/IPv4 {DECAP_LEN} B (net_null size={DECAP_LEN}), arp_reply ARP padded to \
+             {FRAME_LEN} B; l2_encap/arp_proxy/l2_flood {FRAME_LEN} B, l2_decap IPv6 + the \
+             {FRAME_LEN} B frame = {L2_DECAP_LEN} B, nd_proxy an 86 B NS padded to \
+             {L2_DECAP_LEN} B (net_null size={L2_DECAP_LEN}); l2_flood: {FLOOD_COPIES} copies \
+             per frame, BUM limit off; stage counters checked every round (no drop, intended \
+             stages only)",
+            sizes.rounds, sizes.bursts
+        ));
+    }
+    if want.ct {
+        let (figs, note) = ct_figures(
+            &samples,
+            &removal,
+            &medians,
+            at(Path::CtHit),
+            at(Path::CtNew),
+            encap,
+            &encap_cycles,
+            &encap_mpps,
+            &floor,
+            &sizes,
+        );
+        figures.extend(figs);
+        notes.push(note);
+    }
+    if !want.paths {
+        return Ok((figures, notes));
+    }
 
     let (churn_figures, note) =
         churn(&mut w0, &mut node.writer, &sizes).context("churn.100k_per_s.l3_encap")?;
@@ -911,6 +1605,72 @@ pub fn figures(
         ),
     }
     Ok((figures, notes))
+}
+
+/// The connection-tracking figures from the round-robin samples: `hit`, `new` and `encap` are
+/// the contenders' indices, `removal` ct_new's sweep cycles per connection per round.
+#[allow(clippy::too_many_arguments)]
+fn ct_figures(
+    samples: &[Vec<f64>],
+    removal: &[f64],
+    medians: &[f64],
+    hit: usize,
+    new: usize,
+    encap: usize,
+    encap_cycles: &Figure,
+    encap_mpps: &Figure,
+    floor: &Figure,
+    sizes: &Sizes,
+) -> (Vec<Figure>, String) {
+    let hz = tsc_hz();
+    let diff = |k: usize, base: &[f64]| -> f64 {
+        median(samples[k].iter().zip(base).map(|(a, b)| a - b).collect())
+    };
+    let above_encap = diff(hit, &samples[encap]);
+    let new_total: Vec<f64> = samples[new]
+        .iter()
+        .zip(removal)
+        .map(|(open, remove)| open + remove)
+        .collect();
+    let new_per_s = hz / median(new_total.clone());
+    let figures = vec![
+        Figure::versus("pipeline.ct_hit.cycles", medians[hit], encap_cycles),
+        Figure::versus("pipeline.ct_hit.mpps", hz / medians[hit] / 1e6, encap_mpps),
+        Figure::versus("pipeline.ct_hit.above_encap", above_encap, encap_cycles),
+        Figure::versus("pipeline.ct_hit.above_floor", diff(hit, &samples[1]), floor),
+        Figure::versus("ct.new_conns.cycles", medians[new], encap_cycles),
+        Figure::new(
+            "ct.new_conns.removal_cycles",
+            median(removal.to_vec()),
+            "cycles/connection",
+        ),
+        Figure::new("ct.new_conns_per_s", new_per_s, "1/s"),
+    ];
+    let note = format!(
+        "pipeline.ct_hit / ct.new_conns: the same rounds as pipeline.l3_encap ({} rounds, \
+         round-robin, medians), a stateful network whose pods are isolated for ingress and \
+         egress (one policy set, egress allowed to the remote node's /24 on TCP 8080), a flow \
+         table of {FLOWS} connections (the forwarder's default conntrack.max_flows). ct_hit: \
+         64 B TCP ACKs from pod S to a ClusterIP (TCP 80 → one backend on the remote node, \
+         :8080) on a connection opened and checked before timing (one entry, DNAT to the \
+         backend, inner IPv4 and TCP checksums valid, encapsulated to the remote SID); every \
+         timed packet a flow-table hit + DNAT + lookup again + SRv6 encap, no entry created \
+         (checked every round); above_encap = ct_hit − l3_encap per round, median (published \
+         anchor: VPP's stateful ACL session hit ≈ 101 clocks). ct.new_conns: 64 B TCP SYNs \
+         from pod N to pods of the remote /24, each a new (address, port) — egress \
+         classification (peer class, port set) + flow-table insert + SRv6 encap; rounds of {} \
+         bursts (a quarter of the table), every packet checked to have entered one connection; \
+         after each round the forwarder's sweep (FlowTable::sweep over every entry of the \
+         table) removes them, timed: removal_cycles per connection; new_conns_per_s = TSC Hz ÷ \
+         (cycles per new connection + its removal), median over rounds, one core. No anchor \
+         beside it: OVS-DPDK's conntrack (`ct(commit)`) is not driven — its peer replays a \
+         pcap in a loop (net_pcap infinite_rx), so after the first pass every packet would be \
+         an established connection, not a new one, and OVS counts no per-phase cycles that \
+         separate the two",
+        sizes.rounds,
+        new_bursts(sizes)
+    );
+    (figures, note)
 }
 
 /// Route changes per second of the churn figure, and per publication.
@@ -1148,8 +1908,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn new_connection_frames_stay_valid() {
+        let tcp_ok = |f: &[u8]| {
+            let mut pseudo = f[26..34].to_vec();
+            pseudo.extend_from_slice(&[0, 6, 0, (FRAME_LEN - 34) as u8]);
+            pseudo.extend_from_slice(&f[34..]);
+            checksum(&f[14..34]) == 0 && checksum(&pseudo) == 0
+        };
+        assert!(tcp_ok(&Path::CtHit.template()));
+        let mut seen = std::collections::HashSet::new();
+        for k in [0, 1, 63_999, 64_000, 5_000_000, NEW_PORTS * NEW_HOSTS - 1] {
+            let mut f = Path::CtNew.template();
+            vary_connection(&mut f, k);
+            assert!(tcp_ok(&f), "connection {k}");
+            assert!(seen.insert((f[33], u16::from_be_bytes([f[34], f[35]]))));
+        }
+    }
+
+    #[test]
     fn frames_have_their_sizes_and_valid_checksums() {
-        for p in Path::ALL {
+        for p in Path::ALL.into_iter().chain(Path::CT) {
             assert_eq!(p.template().len(), p.frame_len(), "{p:?}");
         }
         let f = Path::L3Local.template();

@@ -1,6 +1,7 @@
 //! CPU affinity: the few system calls the publish-latency measurement needs to put its reader
 //! thread on another core than the writer, and that the peer measurements need to give their
-//! child processes (OVS-DPDK, dpdk-testpmd) back the CPUs the EAL took from this thread.
+//! child processes (OVS-DPDK, dpdk-testpmd) back the CPUs the EAL took from this thread; and
+//! the clock tick the Kubernetes figures read a daemon's CPU time in.
 //!
 //! With [`crate::dpdk`], this is the crate's only module holding `unsafe`; every block states
 //! why it is sound. Linux only (`sched_getaffinity`/`sched_setaffinity`); elsewhere both calls
@@ -134,6 +135,13 @@ pub fn current_cpu() -> Option<usize> {
     {
         None
     }
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, the unit of `/proc/<pid>/stat`'s CPU times).
+pub fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no preconditions and only returns a value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100)
 }
 
 #[cfg(test)]

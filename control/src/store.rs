@@ -8,8 +8,8 @@
 //!   hand out addresses and ids that pods and tables still use.
 //! - The file is created with mode 0600.
 //!
-//! In Kubernetes mode the same state is published as API objects instead
-//! ([`crate::ipam::Ipam::allocation_specs`], [`crate::ipam::Ipam::network_ids`]).
+//! In Kubernetes mode the same records are API objects instead (`daemon::cluster_state`,
+//! [`crate::ipam::allocation_name`], [`crate::ipam::endpoint_name`]).
 
 use std::path::{Path, PathBuf};
 

@@ -9,9 +9,15 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use lace_shared::policy::Backend;
 use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId, PortId};
 
 use crate::api::{Direction, NetworkType};
+use crate::bind::Labels;
+use crate::netpol::NAMESPACE_NAME_LABEL;
+pub use crate::netpol::{BoundPolicy, ContainerPort};
+use crate::service::Protocol;
+pub use crate::source::NamespacedName;
 
 /// A validated network with its data-plane id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +36,40 @@ pub struct NetworkModel {
     pub external: Vec<IpNet>,
     /// `spec.anonymous`.
     pub anonymous: bool,
+    /// `spec.l2`, defaults applied (l2 networks; the defaults elsewhere).
+    pub l2: L2Config,
+}
+
+/// An l2 network's learning and BUM limit (`spec.l2`, ADR 0019), defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L2Config {
+    /// Learning on, with this aging time in seconds.
+    pub learning: Option<std::num::NonZeroU32>,
+    /// BUM frames per second per source endpoint (0: unlimited).
+    pub bum_pps: u32,
+    /// BUM burst per source endpoint.
+    pub bum_burst: u32,
+}
+
+impl Default for L2Config {
+    fn default() -> Self {
+        L2Config {
+            learning: None,
+            bum_pps: crate::api::limits::DEFAULT_BUM_PPS,
+            bum_burst: crate::api::limits::DEFAULT_BUM_BURST,
+        }
+    }
+}
+
+impl L2Config {
+    /// What the forwarder applies.
+    pub fn settings(&self) -> lace_shared::types::L2Settings {
+        lace_shared::types::L2Settings {
+            learning: self.learning,
+            bum_pps: self.bum_pps,
+            bum_burst: self.bum_burst,
+        }
+    }
 }
 
 /// A node of the cluster with its SRv6 locator.
@@ -94,6 +134,90 @@ pub struct RoutingModel {
     pub direction: Direction,
 }
 
+/// A ClusterIP Service bound to a network, with its backends resolved (see [`crate::service`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceModel {
+    /// The network it is bound to (an l3 network of the world).
+    pub network: String,
+    /// Its ClusterIPs, at most one per family.
+    pub cluster_ips: Vec<IpAddr>,
+    /// `sessionAffinity: ClientIP`'s timeout in seconds.
+    pub affinity_timeout_s: Option<u32>,
+    /// Its ports.
+    pub ports: Vec<ServicePortModel>,
+}
+
+/// One port of a [`ServiceModel`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePortModel {
+    /// `name` (empty for a single unnamed port).
+    pub name: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// The port on the ClusterIPs.
+    pub port: u16,
+    /// Every backend with its conditions (both families, sorted by address and port); each
+    /// ClusterIP uses those of its family.
+    pub backends: Vec<Backend>,
+}
+
+/// A pod as Kubernetes NetworkPolicy sees it (its addresses are its endpoints').
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodModel {
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Its named container ports (what named ports in policies resolve against).
+    pub ports: Vec<ContainerPort>,
+}
+
+/// A namespace's labels as selectors see them: its object's labels (if any) and
+/// `kubernetes.io/metadata.name`, which the API server sets on every namespace.
+#[derive(Debug, Clone, Copy)]
+pub struct NamespaceLabels<'a> {
+    name: &'a str,
+    labels: Option<&'a BTreeMap<String, String>>,
+}
+
+impl Labels for NamespaceLabels<'_> {
+    fn label(&self, key: &str) -> Option<&str> {
+        if key == NAMESPACE_NAME_LABEL {
+            return Some(self.name);
+        }
+        self.labels.and_then(|l| l.get(key)).map(String::as_str)
+    }
+}
+
+/// The node's host interface: the port through which the node's own network stack reaches its
+/// pods (ADR 0023).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostModel {
+    /// The forwarder's end of the interface (the port's interface).
+    pub iface: IfName,
+    /// The host end's MAC: where packets to the node are delivered.
+    pub mac: MacAddr,
+    /// The port's endpoint id (a new one when the interface is made again).
+    pub endpoint: u64,
+    /// The node's addresses (`status.addresses`, `InternalIP`): pods of every network reach
+    /// them.
+    pub addresses: Vec<IpAddr>,
+}
+
+/// A MAC of an l2 network that control's learning records place (ADR 0019): one learned from
+/// an announcement, or an identity several endpoints share (placed at its active location).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LearnedModel {
+    /// The node of the location.
+    pub node: String,
+    /// The endpoint there (its pod port is where the MAC's frames go).
+    pub endpoint_id: u64,
+    /// Addresses learned with the MAC (none for an identity: its endpoints hold them).
+    pub addresses: Vec<IpAddr>,
+    /// Mobility sequence number: the highest is the newest location.
+    pub sequence: u32,
+    /// An identity shared by several endpoints (else a learned MAC).
+    pub identity: bool,
+}
+
 /// Everything the compiler needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct World {
@@ -107,4 +231,32 @@ pub struct World {
     pub endpoints: BTreeMap<AttachmentKey, EndpointModel>,
     /// Accepted routing policies, in precedence order.
     pub routing: Vec<RoutingModel>,
+    /// l2 MACs placed by control's learning records, by (network, MAC).
+    pub learned: BTreeMap<(String, MacAddr), LearnedModel>,
+    /// This node's host interface, if it has one.
+    pub host: Option<HostModel>,
+    /// ClusterIP Services bound to l3 networks, with unique ClusterIPs.
+    pub services: BTreeMap<NamespacedName, ServiceModel>,
+    /// Pods with their labels and named ports (Kubernetes NetworkPolicy selects them).
+    pub pods: BTreeMap<NamespacedName, PodModel>,
+    /// Namespaces' labels, of those that exist as objects.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Valid Kubernetes NetworkPolicies with their binding.
+    pub network_policies: BTreeMap<NamespacedName, BoundPolicy>,
+}
+
+impl World {
+    /// The labels of namespace `name` (see [`NamespaceLabels`]).
+    pub fn namespace_labels<'a>(&'a self, name: &'a str) -> NamespaceLabels<'a> {
+        NamespaceLabels {
+            name,
+            labels: self.namespaces.get(name),
+        }
+    }
+
+    /// The pod an endpoint belongs to, if the world has it.
+    pub fn pod_of(&self, e: &EndpointModel) -> Option<&PodModel> {
+        self.pods
+            .get(&NamespacedName::new(e.namespace.clone(), e.pod.clone()))
+    }
 }

@@ -1,6 +1,7 @@
 //! Allocations kept in the API server (`ClusterState`, ADR 0015) against the fake API server:
-//! two controls of two nodes allocating at the same time never hand out the same thing, and a
-//! restarted control re-reads the state and reallocates nothing.
+//! two controls of two nodes allocating at the same time never hand out the same thing, each
+//! allocation is its own object, a restarted control re-reads the state and reallocates
+//! nothing, and a state of the single-object form is migrated.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,7 +22,39 @@ const PODS_PER_NODE: usize = 100;
 struct Cluster {
     server: FakeApiServer,
     kube: KubernetesConfig,
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
     _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// The store of `node`'s control.
+    fn open(&self, node: &str) -> ClusterState {
+        let kube = KubernetesConfig {
+            node: node.into(),
+            ..self.kube.clone()
+        };
+        ClusterState::open(&kube, NS, IpamConfig::default()).unwrap()
+    }
+
+    /// Every object of a lace kind (`allocations`, `neighbors`, `networkendpoints`).
+    fn list(&self, plural: &str) -> Vec<serde_json::Value> {
+        let ar = kube::api::ApiResource {
+            group: "lace-cni.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "lace-cni.io/v1alpha1".into(),
+            kind: String::new(),
+            plural: plural.into(),
+        };
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        self.rt
+            .block_on(api.list(&Default::default()))
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect()
+    }
 }
 
 fn cluster() -> Cluster {
@@ -37,22 +70,39 @@ fn cluster() -> Cluster {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
+    let client = rt.block_on(async {
         let client = lace_control::source::kubernetes::client(&kube)
             .await
             .unwrap();
-        let ns: Namespace = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}
-        }))
-        .unwrap();
-        Api::<Namespace>::all(client)
-            .create(&PostParams::default(), &ns)
-            .await
+        for name in [NS, "shop"] {
+            let ns: Namespace = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+            }))
             .unwrap();
+            Api::<Namespace>::all(client.clone())
+                .create(&PostParams::default(), &ns)
+                .await
+                .unwrap();
+        }
+        let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+        for e in std::fs::read_dir(crds).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+                    serde_yaml::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+                Api::all(client.clone())
+                    .create(&PostParams::default(), &crd)
+                    .await
+                    .unwrap();
+            }
+        }
+        client
     });
     Cluster {
         server,
         kube,
+        rt,
+        client,
         _dir: dir,
     }
 }
@@ -92,6 +142,7 @@ fn request(node: &str, i: usize) -> AllocateRequest {
             name: format!("{node}-pod{i}"),
             uid: String::new(),
         },
+        identity: None,
     }
 }
 
@@ -121,7 +172,10 @@ fn two_controls_allocating_at_once_never_share_anything_and_a_restart_reallocate
     let handles: Vec<_> = ["node-a", "node-b"]
         .into_iter()
         .map(|node| {
-            let kube = c.kube.clone();
+            let kube = KubernetesConfig {
+                node: node.into(),
+                ..c.kube.clone()
+            };
             std::thread::spawn(move || {
                 let mut store = ClusterState::open(&kube, NS, IpamConfig::default()).unwrap();
                 let leases = allocate_all(&mut store, node);
@@ -182,12 +236,36 @@ fn two_controls_allocating_at_once_never_share_anything_and_a_restart_reallocate
     // Every l3 block belongs to one node.
     assert!(blocks.values().all(|nodes| nodes.len() == 1), "{blocks:?}");
 
+    // Each allocation is its object: an endpoint per pod, one Allocation per node's blocks of
+    // the l3 network, a Neighbor per l2 address.
+    let endpoints = c.list("networkendpoints");
+    assert_eq!(endpoints.len(), 2 * PODS_PER_NODE);
+    let blocks = c.list("allocations");
+    assert_eq!(blocks.len(), 2, "{blocks:#?}");
+    let claims = c.list("neighbors");
+    assert_eq!(claims.len(), PODS_PER_NODE, "one per l2 address");
+    for e in &endpoints {
+        let l = leases
+            .iter()
+            .find(|l| l.key.container_id == e["spec"]["containerId"])
+            .unwrap();
+        assert_eq!(e["metadata"]["namespace"], "shop");
+        assert_eq!(e["metadata"]["labels"]["lace-cni.io/node"], l.node.as_str());
+        assert_eq!(e["spec"]["endpointId"], l.endpoint_id);
+        assert_eq!(e["spec"]["mac"], l.mac.to_string());
+    }
+
     // Both nodes in one state, with distinct ids and locators.
-    let mut restarted = ClusterState::open(&c.kube, NS, IpamConfig::default()).unwrap();
+    let mut restarted = c.open("node-a");
     let (a, b) = restarted.read(|i| (i.node("node-a"), i.node("node-b")));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_ne!(a.id, b.id);
     assert_ne!(a.locator, b.locator);
+    assert_eq!(
+        restarted.read(|i| i.leases().count()),
+        PODS_PER_NODE + PODS_PER_NODE / 2,
+        "its own endpoints and the other node's l2 ones"
+    );
 
     // A restarted control re-reads everything: the same ADDs again change nothing.
     let version = c.server.resource_version();
@@ -196,4 +274,130 @@ fn two_controls_allocating_at_once_never_share_anything_and_a_restart_reallocate
         assert_eq!(before, after, "a restart reallocated");
     }
     assert_eq!(c.server.resource_version(), version, "nothing was written");
+}
+
+/// A node's control removes what it released: the endpoint, and the l2 address's claim; a
+/// claim left by a write that failed half way (no endpoint) is collected at start.
+#[test]
+fn releases_delete_the_objects_and_a_stray_claim_is_collected() {
+    let c = cluster();
+    let mut store = c.open("node-a");
+    let leases = allocate_all(&mut store, "node-a");
+    let l2 = leases.iter().find(|l| l.network == "flat").unwrap();
+    store.mutate(|ipam| Ok(ipam.release(&l2.key))).unwrap();
+    let names = |plural| -> BTreeSet<String> {
+        c.list(plural)
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names("networkendpoints").len(), PODS_PER_NODE - 1);
+    let claims = names("neighbors");
+    assert_eq!(claims.len(), PODS_PER_NODE / 2 - 1);
+    let freed = lace_control::ipam::neighbor_name("flat", l2.addresses[0].address);
+    assert!(!claims.contains(&freed));
+    drop(store);
+    // A claim of node-a's with no endpoint behind it (its control died between the two).
+    let stray = serde_json::json!({
+        "apiVersion": "lace-cni.io/v1alpha1", "kind": "Neighbor",
+        "metadata": {"name": freed, "labels": {"lace-cni.io/node": "node-a"}},
+        "spec": {"network": "flat", "address": l2.addresses[0].address.to_string(),
+                 "mac": l2.mac.to_string()},
+    });
+    let ar = kube::api::ApiResource::erase::<lace_control::api::Neighbor>(&());
+    let api: Api<kube::api::DynamicObject> = Api::all_with(c.client.clone(), &ar);
+    c.rt.block_on(api.create(
+        &PostParams::default(),
+        &serde_json::from_value(stray).unwrap(),
+    ))
+    .unwrap();
+    let mut store = c.open("node-a");
+    assert!(!names("neighbors").contains(&freed), "collected at start");
+    // The address is free again, and the next l2 ADD takes it.
+    let again = store
+        .mutate(|ipam| {
+            ipam.allocate(&AllocateRequest {
+                key: AttachmentKey {
+                    container_id: "new".into(),
+                    ifname: "eth0".into(),
+                },
+                ..request("node-a", 1)
+            })
+        })
+        .unwrap();
+    assert_eq!(again.addresses, l2.addresses);
+}
+
+/// A state of the single-object form (ConfigMap lace-ipam, data.state.json, version 1) is
+/// migrated at start: its blocks, claims and endpoints become objects, the ledger replaces the
+/// old state, and the leases are the same.
+#[test]
+fn a_single_object_state_is_migrated() {
+    let c = cluster();
+    // What the previous version held: built with IPAM itself, saved as version 1.
+    let mut old = lace_control::ipam::Ipam::new(IpamConfig::default()).unwrap();
+    for (name, def) in &networks() {
+        old.ensure_network(name, def).unwrap();
+    }
+    let mut leases = Vec::new();
+    for node in ["node-a", "node-b"] {
+        old.ensure_node(node).unwrap();
+        for i in 0..6 {
+            leases.push(old.allocate(&request(node, i)).unwrap());
+        }
+    }
+    let mut v = serde_json::to_value(old.to_state()).unwrap();
+    v["version"] = 1.into();
+    v["nextEndpointId"] = 13.into();
+    for (n, l) in v["leases"].as_array_mut().unwrap().iter_mut().enumerate() {
+        l["endpointId"] = (n as u64 + 1).into();
+    }
+    for n in v["nodes"].as_object_mut().unwrap().values_mut() {
+        n.as_object_mut().unwrap().remove("nextEndpoint");
+    }
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "lace-ipam", "namespace": NS},
+        "data": {"state.json": v.to_string()},
+    }))
+    .unwrap();
+    c.rt.block_on(Api::namespaced(c.client.clone(), NS).create(&PostParams::default(), &cm))
+        .unwrap();
+
+    let store = c.open("node-a");
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        c.rt.block_on(Api::namespaced(c.client.clone(), NS).get("lace-ipam"))
+            .unwrap();
+    let data = cm.data.unwrap();
+    assert!(data.contains_key("ledger.json") && !data.contains_key("state.json"));
+    assert_eq!(c.list("networkendpoints").len(), 12);
+    assert_eq!(c.list("allocations").len(), 2);
+    assert_eq!(c.list("neighbors").len(), 6);
+    // node-a's view: its own leases as they were (ids kept), and node-b's l2 ones.
+    let mine: Vec<EndpointLease> =
+        store.read(|i| i.leases().filter(|l| l.node == "node-a").cloned().collect());
+    assert_eq!(mine.len(), 6);
+    for l in &mine {
+        let before = leases.iter().find(|b| b.key == l.key).unwrap();
+        assert_eq!(
+            (&l.addresses, l.mac, l.port, l.network_id),
+            (
+                &before.addresses,
+                before.mac,
+                before.port,
+                before.network_id
+            )
+        );
+        assert!(
+            l.endpoint_id <= 12,
+            "version 1's id kept: {}",
+            l.endpoint_id
+        );
+    }
+    // A second control starting later finds nothing to migrate and the same state.
+    let other = c.open("node-b");
+    assert_eq!(
+        other.read(|i| i.leases().filter(|l| l.node == "node-b").count()),
+        6
+    );
 }

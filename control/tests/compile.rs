@@ -9,11 +9,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_control::api::{Direction, NetworkType};
 use lace_control::compile::{
-    decode_sid, desired, encode_sid, gateway_mac, read_back, Change, CompileConfig, Compiler,
-    NoteKind, SidFunction,
+    decode_sid, desired, encode_sid, gateway_mac, host_routes, read_back, Change, CompileConfig,
+    Compiler, NoteKind, Route, SidFunction, HOST_GATEWAY4, HOST_GATEWAY6,
 };
+use lace_control::service::Protocol;
+use lace_control::source::NamespacedName;
 use lace_control::world::{
-    AttachmentKey, EndpointModel, NetworkModel, NodeModel, RoutingModel, World,
+    AttachmentKey, EndpointModel, HostModel, L2Config, LearnedModel, NetworkModel, NodeModel,
+    RoutingModel, ServiceModel, ServicePortModel, World,
+};
+use lace_shared::policy::{
+    maglev_size, Backend, BackendState, RouteFlags, ServiceKey, PROTO_TCP, PROTO_UDP,
 };
 use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
 use lace_shared::types::{
@@ -56,6 +62,7 @@ fn network(n: u32) -> NetworkModel {
         )),
         external: vec![],
         anonymous: false,
+        l2: L2Config::default(),
     }
 }
 
@@ -169,6 +176,17 @@ fn local(n: u32, k: u32, i: u32) -> NextHop {
     }
 }
 
+/// A FIB's next hops (every route plain).
+fn hops(routes: &BTreeMap<IpNet, Route>) -> BTreeMap<IpNet, NextHop> {
+    routes
+        .iter()
+        .map(|(p, r)| {
+            assert_eq!(r.flags, RouteFlags::NONE, "{p}");
+            (*p, r.nh)
+        })
+        .collect()
+}
+
 // ---- tables ---------------------------------------------------------------------------------
 
 /// A fresh table region, removed when dropped.
@@ -230,6 +248,17 @@ impl View {
             Some(snap.nexthop(i).expect("a route's next hop exists"))
         }
     }
+    /// The next hop of `ip` in network `net` and its route's flags.
+    fn route(&self, net: u32, ip: IpAddr) -> Option<(NextHop, RouteFlags)> {
+        let mut h = self.reader.register().unwrap();
+        let snap = h.snapshot();
+        let v = snap.network(NetworkId(net))?;
+        let i = match ip {
+            IpAddr::V4(a) => v.route4_index(a),
+            IpAddr::V6(a) => v.route6_index(a),
+        };
+        (i != 0).then(|| (snap.nexthop(i).unwrap(), snap.nexthop_flags(i)))
+    }
     fn hop4(&self, net: u32, ip: Ipv4Addr) -> Option<NextHop> {
         self.hop(net, IpAddr::V4(ip))
     }
@@ -253,7 +282,7 @@ impl View {
 }
 
 fn cfg() -> CompileConfig {
-    CompileConfig { underlay_mtu: 1500 }
+    CompileConfig::default()
 }
 
 /// Plans and applies; returns the stats.
@@ -351,7 +380,10 @@ fn two_node_world_gives_the_expected_tables() {
     let routes: Vec<(String, NextHop)> = compiled.tables.networks[&NetworkId(1)]
         .routes
         .iter()
-        .map(|(p, h)| (p.to_string(), *h))
+        .map(|(p, r)| {
+            assert_eq!(r.flags, RouteFlags::NONE);
+            (p.to_string(), r.nh)
+        })
         .collect();
     let want: Vec<(String, NextHop)> = vec![
         ("10.1.1.0/24".into(), NextHop::Unreachable),
@@ -407,8 +439,8 @@ fn remote_block_uses_the_owning_nodes_sid() {
         sid: Sid("fc00:0:0:3:e046:0:1:0".parse().unwrap()),
     };
     let routes = &t.networks[&NetworkId(1)].routes;
-    assert_eq!(routes[&IpNet::V4(block4(1, 3))], want);
-    assert_eq!(routes[&IpNet::V6(block6(1, 3))], want);
+    assert_eq!(routes[&IpNet::V4(block4(1, 3))].nh, want);
+    assert_eq!(routes[&IpNet::V6(block6(1, 3))].nh, want);
     assert_eq!(t.nodes[&NodeId(3)].locator_len, 64);
 }
 
@@ -624,7 +656,7 @@ fn overlapping_routes_are_reported_not_overwritten() {
     world.routing.push(policy("clash", &[1], 2, &[]));
     let out = desired(&world, &name(1), cfg()).unwrap();
     let routes = &out.tables.networks[&NetworkId(1)].routes;
-    assert_eq!(routes[&IpNet::V4(block4(1, 1))], NextHop::Unreachable);
+    assert_eq!(routes[&IpNet::V4(block4(1, 1))].nh, NextHop::Unreachable);
     assert!(
         out.notes
             .iter()
@@ -673,7 +705,7 @@ fn l2_networks_get_neighbors_fdb_flood_list_and_their_sids() {
         want_routes.insert(IpNet::from(IpAddr::V4(addr4(L2, 1, i))), local(L2, 1, i));
         want_routes.insert(IpNet::from(IpAddr::V6(addr6(L2, 1, i))), local(L2, 1, i));
     }
-    assert_eq!(t.routes, want_routes);
+    assert_eq!(hops(&t.routes), want_routes);
     let mut want_neigh = BTreeMap::new();
     want_neigh.insert("10.4.0.1".parse().unwrap(), gw_mac);
     want_neigh.insert("fd04::1".parse().unwrap(), gw_mac);
@@ -777,32 +809,79 @@ fn l2_networks_get_neighbors_fdb_flood_list_and_their_sids() {
     assert!(!on3.tables.networks.contains_key(&NetworkId(L2)));
 }
 
-/// A one-way policy is not compiled (its replies would need connection tracking): no route
-/// either way, and a note says so.
+/// A one-way policy: the source's FIB gets the destination's routes as a bidirectional one
+/// would; the destination's FIB gets the source's routes flagged reply-only, and the
+/// destination becomes stateful. A bidirectional policy between the same networks makes the way
+/// back plain again. What the forwarder reads (next hop and flags) is checked in the tables.
 #[test]
-fn source_to_destination_policy_opens_nothing_yet() {
+fn a_one_way_policy_gives_the_destination_reply_only_routes_back() {
     let mut world = two_nodes();
     add_network(&mut world, 2);
-    allocate(&mut world, 2, 1);
+    for k in [1, 2] {
+        allocate(&mut world, 2, k);
+    }
     add_pod(&mut world, 2, 1, 4);
+    add_pod(&mut world, 2, 2, 5);
     let mut p = policy("one-way", &[1], 2, &[]);
     p.direction = Direction::SourceToDestination;
     world.routing.push(p);
-    let out = desired(&world, &name(1), cfg()).unwrap();
-    let t = &out.tables;
-    assert!(!t.networks[&NetworkId(1)]
-        .routes
-        .contains_key(&IpNet::V4(block4(2, 1))));
-    assert!(!t.networks[&NetworkId(2)]
-        .routes
-        .contains_key(&IpNet::V4(block4(1, 1))));
-    assert!(
-        out.notes.iter().any(|n| n.kind == NoteKind::Unsupported
-            && n.object == "NetworkRoutingPolicy one-way"
-            && n.message.contains("sourceToDestination")),
-        "{:#?}",
-        out.notes
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    assert!(c.plan(&world, &[]).unwrap().notes.is_empty());
+    let v = View::new(&r);
+    let plain = |nh| Some((nh, RouteFlags::NONE));
+    let back = |nh| Some((nh, RouteFlags::REPLY_ONLY));
+    // Network 1 opens connections into network 2, as with a bidirectional policy.
+    assert_eq!(
+        v.route(1, IpAddr::V4(addr4(2, 1, 4))),
+        plain(local(2, 1, 4))
     );
+    assert_eq!(v.route(1, IpAddr::V6(addr6(2, 2, 5))), plain(remote(2, 2)));
+    // Network 2 reaches network 1 only with replies: every route back is flagged.
+    assert_eq!(v.route(2, IpAddr::V4(addr4(1, 1, 2))), back(local(1, 1, 2)));
+    assert_eq!(v.route(2, IpAddr::V6(addr6(1, 1, 2))), back(local(1, 1, 2)));
+    assert_eq!(v.route(2, IpAddr::V4(addr4(1, 2, 9))), back(remote(2, 1)));
+    assert_eq!(
+        v.route(2, IpAddr::V4(addr4(1, 1, 77))),
+        back(NextHop::Unreachable)
+    );
+    // Its own routes stay plain.
+    assert_eq!(
+        v.route(2, IpAddr::V4(addr4(2, 1, 4))),
+        plain(local(2, 1, 4))
+    );
+    assert!(
+        v.info(2).unwrap().stateful,
+        "the destination tracks connections"
+    );
+    assert!(!v.info(1).unwrap().stateful);
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+
+    // Both ways as well: the way back carries new connections again, nothing is stateful.
+    world.routing.push(policy("both", &[1], 2, &[]));
+    let st = step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(
+        st.routes_set, 6,
+        "the reply-only routes became plain: {st:?}"
+    );
+    assert_eq!(
+        v.route(2, IpAddr::V4(addr4(1, 1, 2))),
+        plain(local(1, 1, 2))
+    );
+    assert!(!v.info(2).unwrap().stateful);
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+
+    // The one-way policy alone again, and then none: the routes back go.
+    world.routing.pop();
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(v.route(2, IpAddr::V4(addr4(1, 1, 2))), back(local(1, 1, 2)));
+    world.routing.clear();
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(v.route(2, IpAddr::V4(addr4(1, 1, 2))), None);
+    assert_eq!(v.route(1, IpAddr::V4(addr4(2, 1, 4))), None);
+    assert!(!v.info(2).unwrap().stateful);
 }
 
 /// A batch the region cannot hold is abandoned: the error names the call, nothing is
@@ -879,6 +958,463 @@ fn unknown_node_is_an_error() {
     assert!(e.to_string().contains("\"nowhere\""), "{e}");
 }
 
+// ---- services --------------------------------------------------------------------------------
+
+fn svc_key(name: &str) -> NamespacedName {
+    NamespacedName::new("shop", name)
+}
+
+fn be(addr: IpAddr, port: u16, ready: bool, serving: bool, terminating: bool) -> Backend {
+    Backend {
+        addr,
+        port,
+        state: BackendState {
+            ready,
+            serving,
+            terminating,
+        },
+    }
+}
+
+/// Pod i of network n on node k as a ready backend at `port`, both families.
+fn pod_backends(n: u32, k: u32, i: u32, port: u16) -> [Backend; 2] {
+    [
+        be(IpAddr::V4(addr4(n, k, i)), port, true, true, false),
+        be(IpAddr::V6(addr6(n, k, i)), port, true, true, false),
+    ]
+}
+
+fn svc_port(name: &str, protocol: Protocol, port: u16, backends: Vec<Backend>) -> ServicePortModel {
+    let mut backends = backends;
+    backends.sort_by_key(|b| (b.addr, b.port));
+    ServicePortModel {
+        name: name.into(),
+        protocol,
+        port,
+        backends,
+    }
+}
+
+fn service(
+    net: u32,
+    vips: &[&str],
+    affinity: Option<u32>,
+    ports: Vec<ServicePortModel>,
+) -> ServiceModel {
+    ServiceModel {
+        network: net_name(net),
+        cluster_ips: vips.iter().map(|v| v.parse().unwrap()).collect(),
+        affinity_timeout_s: affinity,
+        ports,
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A Service record as the forwarder reads it: affinity, backends, and the backend each slot
+/// of the lookup table picks (`ServiceView::pick` of every hash below the table's length).
+#[derive(Debug, PartialEq, Eq)]
+struct Record {
+    affinity: Option<u32>,
+    backends: Vec<Backend>,
+    slots: Vec<u32>,
+}
+
+impl Record {
+    /// How many slots backend `addr` has.
+    fn share(&self, addr: IpAddr) -> usize {
+        let i = self.backends.iter().position(|b| b.addr == addr);
+        self.slots
+            .iter()
+            .filter(|&&s| Some(s as usize) == i)
+            .count()
+    }
+}
+
+impl View {
+    fn service(&self, net: u32, vip: &str, proto: u8, port: u16) -> Option<Record> {
+        let mut h = self.reader.register().unwrap();
+        let snap = h.snapshot();
+        let key = ServiceKey::new(NetworkId(net), ip(vip), proto, port);
+        let s = snap.service(&key)?;
+        let slots = (0..u64::from(s.table_len()))
+            .map(|h| s.pick(h).unwrap().0)
+            .collect();
+        Some(Record {
+            affinity: s.affinity_timeout_s(),
+            backends: s.backends().collect(),
+            slots,
+        })
+    }
+}
+
+/// Two Services in two networks and a one-way policy from the second to the first: each
+/// network's FIB routes its own ClusterIPs to `Service`, the source also the destination's
+/// (not the other way round), with a record per ClusterIP and port — the backends of the
+/// ClusterIP's family, an even Maglev table over them, the affinity timeout; a port without
+/// backends is installed with an empty table (it rejects). Networks with Services are stateful;
+/// one the policy does not reach has nothing.
+#[test]
+fn services_get_cluster_ip_routes_and_records_where_policy_reaches() {
+    let mut world = two_nodes();
+    for n in [2, 3] {
+        add_network(&mut world, n);
+        allocate(&mut world, n, 1);
+    }
+    add_pod(&mut world, 2, 1, 4);
+    add_pod(&mut world, 3, 1, 6);
+    let mut http = Vec::new();
+    for k in [1, 2] {
+        http.extend(pod_backends(1, k, 2, 8080));
+    }
+    world.services.insert(
+        svc_key("web"),
+        service(
+            1,
+            &["10.96.0.10", "fd96::10"],
+            Some(600),
+            vec![
+                svc_port("http", Protocol::Tcp, 80, http),
+                svc_port("dns", Protocol::Udp, 53, vec![]),
+            ],
+        ),
+    );
+    world.services.insert(
+        svc_key("db"),
+        service(
+            2,
+            &["10.96.0.20"],
+            None,
+            vec![svc_port(
+                "",
+                Protocol::Tcp,
+                5432,
+                pod_backends(2, 1, 4, 5432).to_vec(),
+            )],
+        ),
+    );
+    let mut p = policy("db-to-web", &[2], 1, &[]);
+    p.direction = Direction::SourceToDestination;
+    world.routing.push(p);
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    let st = step(&mut c, &mut w, &world, &[Change::All]);
+    assert_eq!(
+        st.services_set,
+        4 + 5,
+        "web's 4 records twice, db's once: {st:?}"
+    );
+    assert!(c.plan(&world, &[]).unwrap().notes.is_empty());
+    let v = View::new(&r);
+    let svc = Some((NextHop::Service, RouteFlags::NONE));
+    for net in [1, 2] {
+        assert_eq!(v.route(net, ip("10.96.0.10")), svc, "net-{net}");
+        assert_eq!(v.route(net, ip("fd96::10")), svc, "net-{net}");
+        let web = v.service(net, "10.96.0.10", PROTO_TCP, 80).unwrap();
+        assert_eq!(web.affinity, Some(600));
+        assert_eq!(
+            web.backends,
+            [
+                be(IpAddr::V4(addr4(1, 1, 2)), 8080, true, true, false),
+                be(IpAddr::V4(addr4(1, 2, 2)), 8080, true, true, false),
+            ]
+        );
+        assert_eq!(web.slots.len(), maglev_size(2));
+        let (a, b) = (
+            web.share(IpAddr::V4(addr4(1, 1, 2))),
+            web.share(IpAddr::V4(addr4(1, 2, 2))),
+        );
+        assert_eq!(a + b, web.slots.len());
+        assert!(a.abs_diff(b) <= 1, "{a} / {b}");
+        let web6 = v.service(net, "fd96::10", PROTO_TCP, 80).unwrap();
+        assert!(web6.backends.iter().all(|b| b.addr.is_ipv6()));
+        assert_eq!(web6.backends.len(), 2);
+        let dns = v.service(net, "10.96.0.10", PROTO_UDP, 53).unwrap();
+        assert!(dns.slots.is_empty() && dns.backends.is_empty(), "rejects");
+        // Only the Service's own ports.
+        assert!(v.service(net, "10.96.0.10", PROTO_UDP, 80).is_none());
+        assert!(v.info(net).unwrap().stateful);
+    }
+    // db is network 2's; the one-way policy does not take network 1 there.
+    assert_eq!(v.route(2, ip("10.96.0.20")), svc);
+    assert_eq!(v.route(1, ip("10.96.0.20")), None);
+    assert!(v.service(1, "10.96.0.20", PROTO_TCP, 5432).is_none());
+    let db = v.service(2, "10.96.0.20", PROTO_TCP, 5432).unwrap();
+    assert_eq!(db.affinity, None);
+    assert!(db.slots.iter().all(|&s| s == 0) && db.slots.len() == maglev_size(1));
+    // Network 3 reaches nothing.
+    assert_eq!(v.route(3, ip("10.96.0.10")), None);
+    assert!(v.service(3, "10.96.0.10", PROTO_TCP, 80).is_none());
+    assert!(!v.info(3).unwrap().stateful);
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+    // A restarted control reads records and flags back: its first apply writes nothing.
+    drop(w);
+    let mut w = r.writer();
+    let mut again = Compiler::resume(&name(1), cfg(), &r.cfg).unwrap();
+    let st = step(&mut again, &mut w, &world, &[Change::All]);
+    assert_eq!(st.changes(), 0, "{st:?}");
+}
+
+/// An endpoint's change rewrites that Service's records only; KEP-1669 in the tables: a
+/// terminating backend leaves the lookup table while a ready one remains, serving-and-
+/// terminating ones take it when none is ready, and with none serving the Service rejects
+/// (an empty table behind the same route). A Service bound to a network makes it stateful and
+/// its removal takes its routes and records.
+#[test]
+fn an_endpoint_change_rewrites_one_service() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    add_pod(&mut world, 2, 1, 4);
+    world.routing.push(policy("both", &[2], 1, &[]));
+    let backends = |states: [(bool, bool, bool); 2]| {
+        let mut out = Vec::new();
+        for (k, (r, s, t)) in [1, 2].into_iter().zip(states) {
+            out.push(be(IpAddr::V4(addr4(1, k, 2)), 8080, r, s, t));
+        }
+        out
+    };
+    let web = |states| {
+        service(
+            1,
+            &["10.96.0.10"],
+            None,
+            vec![svc_port("http", Protocol::Tcp, 80, backends(states))],
+        )
+    };
+    let ready = (true, true, false);
+    let draining = (false, true, true);
+    let gone = (false, false, true);
+    world.services.insert(svc_key("web"), web([ready, ready]));
+    world.services.insert(
+        svc_key("other"),
+        service(
+            2,
+            &["10.96.0.30"],
+            None,
+            vec![svc_port(
+                "",
+                Protocol::Tcp,
+                80,
+                pod_backends(2, 1, 4, 80).to_vec(),
+            )],
+        ),
+    );
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    let one = IpAddr::V4(addr4(1, 1, 2));
+    let two = IpAddr::V4(addr4(1, 2, 2));
+    let before = v.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    assert!(before.share(one) > 0 && before.share(two) > 0);
+
+    world
+        .services
+        .insert(svc_key("web"), web([ready, draining]));
+    let st = step(&mut c, &mut w, &world, &[Change::Service(svc_key("web"))]);
+    assert_eq!(
+        (st.services_set, st.changes()),
+        (2, 2),
+        "web's record in both networks, nothing else: {st:?}"
+    );
+    for net in [1, 2] {
+        let now = v.service(net, "10.96.0.10", PROTO_TCP, 80).unwrap();
+        assert_eq!(now.backends.len(), 2, "the draining backend stays listed");
+        assert_eq!(now.share(one), now.slots.len());
+        // Maglev: the slots the remaining backend had are still its.
+        for (a, b) in before.slots.iter().zip(&now.slots) {
+            if before.backends[*a as usize].addr == one {
+                assert_eq!(now.backends[*b as usize].addr, one);
+            }
+        }
+    }
+    world.services.insert(svc_key("web"), web([draining, gone]));
+    step(&mut c, &mut w, &world, &[Change::Service(svc_key("web"))]);
+    assert_eq!(
+        v.service(1, "10.96.0.10", PROTO_TCP, 80)
+            .unwrap()
+            .share(one),
+        maglev_size(1),
+        "serving and terminating: used when nothing is ready"
+    );
+    world.services.insert(svc_key("web"), web([gone, gone]));
+    step(&mut c, &mut w, &world, &[Change::Service(svc_key("web"))]);
+    let rejects = v.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    assert!(rejects.slots.is_empty() && rejects.backends.len() == 2);
+    assert_eq!(
+        v.route(1, ip("10.96.0.10")),
+        Some((NextHop::Service, RouteFlags::NONE))
+    );
+    // Removed: routes and records go, from both networks.
+    world.services.remove(&svc_key("web"));
+    let st = step(&mut c, &mut w, &world, &[Change::Service(svc_key("web"))]);
+    assert_eq!((st.services_removed, st.routes_removed), (2, 2), "{st:?}");
+    assert_eq!(v.route(1, ip("10.96.0.10")), None);
+    assert!(v.service(2, "10.96.0.10", PROTO_TCP, 80).is_none());
+    // Network 1 keeps reaching the other Service; a network without Services, reply-only
+    // routes or policy sets is stateless.
+    assert!(v.service(1, "10.96.0.30", PROTO_TCP, 80).is_some());
+    world.services.remove(&svc_key("other"));
+    step(&mut c, &mut w, &world, &[Change::Service(svc_key("other"))]);
+    assert!(!v.info(1).unwrap().stateful && !v.info(2).unwrap().stateful);
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+}
+
+/// Two controls (nodes 1 and 2, each with its own tables) compile the same lookup table for a
+/// Service of ten backends, slot for slot; one backend gone moves only its own slots and a few
+/// more.
+#[test]
+fn two_nodes_compile_the_same_maglev_table() {
+    let mut world = two_nodes();
+    let ten: Vec<Backend> = (1..=2)
+        .flat_map(|k| {
+            (10..15).map(move |i| be(IpAddr::V4(addr4(1, k, i)), 8080, true, true, false))
+        })
+        .collect();
+    world.services.insert(
+        svc_key("web"),
+        service(
+            1,
+            &["10.96.0.10"],
+            None,
+            vec![svc_port("http", Protocol::Tcp, 80, ten.clone())],
+        ),
+    );
+    let (r1, r2) = (Region::new(), Region::new());
+    let (mut w1, mut w2) = (r1.writer(), r2.writer());
+    let mut c1 = Compiler::new(&name(1), cfg());
+    let mut c2 = Compiler::new(&name(2), cfg());
+    step(&mut c1, &mut w1, &world, &[Change::All]);
+    step(&mut c2, &mut w2, &world, &[Change::All]);
+    let (v1, v2) = (View::new(&r1), View::new(&r2));
+    let t1 = v1.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    let t2 = v2.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    assert_eq!(t1, t2);
+    assert_eq!(t1.slots.len(), maglev_size(10));
+    for b in &ten {
+        let n = t1.share(b.addr);
+        assert!((102..=103).contains(&n), "{} has {n} of 1021 slots", b.addr);
+    }
+    let leaving = ten[3].addr;
+    let nine: Vec<Backend> = ten.iter().filter(|b| b.addr != leaving).copied().collect();
+    world.services.insert(
+        svc_key("web"),
+        service(
+            1,
+            &["10.96.0.10"],
+            None,
+            vec![svc_port("http", Protocol::Tcp, 80, nine)],
+        ),
+    );
+    step(&mut c1, &mut w1, &world, &[Change::Service(svc_key("web"))]);
+    step(&mut c2, &mut w2, &world, &[Change::Service(svc_key("web"))]);
+    let u1 = v1.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    assert_eq!(u1, v2.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap());
+    let addr = |r: &Record, s: u32| r.backends[s as usize].addr;
+    let moved = t1
+        .slots
+        .iter()
+        .zip(&u1.slots)
+        .filter(|(a, b)| addr(&t1, **a) != leaving && addr(&t1, **a) != addr(&u1, **b))
+        .count();
+    assert!(
+        moved < t1.slots.len() / 20,
+        "{moved} slots of staying backends moved"
+    );
+}
+
+/// A ClusterIP that a route already holds (an endpoint's address) or that another Service
+/// holds where both are reached is a conflict: noted, never overwritten.
+#[test]
+fn cluster_ip_conflicts_are_noted_and_never_overwrite() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    world.routing.push(policy("both", &[2], 1, &[]));
+    let port = |b: Vec<Backend>| vec![svc_port("", Protocol::Tcp, 80, b)];
+    let pod = addr4(1, 1, 2).to_string();
+    world.services.insert(
+        svc_key("on-a-pod"),
+        service(
+            1,
+            &[pod.as_str()],
+            None,
+            port(pod_backends(1, 2, 2, 80).to_vec()),
+        ),
+    );
+    world.services.insert(
+        svc_key("a"),
+        service(1, &["10.96.0.50"], None, port(vec![])),
+    );
+    world.services.insert(
+        svc_key("b"),
+        service(2, &["10.96.0.50"], None, port(vec![])),
+    );
+    let out = desired(&world, &name(1), cfg()).unwrap();
+    let net1 = &out.tables.networks[&NetworkId(1)];
+    let net2 = &out.tables.networks[&NetworkId(2)];
+    assert_eq!(net1.routes[&IpNet::from(ip(&pod))].nh, local(1, 1, 2));
+    assert!(!net1.services.keys().any(|k| k.addr == ip(&pod)));
+    assert!(
+        out.notes.iter().any(|n| n.kind == NoteKind::Conflict
+            && n.object == "Network net-1"
+            && n.message.contains("Service shop/on-a-pod (ClusterIP)")),
+        "{:#?}",
+        out.notes
+    );
+    // Each network keeps its own Service at the shared address: network 1 reaches a first
+    // (its own), network 2 reaches b (its own) first.
+    let holder = |t: &lace_control::compile::NetworkTables| {
+        t.services
+            .iter()
+            .find(|(k, _)| k.addr == ip("10.96.0.50"))
+            .map(|(_, i)| i.backends.len())
+    };
+    assert_eq!((holder(net1), holder(net2)), (Some(0), Some(0)));
+    for (svc, other) in [("shop/b", "shop/a"), ("shop/a", "shop/b")] {
+        assert!(
+            out.notes
+                .iter()
+                .any(|n| n.object == format!("Service {svc}")
+                    && n.message.contains(&format!("also Service {other}'s"))),
+            "{svc}: {:#?}",
+            out.notes
+        );
+    }
+}
+
+/// An anonymous network's own Services are not in its FIB until a policy opens the network to
+/// itself; the networks that reach it still get them.
+#[test]
+fn an_anonymous_network_reaches_its_services_only_through_policy() {
+    let mut world = two_nodes();
+    world.networks.get_mut(&net_name(1)).unwrap().anonymous = true;
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    world.routing.push(policy("two-to-one", &[2], 1, &[]));
+    world.services.insert(
+        svc_key("web"),
+        service(
+            1,
+            &["10.96.0.10"],
+            None,
+            vec![svc_port("", Protocol::Tcp, 80, vec![])],
+        ),
+    );
+    let t = desired(&world, &name(1), cfg()).unwrap().tables;
+    let vip = IpNet::from(ip("10.96.0.10"));
+    assert!(!t.networks[&NetworkId(1)].routes.contains_key(&vip));
+    assert!(t.networks[&NetworkId(2)].routes.contains_key(&vip));
+    world.routing.push(policy("self", &[1], 1, &[]));
+    let t = desired(&world, &name(1), cfg()).unwrap().tables;
+    assert_eq!(t.networks[&NetworkId(1)].routes[&vip].nh, NextHop::Service);
+}
+
 // ---- incremental == full ----------------------------------------------------------------------
 
 #[derive(Debug, Clone)]
@@ -897,6 +1433,11 @@ enum Op {
     AddNode(u32),
     RemoveNetwork(u32),
     AddNetwork(u32),
+    /// Service s bound to network n: ClusterIP 10.96.0.s (or one shared by every Service, or
+    /// network 1's pod 2 on node 1's address), backends network n's pods 2 and 3 on nodes 1 and
+    /// 2, ready by the mask's bits.
+    SetService(u32, u32, u8, u8),
+    RemoveService(u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -917,7 +1458,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (2u32..4).prop_map(Op::RemoveNode),
         1 => k.prop_map(Op::AddNode),
         1 => n.clone().prop_map(Op::RemoveNetwork),
-        1 => n.prop_map(Op::AddNetwork),
+        1 => n.clone().prop_map(Op::AddNetwork),
+        3 => (0u32..3, n, 0u8..3, any::<u8>()).prop_map(|(s, n, v, m)| Op::SetService(s, n, v, m)),
+        1 => (0u32..3).prop_map(Op::RemoveService),
     ]
 }
 
@@ -996,6 +1539,29 @@ fn run(world: &mut World, op: &Op) -> Vec<Change> {
             add_network(world, n);
             vec![Change::Network(net_name(n))]
         }
+        Op::SetService(s, n, vip, mask) => {
+            let vip = match vip {
+                0 => format!("10.96.0.{s}"),
+                1 => "10.96.0.99".to_owned(),
+                _ => addr4(1, 1, 2).to_string(),
+            };
+            let mut backends = Vec::new();
+            for (bit, (k, i)) in [(1, 2), (1, 3), (2, 2), (2, 3)].into_iter().enumerate() {
+                let ready = mask & (1 << bit) != 0;
+                backends.push(be(IpAddr::V4(addr4(n, k, i)), 80, ready, true, !ready));
+                backends.push(be(IpAddr::V6(addr6(n, k, i)), 80, ready, true, !ready));
+            }
+            let ports = vec![svc_port("", Protocol::Tcp, 80, backends)];
+            world.services.insert(
+                svc_key(&format!("s{s}")),
+                service(n, &[vip.as_str(), "fd96::1"], None, ports),
+            );
+            vec![Change::Service(svc_key(&format!("s{s}")))]
+        }
+        Op::RemoveService(s) => {
+            world.services.remove(&svc_key(&format!("s{s}")));
+            vec![Change::Service(svc_key(&format!("s{s}")))]
+        }
     }
 }
 
@@ -1024,4 +1590,228 @@ proptest! {
         }
         prop_assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
     }
+}
+
+// ---- the host interface ----------------------------------------------------------------------
+
+/// Node 1 with its host interface: the port, the host network holding every local endpoint of
+/// every network (l3 and l2) and this node's blocks, the node's addresses routed to the host
+/// port in every programmed network, and the host's routes: the blocks and the l2 endpoints.
+#[test]
+fn the_host_interface_reaches_every_local_pod_and_pods_reach_the_node() {
+    let mut world = two_nodes();
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    add_pod(&mut world, 2, 1, 7);
+    add_network(&mut world, L2);
+    add_pod(&mut world, L2, 1, 5);
+    let host_mac = MacAddr([0x0a, 0, 0, 0, 0, 1]);
+    let node4: IpAddr = "192.168.100.1".parse().unwrap();
+    let node6: IpAddr = "fd00:200::1".parse().unwrap();
+    world.host = Some(HostModel {
+        iface: IfName::new("lace-host-fw").unwrap(),
+        mac: host_mac,
+        endpoint: 1 << 63 | 9,
+        addresses: vec![node4, node6],
+    });
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    let compiled = c.plan(&world, &[Change::All]).unwrap();
+    assert!(compiled.notes.is_empty(), "{:?}", compiled.notes);
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    let port = v.port(PortId::HOST).unwrap();
+    assert_eq!(
+        (
+            port.kind,
+            port.network,
+            port.mac,
+            port.endpoint,
+            port.iface.as_str()
+        ),
+        (
+            PortKind::Host,
+            NetworkId::HOST,
+            host_mac,
+            1 << 63 | 9,
+            "lace-host-fw"
+        )
+    );
+    let info = v.info(NetworkId::HOST.0).unwrap();
+    assert_eq!(
+        (info.gateway4, info.gateway6, info.mtu),
+        (Some(HOST_GATEWAY4), Some(HOST_GATEWAY6), 1446)
+    );
+    let to_host = Some(NextHop::Local {
+        port: PortId::HOST,
+        mac: host_mac,
+    });
+    let host = NetworkId::HOST.0;
+    // The host reaches the local pods of every network; a free address of a local block is
+    // unreachable; another node's pod is not in the host network.
+    assert_eq!(v.hop4(host, addr4(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop6(host, addr6(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop4(host, addr4(2, 1, 7)), Some(local(2, 1, 7)));
+    assert_eq!(v.hop4(host, addr4(L2, 1, 5)), Some(local(L2, 1, 5)));
+    assert_eq!(v.hop4(host, addr4(1, 1, 99)), Some(NextHop::Unreachable));
+    assert_eq!(v.hop4(host, addr4(1, 2, 2)), None);
+    assert_eq!(
+        v.hop(host, node4),
+        to_host,
+        "answers to the host go back to it"
+    );
+    // Pods of every programmed network reach the node's addresses.
+    for n in [1, 2, L2] {
+        assert_eq!(v.hop(n, node4), to_host, "net-{n}");
+        assert_eq!(v.hop(n, node6), to_host, "net-{n}");
+    }
+    // The host's routes: this node's blocks (their pods inside them) and the l2 endpoints.
+    let routes: Vec<String> = host_routes(c.last())
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            "10.1.1.0/24",
+            "10.2.1.0/24",
+            "10.4.1.5/32",
+            "fd01:0:0:1::/64",
+            "fd02:0:0:1::/64",
+            "fd04:0:0:1::5/128"
+        ]
+    );
+    // Without the host interface: no port, no host network, no routes to the node.
+    world.host = None;
+    step(&mut c, &mut w, &world, &[Change::All]);
+    assert_eq!(v.port(PortId::HOST), None);
+    assert_eq!(v.info(host), None);
+    assert_eq!(v.hop(1, node4), None);
+    assert!(host_routes(c.last()).is_empty());
+}
+
+/// Control's learning records (ADR 0019) in an l2 network's tables: a learned MAC behind the
+/// endpoint where it was announced (local port or that node's DT2U SID) with its sequence
+/// number and addresses; a MAC two endpoints share only at its record's active location,
+/// however the endpoints are ordered; a learned address an endpoint holds is left out and
+/// noted; a change of a record recompiles the network, and the learning settings reach the
+/// network's record.
+#[test]
+fn learned_macs_and_identities_are_placed_by_their_records() {
+    let mut world = two_nodes();
+    let mut l2 = network(L2);
+    l2.l2 = L2Config {
+        learning: std::num::NonZeroU32::new(120),
+        bum_pps: 50,
+        bum_burst: 10,
+    };
+    world.networks.insert(net_name(L2), l2);
+    add_pod(&mut world, L2, 1, 7);
+    add_pod(&mut world, L2, 2, 9);
+    let vm = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
+    let vm4: IpAddr = "10.4.0.200".parse().unwrap();
+    let ep = |k: u32, i: u32| u64::from(L2 * 1_000_000 + k * 1000 + i);
+    world.learned.insert(
+        (net_name(L2), vm),
+        LearnedModel {
+            node: name(2),
+            endpoint_id: ep(2, 9),
+            addresses: vec![vm4, IpAddr::V4(addr4(L2, 1, 7))],
+            sequence: 4,
+            identity: false,
+        },
+    );
+    // A shared identity: pod 1/20 (older) and pod 2/21 (newer) hold the same MAC; the record
+    // says the newer one is active (the VM announced itself there).
+    let shared = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
+    for (k, i) in [(1, 20), (2, 21)] {
+        add_pod(&mut world, L2, k, i);
+        let e = world.endpoints.get_mut(&key(L2, k, i)).unwrap();
+        e.mac = shared;
+        e.addresses = vec!["10.4.0.100".parse().unwrap()];
+    }
+    world.learned.insert(
+        (net_name(L2), shared),
+        LearnedModel {
+            node: name(2),
+            endpoint_id: ep(2, 21),
+            addresses: vec![],
+            sequence: 2,
+            identity: true,
+        },
+    );
+    let learned = |target, seq| FdbEntry {
+        target,
+        seq,
+        learned: true,
+    };
+    let behind2 = FdbTarget::Remote {
+        node: NodeId(2),
+        sid: l2_sid(2, SidFunction::EndDt2u),
+    };
+    let out = desired(&world, &name(1), cfg()).unwrap();
+    let t = &out.tables.networks[&NetworkId(L2)];
+    assert_eq!(t.info.l2.learning.map(|a| a.get()), Some(120));
+    assert_eq!((t.info.l2.bum_pps, t.info.l2.bum_burst), (50, 10));
+    assert_eq!(t.fdb[&vm], learned(behind2, 4));
+    assert_eq!(t.neighbors[&vm4], vm);
+    // The learned address held by an endpoint stays the endpoint's, and is noted.
+    assert_eq!(t.neighbors[&IpAddr::V4(addr4(L2, 1, 7))], pod_mac(L2, 1, 7));
+    assert!(
+        out.notes.iter().any(|n| n.kind == NoteKind::Conflict
+            && n.message.contains("learned with MAC 52:54:00:00:00:01")),
+        "{:#?}",
+        out.notes
+    );
+    // The identity at its active location (node 2), not at the older local endpoint; both
+    // endpoints' ports still get broadcast (the local one is a flood member).
+    assert_eq!(t.fdb[&shared], learned(behind2, 2));
+    assert_eq!(
+        t.neighbors[&"10.4.0.100".parse::<IpAddr>().unwrap()],
+        shared
+    );
+    assert!(t.flood.contains(&FloodTarget::Port(port(L2, 20))));
+    assert!(
+        !out.notes
+            .iter()
+            .any(|n| n.message.contains("already another endpoint's")),
+        "an identity is no conflict: {:#?}",
+        out.notes
+    );
+    // On node 2 the identity and the learned MAC are local ports.
+    let out2 = desired(&world, &name(2), cfg()).unwrap();
+    let t2 = &out2.tables.networks[&NetworkId(L2)];
+    assert_eq!(t2.fdb[&shared], learned(FdbTarget::Port(port(L2, 21)), 2));
+    assert_eq!(t2.fdb[&vm], learned(FdbTarget::Port(port(L2, 9)), 4));
+    // The VM moves to node 1 (sequence 5): the incremental compiler recompiles the network.
+    let mut c = Compiler::new(&name(1), cfg());
+    c.plan(&world, &[Change::All]).unwrap();
+    let before = world.clone();
+    world.learned.get_mut(&(net_name(L2), vm)).unwrap().node = name(1);
+    world
+        .learned
+        .get_mut(&(net_name(L2), vm))
+        .unwrap()
+        .endpoint_id = ep(1, 7);
+    world.learned.get_mut(&(net_name(L2), vm)).unwrap().sequence = 5;
+    let changes = lace_control::daemon::core::world_changes(&before, &world);
+    assert_eq!(changes, [Change::Network(net_name(L2))]);
+    let out = c.plan(&world, &changes).unwrap();
+    assert_eq!(
+        out.tables.networks[&NetworkId(L2)].fdb[&vm],
+        learned(FdbTarget::Port(port(L2, 7)), 5)
+    );
+    assert_eq!(out, desired(&world, &name(1), cfg()).unwrap());
+    // Without a record, of two endpoints sharing a MAC the older one holds it.
+    world.learned.remove(&(net_name(L2), shared));
+    let out = desired(&world, &name(1), cfg()).unwrap();
+    assert_eq!(
+        out.tables.networks[&NetworkId(L2)].fdb[&shared],
+        FdbEntry {
+            target: FdbTarget::Port(port(L2, 20)),
+            seq: 0,
+            learned: false
+        }
+    );
 }

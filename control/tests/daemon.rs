@@ -18,7 +18,8 @@ use lace_control::compile::{CompileConfig, Compiler};
 use lace_control::daemon::control::{
     Answer, AttachTicket, CniCall, Control, Event, IpamStore, LoopConfig, Published, Reply,
 };
-use lace_control::daemon::core::Core;
+use lace_control::daemon::core::{Core, ServiceEndpoints};
+use lace_control::daemon::learning::Learning;
 use lace_control::daemon::state::AttachedMarks;
 use lace_control::daemon::status::{StatusFile, StatusSink};
 use lace_control::fsio::WriteError;
@@ -26,7 +27,9 @@ use lace_control::ipam::{Ipam, IpamConfig, SharedIpam};
 use lace_control::proto::{Allocation, Attachment, ErrorCode, Request, Response};
 use lace_control::source::standalone::objects_from_yaml;
 use lace_control::source::{Snapshot, SourceEvent};
+use lace_shared::policy::{ServiceKey, PROTO_TCP};
 use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
+use lace_shared::types::{NetworkId, NextHop};
 
 const BASE: &str = r#"
 apiVersion: lace-cni.io/v1alpha1
@@ -63,11 +66,11 @@ fn pod(name: &str, tier: &str) -> String {
 fn snapshot(yaml: &str) -> Event {
     let (objects, problems) = objects_from_yaml(yaml);
     assert!(problems.is_empty(), "{problems:?}");
-    Event::Source(SourceEvent::Snapshot(Snapshot {
+    Event::Source(SourceEvent::Snapshot(Box::new(Snapshot {
         objects,
         problems,
         origins: Default::default(),
-    }))
+    })))
 }
 
 /// Every status the loop reported.
@@ -123,11 +126,31 @@ impl Lab {
     }
 
     fn paused_with<S: IpamStore + Send + 'static>(pod_wait: Duration, store: S) -> Lab {
-        Lab::paused_with_sink(pod_wait, store, |r| r)
+        Lab::paused_with_sink(pod_wait, store, Core::new("node-a"), |r| r)
     }
 
-    /// A paused loop over `store` whose status goes to `sink(recorder)`.
-    fn paused_with_sink<S, K>(pod_wait: Duration, store: S, sink: impl FnOnce(Recorder) -> K) -> Lab
+    /// A paused loop of `core` over `store` whose status goes to `sink(recorder)`.
+    fn paused_with_sink<S, K>(
+        pod_wait: Duration,
+        store: S,
+        core: Core,
+        sink: impl FnOnce(Recorder) -> K,
+    ) -> Lab
+    where
+        S: IpamStore + Send + 'static,
+        K: StatusSink + Send + 'static,
+    {
+        Lab::paused_learning(pod_wait, store, core, sink, None)
+    }
+
+    /// [`Lab::paused_with_sink`], learning l2 MACs into `learning`'s store when given.
+    fn paused_learning<S, K>(
+        pod_wait: Duration,
+        store: S,
+        core: Core,
+        sink: impl FnOnce(Recorder) -> K,
+        learning: Option<Learning>,
+    ) -> Lab
     where
         S: IpamStore + Send + 'static,
         K: StatusSink + Send + 'static,
@@ -138,9 +161,9 @@ impl Lab {
         tables.size = 64 << 20;
         let writer = TableWriter::open_or_create(&tables).unwrap();
         let status = Recorder::default();
-        let cfg = CompileConfig { underlay_mtu: 1500 };
+        let cfg = CompileConfig::default();
         let control = Control::new(
-            Core::new("node-a"),
+            core,
             LoopConfig {
                 pod_wait,
                 tick: Duration::from_millis(20),
@@ -154,7 +177,10 @@ impl Lab {
             Arc::new(Published::default()),
         );
         let (events, rx): (Sender<Event>, Receiver<Event>) = mpsc::channel();
-        let mut control = control;
+        let mut control = match learning {
+            Some(l) => control.with_learning(l),
+            None => control,
+        };
         Lab {
             events,
             thread: None,
@@ -337,6 +363,91 @@ fn a_repeated_attach_renews_the_endpoint_the_forwarder_sees() {
     );
 }
 
+/// A VM's pods: an l2 network `vms` the pods labelled `tier: vm` bind to, and pods carrying
+/// the sticky identity annotation `identity` (none when empty).
+const VMS: &str = r#"
+---
+apiVersion: lace-cni.io/v1alpha1
+kind: Network
+metadata: {name: vms}
+spec:
+  type: l2
+  ipv4Subnet: {prefix: 10.60.0.0/24}
+  l2: {learning: {enabled: true}}
+---
+apiVersion: lace-cni.io/v1alpha1
+kind: NetworkBindingPolicy
+metadata: {name: vm-tier}
+spec:
+  priority: -10
+  rules:
+  - network: vms
+    selector: {matchLabels: {tier: vm}}
+"#;
+
+fn identity_pod(name: &str, tier: &str, identity: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop, labels: \
+         {{tier: {tier}}}, annotations: {{l2.lace-cni.io/identity: {identity:?}}}}}\nspec: \
+         {{nodeName: node-a, containers: [{{name: app, image: x}}]}}\n"
+    )
+}
+
+/// Pods asking for one sticky identity (a VM's source and migration target) are given the
+/// same addresses and MAC; another identity its own; a malformed identity, or one on an l3
+/// network, is refused with the fix and allocates nothing.
+#[test]
+fn pods_of_one_identity_share_addresses_and_mac() {
+    let lab = Lab::start(Duration::from_millis(500));
+    let pods = [
+        identity_pod("launcher-src", "vm", "vm-1"),
+        identity_pod("launcher-dst", "vm", "vm-1"),
+        identity_pod("other", "vm", "vm-2"),
+        identity_pod("bad", "vm", "VM_1"),
+        identity_pod("routed", "backend", "vm-1"),
+    ]
+    .concat();
+    lab.send(snapshot(&format!("{BASE}{VMS}{pods}")));
+    let src = allocated(lab.ask(Request::Allocate(attachment("c1", "launcher-src"))));
+    let dst = allocated(lab.ask(Request::Allocate(attachment("c2", "launcher-dst"))));
+    let other = allocated(lab.ask(Request::Allocate(attachment("c3", "other"))));
+    assert_eq!(src.network, "vms");
+    assert_eq!((&dst.ips, &dst.mac), (&src.ips, &src.mac));
+    assert_ne!(dst.host_interface, src.host_interface);
+    assert_ne!(other.mac, src.mac);
+    assert_ne!(other.ips, src.ips);
+    let (code, msg, _) = refused(lab.ask(Request::Allocate(attachment("c4", "bad"))));
+    assert_eq!(code, ErrorCode::InvalidArgs);
+    assert!(
+        msg.contains("shop/bad")
+            && msg.contains("l2.lace-cni.io/identity")
+            && msg.contains("DNS-1123 label"),
+        "{msg}"
+    );
+    let (code, msg, _) = refused(lab.ask(Request::Allocate(attachment("c5", "routed"))));
+    assert_eq!(code, ErrorCode::InvalidArgs);
+    assert!(
+        msg.contains("Network backend") && msg.contains("only pods of an l2 network"),
+        "{msg}"
+    );
+    // Both attach: two endpoints of one MAC, the status shows both.
+    let a = ticket(lab.ask(Request::Attach(attachment("c1", "launcher-src"))));
+    let b = ticket(lab.ask(Request::Attach(attachment("c2", "launcher-dst"))));
+    assert_ne!(a.endpoint, b.endpoint);
+    let s = lab.status.0.lock().unwrap().last().cloned().unwrap();
+    let macs: Vec<_> = s
+        .network_endpoints
+        .iter()
+        .filter(|e| e.object.spec.network == "vms")
+        .map(|e| e.object.spec.mac.clone())
+        .collect();
+    assert_eq!(
+        macs.iter().filter(|m| **m == src.mac).count(),
+        2,
+        "{macs:?}"
+    );
+}
+
 /// DEL of something already gone, and its lookup, are ordinary (not warnings); GC releases
 /// what the runtime no longer knows.
 #[test]
@@ -502,6 +613,48 @@ mod kube_cluster {
             got.map(|o| serde_json::to_value(o).unwrap())
         }
 
+        /// Replaces the `spec` of cluster-scoped object `name`.
+        pub fn replace_spec(
+            &self,
+            api_version: &str,
+            kind: &str,
+            name: &str,
+            spec: serde_json::Value,
+        ) {
+            let o: DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": api_version, "kind": kind, "metadata": {"name": name}
+            }))
+            .unwrap();
+            let api = self.api(&o);
+            let mut current = self.rt.block_on(api.get(name)).unwrap();
+            current.data["spec"] = spec;
+            self.rt
+                .block_on(api.replace(name, &PostParams::default(), &current))
+                .unwrap();
+        }
+
+        /// Every object of a kind in `namespace`.
+        pub fn list_in(
+            &self,
+            api_version: &str,
+            kind: &str,
+            namespace: &str,
+        ) -> Vec<serde_json::Value> {
+            let o: DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": "x", "namespace": namespace}
+            }))
+            .unwrap();
+            let list = self
+                .rt
+                .block_on(self.api(&o).list(&Default::default()))
+                .unwrap();
+            list.items
+                .into_iter()
+                .map(|o| serde_json::to_value(o).unwrap())
+                .collect()
+        }
+
         /// The object as the API server has it.
         pub fn get(&self, api_version: &str, kind: &str, name: &str) -> serde_json::Value {
             let o: DynamicObject = serde_json::from_value(serde_json::json!({
@@ -510,6 +663,16 @@ mod kube_cluster {
             .unwrap();
             let got = self.rt.block_on(self.api(&o).get(name)).unwrap();
             serde_json::to_value(got).unwrap()
+        }
+
+        /// Replaces the object `yaml` names with `yaml` (an unconditional PUT).
+        pub fn replace(&self, yaml: &str) {
+            let o: DynamicObject = serde_yaml::from_str(yaml.trim_start_matches("---")).unwrap();
+            let api = self.api(&o);
+            let name = o.metadata.name.clone().unwrap();
+            self.rt
+                .block_on(api.replace(&name, &PostParams::default(), &o))
+                .unwrap_or_else(|e| panic!("replace {name}: {e}"));
         }
 
         /// Deletes the object `yaml` names, as the kubelet finishes it (grace period 0).
@@ -664,8 +827,8 @@ fn a_restarted_control_rereads_its_allocations_and_releases_pods_deleted_meanwhi
         node: "node-a".into(),
     };
     let open = || ClusterState::open(&kube, "lace-system", IpamConfig::default()).unwrap();
-    let mut lab = Lab::paused_with_sink(Duration::from_millis(300), open(), |r| {
-        lace_control::daemon::api_status::ApiStatusSink::new(&kube, r).unwrap()
+    let mut lab = Lab::paused_with_sink(Duration::from_millis(300), open(), kube_core(), |r| {
+        lace_control::daemon::api_status::ApiStatusSink::new(&kube, "lace-system", r).unwrap()
     });
     lab.resume();
     kube_source(&lab, &cluster);
@@ -703,6 +866,17 @@ fn a_restarted_control_rereads_its_allocations_and_releases_pods_deleted_meanwhi
         refused(lab.ask(Request::Check(attachment("c2", "api")))),
         (ErrorCode::InvalidArgs, _, true)
     ));
+    // The deleted pod's NetworkEndpoint is gone from the API (no garbage collector runs: the
+    // restarted control deleted it), the live pod's is there.
+    let pods = || -> Vec<String> {
+        api_leases(&cluster)
+            .iter()
+            .map(|e| e["spec"]["pod"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    e2e_support::wait_for("the deleted pod's endpoint gone", e2e_support::WAIT, || {
+        (pods() == ["web"]).then_some(())
+    });
 }
 
 // ---- kubelet's CNI_ARGS in a cluster: the pod's UID -----------------------------------------
@@ -725,14 +899,14 @@ fn attachment_of_uid(container: &str, pod: &str, uid: &str) -> Attachment {
     }
 }
 
-/// The leases of the allocation state in the API server (ConfigMap lace-system/lace-ipam).
+/// The NetworkEndpoints of namespace `shop` in the API server: one per lease of its pods.
 fn api_leases(cluster: &kube_cluster::Cluster) -> Vec<serde_json::Value> {
-    let Some(cm) = cluster.get_in("v1", "ConfigMap", "lace-system", "lace-ipam") else {
-        return Vec::new();
-    };
-    let state: serde_json::Value =
-        serde_json::from_str(cm["data"]["state.json"].as_str().unwrap()).unwrap();
-    state["leases"].as_array().unwrap().clone()
+    cluster.list_in("lace-cni.io/v1alpha1", "NetworkEndpoint", "shop")
+}
+
+/// The core as Kubernetes mode runs it: Services' backends from their EndpointSlices only.
+fn kube_core() -> Core {
+    Core::new("node-a").with_service_endpoints(ServiceEndpoints::Slices)
 }
 
 /// A loop whose allocations live in `cluster` (Kubernetes mode's store), fed by its watch.
@@ -747,7 +921,8 @@ fn kube_lab(cluster: &kube_cluster::Cluster, pod_wait: Duration) -> Lab {
         IpamConfig::default(),
     )
     .unwrap();
-    let lab = Lab::start_with(pod_wait, store);
+    let mut lab = Lab::paused_with_sink(pod_wait, store, kube_core(), |r| r);
+    lab.resume();
     kube_source(&lab, cluster);
     lab
 }
@@ -785,13 +960,16 @@ fn an_add_for_a_pod_created_a_moment_ago_waits_for_the_watch() {
     assert!(checked.same_interface(&a));
     let leases = api_leases(&cluster);
     assert_eq!(leases.len(), 1, "{leases:?}");
+    let spec = &leases[0]["spec"];
     assert_eq!(
-        (
-            &leases[0]["containerId"],
-            &leases[0]["podName"],
-            &leases[0]["podUid"]
-        ),
+        (&spec["containerId"], &spec["pod"], &spec["podUid"]),
         (&"c1".into(), &"fresh".into(), &uid.clone().into())
+    );
+    // Owned by the Pod: it goes with the pod where a garbage collector runs.
+    let owner = &leases[0]["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["uid"]),
+        (&"Pod".into(), &uid.clone().into())
     );
     // kubelet's DEL: released, in the API too.
     assert!(matches!(
@@ -833,7 +1011,7 @@ fn an_add_with_another_pods_uid_is_refused_and_allocates_nothing() {
     assert!(s.network_endpoints.is_empty(), "{:?}", s.network_endpoints);
     let a = allocated(lab.ask(Request::Allocate(attachment_of_uid("c1", "web", &uid))));
     assert!(a.fresh);
-    assert_eq!(api_leases(&cluster)[0]["podUid"], uid.as_str());
+    assert_eq!(api_leases(&cluster)[0]["spec"]["podUid"], uid.as_str());
 }
 
 /// A pod deleted and recreated under the same name — here by a runtime that reuses the
@@ -879,7 +1057,7 @@ fn a_del_for_the_old_uid_after_a_recreate_leaves_the_new_pods_endpoint() {
     assert_eq!(checked, Allocation { fresh: false, ..a });
     let leases = api_leases(&cluster);
     assert_eq!(leases.len(), 1, "{leases:?}");
-    assert_eq!(leases[0]["podUid"], new.as_str());
+    assert_eq!(leases[0]["spec"]["podUid"], new.as_str());
     // A batch later (the DEL's marks are saved with it), the port is still the new endpoint's.
     lab.ask(Request::Status);
     assert_eq!(lab.published_endpoint(&t), Some(t.endpoint));
@@ -947,7 +1125,7 @@ fn kubernetes_mode_runs_without_a_manifests_directory() {
         panic!("ADD refused: {}", control.log_tail(20))
     };
     assert_eq!(a.network, "backend");
-    assert_eq!(api_leases(&cluster)[0]["podUid"], uid.as_str());
+    assert_eq!(api_leases(&cluster)[0]["spec"]["podUid"], uid.as_str());
     // Its own files are in the state directory: the status file shows the endpoint.
     let status = e2e_support::wait_for("the status file", e2e_support::WAIT, || {
         let text = std::fs::read_to_string(state_dir.join("status-node-a.yaml")).ok()?;
@@ -970,4 +1148,414 @@ fn kubernetes_mode_runs_without_a_manifests_directory() {
     let exit = control.stop(nix::sys::signal::Signal::SIGTERM, e2e_support::WAIT);
     assert!(exit.success(), "{exit:?}: {}", control.log_tail(20));
     assert!(!socket.exists(), "the socket is removed on stop");
+}
+
+// ---- l2 learning in Kubernetes mode (ADR 0032) --------------------------------------------
+
+/// Kubernetes mode learns: a VM's announcement on a pod port (the report the learn intake
+/// thread reads from the forwarder) becomes an FDBEntry and a learned Neighbor in the API server
+/// and a learned FDB entry in the tables; another node's control moving the MAC (its own
+/// `ObjectStore`) reaches this loop through the store's watch, and the tables follow.
+#[test]
+fn kubernetes_mode_learns_into_the_api_and_follows_another_controls_move() {
+    use lace_control::learn::intake::Wake;
+    use lace_control::learn::kube::ObjectStore;
+    use lace_control::learn::store::LearnStore;
+    use lace_control::learn::{LearnedTable, Location, Outcome};
+    use lace_shared::learn::{LearnEvent, LearnKind};
+    use lace_shared::status::LearnRead;
+    use lace_shared::types::{L2Hop, MacAddr};
+
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{NAMESPACE}---\n{LACE_SYSTEM}---{BASE}{VMS}{}{}",
+        pod("launcher-1", "vm"),
+        pod("launcher-2", "vm")
+    ));
+    let kube = |node: &str| lace_control::source::kubernetes::KubernetesConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        node: node.into(),
+    };
+    let store = lace_control::daemon::cluster_state::ClusterState::open(
+        &kube("node-a"),
+        "lace-system",
+        IpamConfig::default(),
+    )
+    .unwrap();
+    let learning = Learning::new(
+        Box::new(ObjectStore::open(&kube("node-a")).unwrap()),
+        "node-a",
+    );
+    let mut lab = Lab::paused_learning(
+        Duration::from_millis(300),
+        store,
+        kube_core(),
+        |r| r,
+        Some(learning),
+    );
+    lab.resume();
+    kube_source(&lab, &cluster);
+    allocate_eventually(&lab, "c1", "launcher-1");
+    let t1 = ticket(lab.ask(Request::Attach(attachment("c1", "launcher-1"))));
+    allocate_eventually(&lab, "c2", "launcher-2");
+    let t2 = ticket(lab.ask(Request::Attach(attachment("c2", "launcher-2"))));
+    let vm = MacAddr([0x52, 0x54, 0, 0xaa, 0, 1]);
+    lab.send(Event::Learn(Wake::Reports(
+        vec![LearnEvent {
+            port: t1.port,
+            endpoint: t1.endpoint,
+            network: NetworkId(1),
+            kind: LearnKind::GratuitousArp,
+            mac: vm,
+            ip: Some("10.60.0.77".parse().unwrap()),
+            at_ns: 1,
+        }],
+        LearnRead { read: 1, lost: 0 },
+    )));
+    let entry = e2e_support::wait_for("the FDBEntry of the VM", e2e_support::WAIT, || {
+        cluster.get_in(
+            "lace-cni.io/v1alpha1",
+            "FDBEntry",
+            "",
+            "vms.52-54-00-aa-00-01",
+        )
+    });
+    let spec = &entry["spec"];
+    assert_eq!(
+        (
+            &spec["node"],
+            &spec["endpointId"],
+            &spec["sequence"],
+            &spec["learned"],
+            &spec["addresses"]
+        ),
+        (
+            &"node-a".into(),
+            &t1.endpoint.into(),
+            &1.into(),
+            &true.into(),
+            &serde_json::json!(["10.60.0.77"])
+        ),
+        "{spec}"
+    );
+    let neighbor = cluster
+        .get_in("lace-cni.io/v1alpha1", "Neighbor", "", "vms.10-60-0-77")
+        .expect("a learned Neighbor for the VM's address");
+    assert_eq!(
+        (&neighbor["spec"]["mac"], &neighbor["spec"]["learned"]),
+        (&"52:54:00:aa:00:01".into(), &true.into())
+    );
+    let fdb = |lab: &Lab| {
+        let id = lab.network_id("vms")?;
+        let r = TableReader::attach(&lab.tables).unwrap();
+        let mut h = r.register().unwrap();
+        let snap = h.snapshot();
+        let n = snap.network(NetworkId(id))?;
+        Some((n.fdb(vm)?, n.fdb_rec(vm)?.seq))
+    };
+    e2e_support::wait_for(
+        "the tables carry the learned MAC",
+        e2e_support::WAIT,
+        || (fdb(&lab) == Some((L2Hop::Port(t1.port), 1))).then_some(()),
+    );
+    // Another node's control moves the MAC to launcher-2's port (sequence 2): this loop's
+    // store hears it from its watch and compiles it.
+    let mut other = ObjectStore::open(&kube("node-b")).unwrap();
+    other
+        .mutate(&mut |t: &mut LearnedTable| {
+            let mut r = t.records()[&("vms".to_owned(), vm)].clone();
+            r.active = Location {
+                node: "node-a".into(),
+                endpoint: t2.endpoint,
+            };
+            r.sequence += 1;
+            t.insert(r);
+            Outcome {
+                changed: true,
+                ..Outcome::default()
+            }
+        })
+        .unwrap();
+    e2e_support::wait_for("the tables follow the move", e2e_support::WAIT, || {
+        (fdb(&lab) == Some((L2Hop::Port(t2.port), 2))).then_some(())
+    });
+    let s = lab.status.0.lock().unwrap().last().cloned().unwrap();
+    let learned: Vec<_> = s
+        .learned
+        .iter()
+        .map(|l| (l.mac.as_str(), l.endpoint, l.sequence))
+        .collect();
+    assert_eq!(learned, [("52:54:00:aa:00:01", t2.endpoint, 2)]);
+    assert_eq!(s.learning_error, None);
+}
+
+// ---- Services ------------------------------------------------------------------------------
+
+/// A Service record as the forwarder reads it from the loop's tables: (backend address, port,
+/// ready) of every backend, and how many lookup-table slots there are.
+type ServiceRecord = (Vec<(String, u16, bool)>, u32);
+
+impl Lab {
+    /// The id the loop gave Network `name` (from its status).
+    fn network_id(&self, name: &str) -> Option<u32> {
+        let s = self.status.0.lock().unwrap().last().cloned()?;
+        s.networks.iter().find(|n| n.name == name)?.status.id
+    }
+
+    /// The record of `vip`:`port`/TCP in network `net` of the published tables, if any, and
+    /// whether the network's FIB routes `vip` to the Service.
+    fn service(&self, net: &str, vip: &str, port: u16) -> (bool, Option<ServiceRecord>) {
+        let Some(id) = self.network_id(net) else {
+            return (false, None);
+        };
+        let r = TableReader::attach(&self.tables).unwrap();
+        let mut h = r.register().unwrap();
+        let snap = h.snapshot();
+        let ip: std::net::IpAddr = vip.parse().unwrap();
+        let routed = snap.network(NetworkId(id)).is_some_and(|n| {
+            let i = match ip {
+                std::net::IpAddr::V4(a) => n.route4_index(a),
+                std::net::IpAddr::V6(a) => n.route6_index(a),
+            };
+            snap.nexthop(i) == Some(NextHop::Service)
+        });
+        let record = snap
+            .service(&ServiceKey::new(NetworkId(id), ip, PROTO_TCP, port))
+            .map(|s| {
+                let backends = s
+                    .backends()
+                    .map(|b| (b.addr.to_string(), b.port, b.state.ready))
+                    .collect();
+                (backends, s.table_len())
+            });
+        (routed, record)
+    }
+
+    /// Waits until `what` holds of the record of `vip`:`port` in network `net`.
+    fn wait_service(
+        &self,
+        what: &str,
+        net: &str,
+        vip: &str,
+        port: u16,
+        done: impl Fn(bool, Option<&ServiceRecord>) -> bool,
+    ) -> (bool, Option<ServiceRecord>) {
+        e2e_support::wait_for(what, e2e_support::WAIT, || {
+            let (routed, record) = self.service(net, vip, port);
+            done(routed, record.as_ref()).then_some((routed, record))
+        })
+    }
+}
+
+/// A Service of the `backend` tier at 10.96.0.10:80 → 8080.
+const WEB_SERVICE: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop, labels: {tier: backend}}\nspec: {clusterIP: 10.96.0.10, selector: {tier: backend}, ports: [{port: 80, targetPort: 8080}]}\n";
+
+/// Standalone: a Service in the manifests reaches the published tables with the pods its
+/// selector picks as backends once they are attached; a DEL takes the pod out of the record
+/// (the Service then rejects: an empty table behind the same route).
+#[test]
+fn a_standalone_service_follows_its_pods_into_the_tables() {
+    let lab = Lab::start(Duration::from_millis(500));
+    lab.send(snapshot(&format!(
+        "{BASE}{}{WEB_SERVICE}",
+        pod("web", "backend")
+    )));
+    let a = allocated(lab.ask(Request::Allocate(attachment("c1", "web"))));
+    ticket(lab.ask(Request::Attach(attachment("c1", "web"))));
+    let ip = a.ips[0].address.split('/').next().unwrap().to_owned();
+    let (routed, record) = lab.wait_service("web's record", "backend", "10.96.0.10", 80, |_, r| {
+        r.is_some_and(|r| !r.0.is_empty())
+    });
+    assert!(routed, "the ClusterIP routes to the Service");
+    let (backends, slots) = record.unwrap();
+    assert_eq!(backends, [(ip, 8080, true)]);
+    assert_eq!(slots, 251);
+    lab.ask(Request::Release(attachment("c1", "web")));
+    let (routed, record) = lab.wait_service(
+        "web without backends",
+        "backend",
+        "10.96.0.10",
+        80,
+        |_, r| r.is_some_and(|r| r.0.is_empty()),
+    );
+    assert!(routed);
+    assert_eq!(record.unwrap().1, 0, "it rejects");
+    let s = lab.status.0.lock().unwrap().last().cloned().unwrap();
+    let web = s.services.iter().find(|e| e.name == "web").unwrap();
+    assert!(
+        web.conditions.iter().any(|c| c.type_ == "Programmed"
+            && c.status == "True"
+            && c.message.contains("80/TCP rejects connections")),
+        "{:?}",
+        web.conditions
+    );
+}
+
+/// Kubernetes mode against the API server: a Service and its EndpointSlice created in the API
+/// reach the tables (the slice's endpoints are the backends, whatever the selector says); an
+/// update of the slice (an endpoint terminating) changes the record; the Service deleted takes
+/// its route and record.
+#[test]
+fn services_and_endpoint_slices_in_the_api_server_reach_the_tables() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{LACE_SYSTEM}---{NAMESPACE}---{BASE}{}{WEB_SERVICE}",
+        pod("web", "backend")
+    ));
+    let slice = |ready: bool| {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-x1, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nports: [{{port: 8080, protocol: TCP}}]\nendpoints:\n- addresses: [10.40.200.7]\n  conditions: {{ready: {ready}, serving: true, terminating: {}}}\n- addresses: [10.40.200.8]\n",
+            !ready
+        )
+    };
+    cluster.create(&slice(true));
+    let lab = kube_lab(&cluster, Duration::from_millis(300));
+    // The network is programmed on this node once a pod of it is here.
+    allocate_eventually(&lab, "c1", "web");
+    ticket(lab.ask(Request::Attach(attachment("c1", "web"))));
+    let (routed, record) = lab.wait_service("web's record", "backend", "10.96.0.10", 80, |_, r| {
+        r.is_some_and(|r| r.0.len() == 2)
+    });
+    assert!(routed);
+    assert_eq!(
+        record.unwrap(),
+        (
+            vec![
+                ("10.40.200.7".to_owned(), 8080, true),
+                ("10.40.200.8".to_owned(), 8080, true)
+            ],
+            251
+        )
+    );
+    cluster.replace(&slice(false));
+    lab.wait_service(
+        "the terminating endpoint",
+        "backend",
+        "10.96.0.10",
+        80,
+        |_, r| r.is_some_and(|r| r.0.first().is_some_and(|b| !b.2)),
+    );
+    cluster.delete(WEB_SERVICE);
+    lab.wait_service("web gone", "backend", "10.96.0.10", 80, |routed, r| {
+        !routed && r.is_none()
+    });
+}
+
+// ---- status and Events: one writer, the Lease's holder -----------------------------------------
+
+/// The Events of `default` about NetworkBindingPolicy `name`, as `kubectl describe` lists them
+/// (field selectors on `involvedObject`): (type, reason, message).
+fn policy_events(cluster: &kube_cluster::Cluster, name: &str) -> Vec<(String, String, String)> {
+    cluster
+        .list_in("v1", "Event", "default")
+        .iter()
+        .filter(|e| {
+            e["involvedObject"]["kind"] == "NetworkBindingPolicy"
+                && e["involvedObject"]["name"] == name
+        })
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default().to_owned(),
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+                e["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Two controls (two nodes) derive the same conditions; only the holder of Lease
+/// lace-system/lace-control applies them and records each transition as one Event — a broken
+/// CEL rule (Warning), then its fix (Normal) — with the policy's uid, as `kubectl describe`
+/// finds them.
+#[test]
+fn condition_transitions_are_events_written_once_by_the_lease_holder() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{LACE_SYSTEM}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: default}}\n---{NAMESPACE}---{BASE}"
+    ));
+    let labs: Vec<Lab> = ["node-a", "node-b"]
+        .iter()
+        .map(|node| {
+            let kube = lace_control::source::kubernetes::KubernetesConfig {
+                kubeconfig: Some(cluster.kubeconfig.clone()),
+                node: (*node).into(),
+            };
+            let store = lace_control::daemon::cluster_state::ClusterState::open(
+                &kube,
+                "lace-system",
+                IpamConfig::default(),
+            )
+            .unwrap();
+            let core = Core::new(node).with_service_endpoints(ServiceEndpoints::Slices);
+            let mut lab = Lab::paused_with_sink(Duration::from_millis(300), store, core, |r| {
+                lace_control::daemon::api_status::ApiStatusSink::new(&kube, "lace-system", r)
+                    .unwrap()
+            });
+            lab.resume();
+            kube_source(&lab, &cluster);
+            lab
+        })
+        .collect();
+    let broken = "apiVersion: lace-cni.io/v1alpha1\nkind: NetworkBindingPolicy\nmetadata: {name: cel}\nspec:\n  rules:\n  - celExpression: \"object.metadata.name +\"\n";
+    cluster.create(broken);
+    let warning = e2e_support::wait_for("the Warning Event", e2e_support::WAIT, || {
+        policy_events(&cluster, "cel")
+            .into_iter()
+            .find(|(t, _, m)| t == "Warning" && m.starts_with("CELValid=False"))
+    });
+    assert!(
+        warning.2.contains("spec.rules[0].celExpression"),
+        "{warning:?}"
+    );
+    // The fix: one Normal Event for the transition back.
+    cluster.replace_spec(
+        "lace-cni.io/v1alpha1",
+        "NetworkBindingPolicy",
+        "cel",
+        serde_json::json!({"rules": [{"celExpression": "optional.of('backend')"}]}),
+    );
+    e2e_support::wait_for("the Normal Event", e2e_support::WAIT, || {
+        policy_events(&cluster, "cel")
+            .into_iter()
+            .find(|(t, _, m)| t == "Normal" && m.starts_with("CELValid=True"))
+    });
+    // Both controls saw both transitions; each was recorded once, by the holder.
+    std::thread::sleep(2 * lace_control::daemon::api_status::RENEW);
+    let events = policy_events(&cluster, "cel");
+    for prefix in ["CELValid=False", "CELValid=True"] {
+        assert_eq!(
+            events
+                .iter()
+                .filter(|(_, _, m)| m.starts_with(prefix))
+                .count(),
+            1,
+            "{prefix}: {events:#?}"
+        );
+    }
+    let policy = cluster.get("lace-cni.io/v1alpha1", "NetworkBindingPolicy", "cel");
+    let e = cluster
+        .list_in("v1", "Event", "default")
+        .into_iter()
+        .find(|e| e["involvedObject"]["name"] == "cel")
+        .unwrap();
+    assert_eq!(e["involvedObject"]["uid"], policy["metadata"]["uid"]);
+    assert_eq!(e["source"]["component"], "lace-control");
+    let lease = cluster.get_in(
+        "coordination.k8s.io/v1",
+        "Lease",
+        "lace-system",
+        "lace-control",
+    );
+    let holder = lease.unwrap()["spec"]["holderIdentity"].clone();
+    assert!(holder == "node-a" || holder == "node-b", "{holder}");
+    assert_eq!(
+        policy["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["manager"] == "lace-control" && m["subresource"] == "status")
+            .count(),
+        1
+    );
+    drop(labs);
 }

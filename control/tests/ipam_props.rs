@@ -281,6 +281,7 @@ proptest! {
                         network: nets[n].name.into(),
                         node: node_name(node),
                         pod: PodRef { namespace: "ns".into(), name: format!("pod-{k}"), uid: String::new() },
+                        identity: None,
                     });
                     match model.add(&nets, k, n, node) {
                         Expect::Lease(a) => {

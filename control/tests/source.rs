@@ -388,6 +388,53 @@ fn network_policies_are_read() {
     );
 }
 
+/// EndpointSlices are read into their namespace (the default one without a namespace); one that
+/// does not decode is reported with its field and keeps its last good version.
+#[test]
+fn endpoint_slices_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let slice = |port: &str| {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n  \
+             namespace: shop\n  labels: {{kubernetes.io/service-name: web}}\naddressType: IPv4\n\
+             ports: [{{name: http, port: {port}}}]\nendpoints:\n- addresses: [10.40.1.2]\n  \
+             conditions: {{ready: true}}\n"
+        )
+    };
+    write(dir.path(), "slices.yaml", &format!(
+        "{}---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: bare}}\naddressType: IPv6\n",
+        slice("8080")
+    ));
+    let mut source = StandaloneSource::polling(dir.path()).unwrap();
+    let snapshot = load(&mut source);
+    assert_eq!(snapshot.problems, vec![]);
+    let s = &snapshot.objects.endpoint_slices[&NamespacedName::new("shop", "web-1")];
+    assert_eq!(s.address_type, "IPv4");
+    assert_eq!(s.endpoints.as_ref().unwrap()[0].addresses, ["10.40.1.2"]);
+    let bare = &snapshot.objects.endpoint_slices[&NamespacedName::new("default", "bare")];
+    assert_eq!(bare.metadata.namespace.as_deref(), Some("default"));
+    assert_eq!(
+        snapshot
+            .origins
+            .keys()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["EndpointSlice default/bare", "EndpointSlice shop/web-1"]
+    );
+    // Broken: reported with the field, the last good version kept.
+    write(dir.path(), "slices.yaml", &slice("eighty"));
+    let snapshot = load(&mut source);
+    let [p] = &snapshot.problems[..] else {
+        panic!("{:?}", snapshot.problems)
+    };
+    assert_eq!(p.consequence, Consequence::KeptLastGood { objects: 1 });
+    assert!(p.to_string().contains("ports[0].port"), "{p}");
+    assert!(snapshot
+        .objects
+        .endpoint_slices
+        .contains_key(&NamespacedName::new("shop", "web-1")));
+}
+
 #[test]
 fn a_file_broken_from_the_start_contributes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -760,6 +807,16 @@ fn the_demo_manifests_parse() {
         .collect();
     assert_eq!(nodes.len(), 2, "pods are spread over both nodes");
     assert_eq!(o.services.len(), 1);
+    for (k, svc) in &o.services {
+        assert!(
+            matches!(
+                lace_control::service::parse(k, svc),
+                Ok(lace_control::service::Parsed::Vip(_))
+            ),
+            "{k}: {:?}",
+            lace_control::service::parse(k, svc)
+        );
+    }
 
     // Valid per the API, object by object.
     for (name, network) in &o.networks {

@@ -466,6 +466,89 @@ fn network_anonymous_is_accepted_on_every_type() {
 }
 
 #[test]
+fn network_l2_learning_and_bum_limit() {
+    table::<NetworkSpec>(
+        "Network",
+        &[
+            (
+                "learning and a BUM limit on an l2 network",
+                "{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: true, agingSeconds: 600}, bumLimit: {packetsPerSecond: 0, burst: 1}}}",
+                &[],
+            ),
+            (
+                "the bounds themselves",
+                "{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: true, agingSeconds: 30}, bumLimit: {packetsPerSecond: 10000000, burst: 1000000}}}",
+                &[],
+            ),
+            (
+                "an empty block, learning off with an aging time",
+                "{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {agingSeconds: 86400}}}",
+                &[],
+            ),
+            (
+                "l2 only: not on l3",
+                "{type: l3, ipv4Subnet: {prefix: 10.40.0.0/16, hostLocalPrefixLength: 24}, l2: {learning: {enabled: true}}}",
+                &["Network n: spec.l2 is set on an l3 network; only l2 networks have it, so remove it or use type l2"],
+            ),
+            (
+                "l2 only: not on external",
+                "{type: external, externalPrefixes: [192.0.2.0/24], l2: {}}",
+                &["Network n: spec.l2 is set on an external network; only l2 networks have it, so remove it or use type l2"],
+            ),
+            (
+                "ranges",
+                "{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: true, agingSeconds: 29}, bumLimit: {packetsPerSecond: 10000001, burst: 0}}}",
+                &[
+                    "Network n: spec.l2.learning.agingSeconds 29 is outside 30..=86400; use seconds from 30 (a learned MAC is refreshed every quarter of it) to 86400 (a day), e.g. 300",
+                    "Network n: spec.l2.bumLimit.packetsPerSecond 10000001 is outside 0..=10000000; use frames per second from 0 (unlimited) to 10000000, e.g. 1000",
+                    "Network n: spec.l2.bumLimit.burst 0 is outside 1..=1000000; use a number of frames from 1 to 1000000, e.g. 200",
+                ],
+            ),
+            (
+                "a day at most",
+                "{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: true, agingSeconds: 86401}}}",
+                &["Network n: spec.l2.learning.agingSeconds 86401 is outside 30..=86400; use seconds from 30 (a learned MAC is refreshed every quarter of it) to 86400 (a day), e.g. 300"],
+            ),
+        ],
+        network,
+    );
+    // The model carries the settings with the defaults applied.
+    let model = |text: &str| network_model("n", NetworkId(1), &yaml(text)).unwrap().l2;
+    let plain = model("{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}}");
+    assert_eq!(
+        (plain.learning, plain.bum_pps, plain.bum_burst),
+        (None, 1000, 200),
+        "learning off, 1000 frames/s in bursts of 200"
+    );
+    let on =
+        model("{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: true}}}");
+    assert_eq!(
+        on.learning.map(|a| a.get()),
+        Some(300),
+        "aging 300 s by default"
+    );
+    let set = model(
+        "{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: true, agingSeconds: 60}, bumLimit: {packetsPerSecond: 0, burst: 9}}}",
+    );
+    assert_eq!(
+        (set.learning.map(|a| a.get()), set.bum_pps, set.bum_burst),
+        (Some(60), 0, 9)
+    );
+    let off = model(
+        "{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: false, agingSeconds: 60}}}",
+    );
+    assert_eq!(
+        off.learning, None,
+        "an aging time alone does not turn learning on"
+    );
+    // spec.l2 is mutable: changing it is no update error.
+    let old: NetworkSpec = yaml("{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}}");
+    let new: NetworkSpec =
+        yaml("{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}, l2: {learning: {enabled: true}}}");
+    assert_eq!(validate_network_update("n", &old, &new), Ok(()));
+}
+
+#[test]
 fn network_uplinks() {
     table::<NetworkSpec>(
         "Network",
@@ -1064,7 +1147,7 @@ fn routing_policy_errors() {
                 ],
             ),
             (
-                "valid next hops and direction (valid, though not supported yet)",
+                "valid next hop and direction (the next hop is not supported yet)",
                 "{sources: [a], destination: {network: b}, direction: sourceToDestination, nextHop: {endpoint: {namespace: fw, name: fw-0.x}}}",
                 &[],
             ),
@@ -1114,9 +1197,10 @@ fn routing_support_says_what_is_not_supported_yet() {
                 Unsupported::SourceKind { index: 2, network: "storage".into(), kind: "l2" },
             ],
         ),
+        // One-way paths between l3 networks are compiled (reply-only routes back).
         (
             "{sources: [frontend], destination: {network: backend}, direction: sourceToDestination}",
-            &[Unsupported::SourceToDestination],
+            &[],
         ),
         (
             "{sources: [corp], destination: {network: corp}, direction: sourceToDestination, nextHop: {gateway: 192.0.2.1}}",
@@ -1124,7 +1208,6 @@ fn routing_support_says_what_is_not_supported_yet() {
                 Unsupported::NextHopGateway,
                 Unsupported::DestinationKind { network: "corp".into(), kind: "external" },
                 Unsupported::SourceKind { index: 0, network: "corp".into(), kind: "external" },
-                Unsupported::SourceToDestination,
             ],
         ),
     ];
@@ -1155,24 +1238,17 @@ fn routing_support_says_what_is_not_supported_yet() {
             Unsupported::SourceKind { index: 1, network: "internet".into(), kind: "external" },
             "spec.sources[1] \"internet\" is an external network; paths from external networks are not supported yet",
         ),
-        (
-            Unsupported::SourceToDestination,
-            "spec.direction sourceToDestination is not supported yet (one-way paths with stateful replies need connection tracking); use bidirectional",
-        ),
     ];
     for (u, m) in &messages {
         assert_eq!(u.to_string(), *m);
     }
     let e = NotSupported {
         policy: "p".into(),
-        features: vec![
-            Unsupported::NextHopGateway,
-            Unsupported::SourceToDestination,
-        ],
+        features: vec![Unsupported::NextHopGateway, Unsupported::NextHopEndpoint],
     };
     assert_eq!(
         e.to_string(),
-        "NetworkRoutingPolicy p: spec.nextHop.gateway (an uplink gateway) is not supported yet; spec.direction sourceToDestination is not supported yet (one-way paths with stateful replies need connection tracking); use bidirectional"
+        "NetworkRoutingPolicy p: spec.nextHop.gateway (an uplink gateway) is not supported yet; spec.nextHop.endpoint (a transit endpoint) is not supported yet"
     );
     assert_eq!(NotSupported::REASON, "NotSupported");
 }
@@ -1188,6 +1264,10 @@ containerId: 0123abcd
 addresses: [10.40.3.7/32, 'fd00:40::3:7/128']
 mac: 02:00:0a:28:03:07
 hostInterface: lace1a2b3c
+networkId: 3
+podUid: 5e1d0c3b-1111-4000-8000-000000000001
+port: 7
+endpointId: 4294967303
 ";
 
 #[test]
@@ -1211,6 +1291,10 @@ containerId: ''
 addresses: [10.40.3.7, 10.40.3.8/32, 10.40.3.9/32]
 mac: 02:00:0a:28:03
 hostInterface: way-too-long-name
+networkId: 0
+podUid: ''
+port: 4095
+endpointId: 0
 ",
     );
     assert_eq!(
@@ -1223,12 +1307,16 @@ hostInterface: way-too-long-name
             "NetworkEndpoint Team/x: spec.interface \"eth 0\" is not a Linux interface name; use 1-15 characters without '/', ':' or whitespace, e.g. eth1",
             "NetworkEndpoint Team/x: spec.hostInterface \"way-too-long-name\" is not a Linux interface name; use 1-15 characters without '/', ':' or whitespace, e.g. eth1",
             "NetworkEndpoint Team/x: spec.containerId is empty; set the CNI container id",
+            "NetworkEndpoint Team/x: spec.podUid is empty; set the pod's metadata.uid, or omit it",
             "NetworkEndpoint Team/x: spec.addresses[0] \"10.40.3.7\" is not a CIDR; use e.g. 10.40.3.7/32",
             "NetworkEndpoint Team/x: spec.addresses holds more than one IPv4 entry; keep one per address family",
             "NetworkEndpoint Team/x: spec.mac \"02:00:0a:28:03\" is not a MAC address; use six hex octets separated by ':', e.g. 02:00:00:00:00:01",
+            "NetworkEndpoint Team/x: spec.networkId 0 is outside 1..; set the network's status.id",
+            "NetworkEndpoint Team/x: spec.port 4095 is outside 1..=4094; use the forwarder port control allocated",
+            "NetworkEndpoint Team/x: spec.endpointId 0 is outside 1..; use the endpoint id control allocated",
         ]
     );
-    let bad_text = "{network: Backend, pod: web_0, node: '', interface: 'eth 0', containerId: '', addresses: [10.40.3.7, 10.40.3.8/32, 10.40.3.9/32], mac: '02:00:0a:28:03', hostInterface: way-too-long-name}";
+    let bad_text = "{network: Backend, pod: web_0, node: '', interface: 'eth 0', containerId: '', addresses: [10.40.3.7, 10.40.3.8/32, 10.40.3.9/32], mac: '02:00:0a:28:03', hostInterface: way-too-long-name, networkId: 0, podUid: '', port: 4095, endpointId: 0}";
     crd_agrees(
         "NetworkEndpoint",
         bad_text,
@@ -1342,6 +1430,21 @@ fn neighbor_and_fdb_entry() {
         "FDBEntry",
         &[
             ("moved, sequence 3", "{network: storage, mac: '02:00:00:00:00:07', node: node-2, sequence: 3, learned: true}", &[]),
+            (
+                "a record of control's learning",
+                "{network: storage, mac: '02:00:00:00:00:07', node: node-2, endpointId: 4294967303, sequence: 2, pending: {node: node-3, endpointId: 12884901895}, addresses: [10.50.0.9, 'fd00:50::9'], lastSeen: '2026-05-28T20:26:40.124Z'}",
+                &[],
+            ),
+            (
+                "learned addresses, pending node, last seen",
+                "{network: storage, mac: '02:00:00:00:00:07', node: node-2, endpointId: 7, pending: {node: Node-3, endpointId: 8}, addresses: [10.50.0.9, 10.50.0.9/32, 10.50.0.9], lastSeen: 'yesterday'}",
+                &[
+                    "FDBEntry f: spec.pending.node \"Node-3\" is not a DNS-1123 subdomain (it has a character other than a-z, 0-9, '-' and '.'); use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters",
+                    "FDBEntry f: spec.addresses[1] \"10.50.0.9/32\" is not an IP address; use e.g. 10.50.0.7",
+                    "FDBEntry f: spec.addresses lists \"10.50.0.9\" more than once; list each once",
+                    "FDBEntry f: spec.lastSeen \"yesterday\" is not an RFC 3339 time; use e.g. 2026-01-02T03:04:05.678Z",
+                ],
+            ),
             (
                 "MAC and node",
                 "{network: storage, mac: 'ff:ff:ff:ff:ff:ff', node: Node-2}",

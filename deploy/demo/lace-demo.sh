@@ -11,7 +11,9 @@
 #      CNI calls
 #
 # Both controls read the same manifest directory (a copy of deploy/examples) and share one
-# allocation state file, as two nodes of one cluster share the API server. Pods are created by
+# allocation state file, as two nodes of one cluster share the API server. Each control keeps
+# its node's host interface (lace-host, ADR 0023), through which the node's namespace reaches
+# its own pods. Pods are created by
 # calling lace-cni exactly as kubelet does (CNI_* environment, network config on stdin).
 #
 # Usage: deploy/demo/lace-demo.sh [--once] [--debug]
@@ -71,10 +73,15 @@ ip netns del lace-demo-b 2>/dev/null || true
 ip netns add lace-demo-a
 ip netns add lace-demo-b
 ip link add ul-a netns lace-demo-a type veth peer name ul-b netns lace-demo-b
+declare -A node_ip4=([a]=192.168.200.1 [b]=192.168.200.2) node_ip6=([a]=fd00:200::a [b]=fd00:200::b)
 for n in a b; do
   ns=lace-demo-$n
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+  # The forwarder is the node's IPv6 host on the underlay: no kernel IPv6 on the uplink.
+  ip netns exec "$ns" sysctl -qw "net.ipv6.conf.ul-$n.disable_ipv6=1"
   ip -n "$ns" link set lo up
+  # The node's own addresses (its InternalIP in deploy/examples/nodes.yaml).
+  ip -n "$ns" addr add "${node_ip4[$n]}/32" dev lo
+  ip -n "$ns" addr add "${node_ip6[$n]}/128" dev lo nodad
   ip -n "$ns" link set "ul-$n" up
   ip netns exec "$ns" ethtool -K "ul-$n" tx off tso off gso off gro off >/dev/null 2>&1 || true
 done
@@ -109,7 +116,7 @@ EOF
   ip netns exec "lace-demo-$n" "$bin/lace-control" run --node "node-$n" \
     --manifests "$work/manifests" --state "$work/manifests/.lace/state.json" \
     --socket "$work/control-$n.sock" --tables-dir /dev/shm --tables-name "$tag-$n" \
-    >"$work/control-$n.log" 2>&1 &
+    --host-interface lace-host >"$work/control-$n.log" 2>&1 &
   pids+=($!)
 done
 say "lace-forwarder and lace-control on each node (memory: $memory)"
@@ -231,6 +238,31 @@ if [ "$after" -gt "$before" ] && [ -n "$resolved" ] && [ "$resolved" = "$real" ]
   ok "node-a's forwarder answered $((after - before)) ARP request(s): ${ip4[storage-2]} is at $resolved, storage-2's own MAC"
 else
   bad "ARP for ${ip4[storage-2]}: node-a arp-reply $before → $after, resolved '${resolved}', storage-2's MAC $real"
+  failures=$((failures+1))
+fi
+
+say "the node's own stack reaches its pods (host interface lace-host), as kubelet's probes do"
+host_reach() { # host_reach NODE POD FAMILY → 0 if ping from the node's namespace gets through
+  local dst=${ip4[$2]} flag=-4
+  [ "$3" = 6 ] && dst=${ip6[$2]} && flag=-6
+  ip netns exec "lace-demo-$1" ping "$flag" -c 2 -i 0.2 -W 1 -q "$dst" >/dev/null 2>&1
+}
+for pod in frontend-1 backend-1 tools-1 storage-1; do
+  read -r n _ < <(node_of "$pod")
+  for fam in 4 6; do
+    if host_reach "$n" "$pod" "$fam"; then ok "node-$n → $pod (IPv$fam) reaches"; else bad "node-$n → $pod (IPv$fam) does not reach"; failures=$((failures+1)); fi
+  done
+done
+if host_reach a backend-1 4; then
+  bad "node-a → backend-1 (on node-b) reaches: a node's host interface is for its own pods"
+  failures=$((failures+1))
+else
+  ok "node-a → backend-1 (on node-b) is not routed: each node reaches its own pods"
+fi
+if in_pod backend-2 ping -4 -c 2 -i 0.2 -W 1 -q "${node_ip4[a]}" >/dev/null 2>&1; then
+  ok "backend-2 → node-a's address ${node_ip4[a]} reaches"
+else
+  bad "backend-2 → node-a's address ${node_ip4[a]} does not reach"
   failures=$((failures+1))
 fi
 

@@ -29,6 +29,10 @@ impl Io<VecBuf> for SinkIo {
     fn now_ns(&self) -> u64 {
         0
     }
+    fn learn(&mut self, _event: &lace_shared::learn::LearnEvent) {
+        // No path of this bench is on a learning network: a report would be a bug.
+        panic!("a learn report on a path without learning");
+    }
 }
 
 fn csum(b: &[u8]) -> u16 {
@@ -90,13 +94,80 @@ fn paths() -> Vec<(&'static str, PortId, Vec<u8>)> {
     arp.extend_from_slice(&[0; 6]);
     arp.extend_from_slice(&fixture::GW4.octets());
     let arp = frame([0xff; 6], fixture::MAC_A, 0x0806, &arp);
-    let _: Ipv6Addr = fixture::PEER;
+    // The l2 pod asks for the remote endpoint's addresses (answered from the neighbor table).
+    let mut who = vec![0, 1, 8, 0, 6, 4, 0, 1];
+    who.extend_from_slice(&fixture::MAC_L2);
+    who.extend_from_slice(&fixture::L2_4.octets());
+    who.extend_from_slice(&[0; 6]);
+    who.extend_from_slice(&fixture::L2R4.octets());
+    let arp_proxy = frame([0xff; 6], fixture::MAC_L2, 0x0806, &who);
+    let nd_proxy = solicitation(fixture::MAC_L2, fixture::L2_6, fixture::L2R6);
+    // The l2 pod's frame to the remote endpoint's MAC (encapsulated whole to node 2's End.DT2U
+    // SID), and node 2's frame to the l2 pod, encapsulated to this node's End.DT2U SID.
+    let l2_encap = frame(
+        fixture::MAC_L2R,
+        fixture::MAC_L2,
+        0x0800,
+        &ipv4_udp(fixture::L2_4, fixture::L2R4, 50),
+    );
+    let l2_inner = frame(
+        fixture::MAC_L2,
+        fixture::MAC_L2R,
+        0x0800,
+        &ipv4_udp(fixture::L2R4, fixture::L2_4, 50),
+    );
+    let mut l2_outer = vec![0x60, 0, 0, 1];
+    l2_outer.extend_from_slice(&(l2_inner.len() as u16).to_be_bytes());
+    l2_outer.extend_from_slice(&[143, 63]);
+    l2_outer.extend_from_slice(&fixture::PEER.octets());
+    l2_outer.extend_from_slice(&fixture::MY_DT2U.octets());
+    l2_outer.extend_from_slice(&l2_inner);
+    let l2_decap = frame(fixture::UPLINK_MAC, fixture::PEER_MAC, 0x86dd, &l2_outer);
     vec![
         ("l3_local", fixture::A, local),
         ("l3_encap", fixture::A, encap),
         ("l3_decap", PortId::UPLINK, decap),
         ("arp_reply", fixture::A, arp),
+        ("arp_proxy", fixture::L2POD, arp_proxy),
+        ("nd_proxy", fixture::L2POD, nd_proxy),
+        ("l2_encap", fixture::L2POD, l2_encap),
+        ("l2_decap", PortId::UPLINK, l2_decap),
     ]
+}
+
+/// A neighbor solicitation from `mac`/`src` for `target`, to its solicited-node group, with
+/// the source link-layer option.
+fn solicitation(mac: [u8; 6], src: Ipv6Addr, target: Ipv6Addr) -> Vec<u8> {
+    let t = target.octets();
+    let group = Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(t[13]),
+        u16::from_be_bytes([t[14], t[15]]),
+    );
+    let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&t);
+    icmp.extend_from_slice(&[1, 1]);
+    icmp.extend_from_slice(&mac);
+    let mut pseudo = src.octets().to_vec();
+    pseudo.extend_from_slice(&group.octets());
+    pseudo.extend_from_slice(&(icmp.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(&icmp);
+    let c = csum(&pseudo);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
+    ip.extend_from_slice(&[58, 255]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&group.octets());
+    ip.extend_from_slice(&icmp);
+    let g = group.octets();
+    frame([0x33, 0x33, g[12], g[13], g[14], g[15]], mac, 0x86dd, &ip)
 }
 
 fn bench(c: &mut Criterion) {

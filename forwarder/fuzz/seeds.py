@@ -107,3 +107,21 @@ to_remote = GW_MAC + MAC_A + b"\x08\x00" + ipv4(A4, REMOTE4, 17, udp)
 save("pipeline", burst(1, [to_b, to_remote, to_b]))
 save("pipeline", burst(1, [to_b] * 4))
 save("pipeline", burst(1, [to_remote] * 4))
+
+
+# The learning l2 network (ports 9 and 10 of the fixture are PORTS[9] and PORTS[10]): a VM's
+# RARP self-announcement, a gratuitous ARP, a frame from the MAC learned on port 9, a
+# broadcast and unknown unicast (flooded within the BUM limit).
+MAC_LPOD, MAC_VM = bytes([2, 0, 0, 0, 0, 0x0B]), bytes([0x52, 0x54, 0, 0x12, 0x34, 0x56])
+LPOD4, VM4 = [10, 11, 0, 2], [10, 11, 0, 200]
+rarp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 3) + MAC_VM + bytes(4) + MAC_VM + bytes(4)
+save("rarp", rarp)
+save("pipeline", bytes([9]) + b"\xff" * 6 + MAC_VM + b"\x80\x35" + rarp + bytes(18))
+garp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + MAC_VM + bytes(VM4) + bytes(6) + bytes(VM4)
+save("pipeline", bytes([9]) + b"\xff" * 6 + MAC_VM + b"\x08\x06" + garp)
+learned = bytes([2, 0, 0, 0, 0, 0x0C]) + MAC_VM + b"\x08\x00" + ipv4(VM4, [10, 11, 0, 3], 17, udp)
+save("pipeline", bytes([9]) + learned)
+bcast = b"\xff" * 6 + MAC_LPOD + b"\x08\x00" + ipv4(LPOD4, [255, 255, 255, 255], 17, udp)
+save("pipeline", burst(9, [bcast] * 6))
+unknown = bytes([2, 0, 0, 0, 0, 0x77]) + MAC_LPOD + b"\x08\x00" + ipv4(LPOD4, [10, 11, 0, 9], 17, udp)
+save("pipeline", bytes([9]) + unknown)

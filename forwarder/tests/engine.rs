@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use lace_shared::tables::{TableWriter, TablesConfig};
 use lace_shared::types::PortKind;
-use lace_shared::types::{IfName, MacAddr, NetworkId, NetworkInfo, NetworkKind, PortId, PortInfo};
+use lace_shared::types::{
+    IfName, L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, PortId, PortInfo,
+};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lace-forwarder");
@@ -295,6 +297,8 @@ fn network_info() -> NetworkInfo {
         gateway4: Some("10.1.0.1".parse().unwrap()),
         gateway6: None,
         mtu: 1460,
+        stateful: false,
+        l2: L2Settings::default(),
     }
 }
 
@@ -307,6 +311,7 @@ fn pod_port(iface: &str, endpoint: u64) -> PortInfo {
         ipv6: None,
         endpoint,
         iface: IfName::new(iface).unwrap(),
+        policy: lace_shared::policy::PolicySetId::NONE,
     }
 }
 

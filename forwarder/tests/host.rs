@@ -16,6 +16,10 @@
 //!   └────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
+//! A Linux node (l3, l4) is a QEMU guest running Debian's kernel (`support/guest.rs`; the host
+//! kernel may lack SRv6): its node and pod namespaces live inside the guest, its `ul` is a
+//! virtio NIC whose tap is the node's port on the underlay bridge.
+//!
 //! `<tag>` is `lht-<pid>-<seq>`. Node k has underlay address `fd00:100::k`, locator
 //! `fc00:0:k::/48`; a forwarder node's End.DT46 SID for network n is `fc00:0:k:e00n::`, a Linux
 //! node's End.DT6 SID `fc00:0:k:6::` and End.DX4 SID `fc00:0:k:4::`. Network n's block on node
@@ -23,7 +27,8 @@
 //! tables themselves through `lace_shared::tables::TableWriter` (table set `<tag>-a`, `<tag>-b`
 //! in /dev/shm) and read counters from the forwarder's status region.
 //!
-//! Prerequisites: root, `ip`, `tshark`, `ping`, `python3`, `ethtool`. Without them each test
+//! Prerequisites: root, `ip`, `tshark`, `ping`, `python3`, `ethtool`; for the Linux-peer tests
+//! also `qemu-system-x86_64` and the guest `tests/linux-peer/prepare` builds. Without them each test
 //! prints "skipped: needs root …" and passes — except under `CI=true`, where it fails. Tests run
 //! one at a time (both cores are loaded); every namespace, link, process and table set is
 //! removed when a test ends, also on failure (then the work directory with forwarder logs and
@@ -42,8 +47,9 @@ use support::*;
 const TCP_BYTES: u64 = 100 << 20;
 
 /// Asserts that `rows` hold a packet with these outer and inner addresses carrying `payload`
-/// (4 = IPv4, 41 = IPv6). For packets the forwarder made (`ours`): no SRH (next header is the
-/// payload: H.Encaps.Red), hop limit 64 and a non-zero flow label. Returns the matching row.
+/// (4 = IPv4, 41 = IPv6, 143 = an Ethernet frame, whose IP addresses are the inner ones). For
+/// packets the forwarder made (`ours`): no SRH (next header is the payload: H.Encaps.Red or
+/// H.Encaps.L2.Red), hop limit 64 and a non-zero flow label. Returns the matching row.
 #[allow(clippy::too_many_arguments)]
 fn expect_encap(
     rows: &[EncapRow],
@@ -85,14 +91,13 @@ fn expect_encap(
     r.clone()
 }
 
-/// The kernel alone, no forwarder: two Linux SRv6 nodes on the underlay bridge, each with a pod
-/// behind End.DX4 and End.DT6 SIDs, encapsulating toward each other. Proves the harness and
-/// the interop commands the Linux-peer test relies on (this kernel has seg6 and seg6local but
-/// no vrf, hence End.DT6 table 254 and End.DX4 rather than End.DT46).
+/// The kernel alone, no forwarder: two Linux SRv6 nodes (guests running Debian's kernel) on the
+/// underlay bridge, each with a pod behind End.DX4 and End.DT6 SIDs, encapsulating toward each
+/// other. Proves the harness and the interop commands the Linux-peer tests rely on.
 #[test]
 fn kernel_seg6_sanity() {
     let _serial = serial();
-    if !prerequisites() {
+    if !prerequisites() || !guest::linux_peer_prerequisites() {
         return;
     }
     let mut lab = Lab::new("kernel_seg6_sanity");
@@ -609,7 +614,7 @@ fn isolation_and_anti_spoofing() {
 #[test]
 fn linux_seg6_interop() {
     let _serial = serial();
-    if !prerequisites() {
+    if !prerequisites() || !guest::linux_peer_prerequisites() {
         return;
     }
     let mut lab = Lab::new("linux_interop");
@@ -674,6 +679,85 @@ fn linux_seg6_interop() {
         a6,
         false,
     );
+}
+
+/// Linux interop for l2 (issue 11): node a (forwarder) has a pod of l2 network 2, node l3
+/// is the kernel's own SRv6 L2 VPN — `seg6local action End.DX2` toward its pod and `encap seg6
+/// mode l2encap.red` routes toward ours, static neighbours on its side. lace's H.Encaps.L2.Red
+/// (the whole frame, next header 143, to the kernel's End.DX2 SID) is delivered by the kernel
+/// to its pod; the kernel's l2encap.red frames (to our End.DT2U SID) are delivered by the
+/// forwarder to ours. Pings both ways, both families (ARP and NDP answered by the forwarder on
+/// our side), checked on the underlay too.
+#[test]
+fn linux_seg6_l2_interop() {
+    let _serial = serial();
+    if !prerequisites() || !guest::linux_peer_prerequisites() {
+        return;
+    }
+    let mut lab = Lab::new("linux_l2_interop");
+    lab.add_fwd_node(1);
+    let a = lab.add_l2_pod(1, 2, 2);
+    let lp = lab.add_linux_l2_node(3, 2, &a);
+    lab.start(1);
+    let u = lab.underlay_ns.clone();
+    let cap = Capture::start(&lab, &u, "l3", "ip6", "l2interop");
+    ping_ok(&a.ns, lp.ip4.into(), 3, || lab.diagnose());
+    ping_ok(&a.ns, lp.ip6.into(), 3, || lab.diagnose());
+    ping_ok(&lp.ns, a.ip4.into(), 3, || lab.diagnose());
+    ping_ok(&lp.ns, a.ip6.into(), 3, || lab.diagnose());
+    // Our pod asked the forwarder for the Linux pod's MAC: answered from the tables.
+    let neigh = ipn(&a.ns, &format!("neigh show {} dev eth0", lp.ip4));
+    assert!(neigh.contains(&lp.mac.to_string()), "{neigh}");
+    let (rows, raw) = cap.finish();
+    let (sa, sl) = (underlay(1), underlay(3));
+    let (a4, l4): (IpAddr, IpAddr) = (a.ip4.into(), lp.ip4.into());
+    let (a6, l6): (IpAddr, IpAddr) = (a.ip6.into(), lp.ip6.into());
+    expect_encap(
+        &rows,
+        &raw,
+        "ours->End.DX2 v4",
+        sa,
+        sid_dx2(3),
+        143,
+        a4,
+        l4,
+        true,
+    );
+    expect_encap(
+        &rows,
+        &raw,
+        "ours->End.DX2 v6",
+        sa,
+        sid_dx2(3),
+        143,
+        a6,
+        l6,
+        true,
+    );
+    let dt2u = sid_dt2u(1, 2);
+    expect_encap(
+        &rows,
+        &raw,
+        "l2encap.red->End.DT2U v4",
+        sl,
+        dt2u,
+        143,
+        l4,
+        a4,
+        false,
+    );
+    expect_encap(
+        &rows,
+        &raw,
+        "l2encap.red->End.DT2U v6",
+        sl,
+        dt2u,
+        143,
+        l6,
+        a6,
+        false,
+    );
+    assert_eq!(lab.drops(1, DropReason::UnknownUnicast), 0);
 }
 
 /// MTU: pod MTU is the underlay MTU minus 40. A pod whose interface MTU is (wrongly) the

@@ -139,6 +139,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     if let Some(r) = discovery(shared, &path) {
         return Ok(r);
     }
+    if let Some(r) = openapi_v3(shared, &path) {
+        return Ok(r);
+    }
     let Some(p) = parse_path(&path) else {
         return Err(ApiError::new(
             404,
@@ -235,6 +238,32 @@ fn filter(q: &Query, rt: &ResourceType, ns: Option<&str>) -> Result<WatchFilter,
     })
 }
 
+/// `fieldValidation` of a write: `Strict` refuses a body with fields the schema does not
+/// declare (custom resources: the fake has no schemas of the built-in kinds); `Ignore` and
+/// `Warn` (the default) prune them; anything else is refused, as the real server does.
+fn field_validation(q: &Query, rt: &ResourceType, body: &Value) -> Result<(), ApiError> {
+    match q.get("fieldValidation").unwrap_or("Warn") {
+        "Ignore" | "Warn" | "" => Ok(()),
+        "Strict" => {
+            let unknown = crate::store::unknown_fields(rt, body);
+            if unknown.is_empty() {
+                return Ok(());
+            }
+            let list: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field \"{}\"", f.trim_start_matches('.')))
+                .collect();
+            Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                list.join(", ")
+            )))
+        }
+        other => Err(ApiError::bad_request(format!(
+            "fieldValidation parameter unsupported: {other:?} (must be Ignore, Warn or Strict)"
+        ))),
+    }
+}
+
 fn parse_rv(s: &str) -> Result<u64, ApiError> {
     s.parse()
         .map_err(|_| ApiError::bad_request(format!("invalid resource version: \"{s}\"")))
@@ -320,6 +349,7 @@ async fn collection(
             };
             let m = manager(&req, &q);
             let body = body_json(req, false).await?;
+            field_validation(&q, rt, &body)?;
             let created = shared.store().create(rt, version, Some(ns), body, &m)?;
             Ok(json_response(201, &created))
         }
@@ -423,6 +453,7 @@ async fn item(
         )),
         Method::PUT => {
             let body = body_json(req, false).await?;
+            field_validation(&q, rt, &body)?;
             let out = shared
                 .store()
                 .replace(rt, version, ns, name, body, target, &m)?;
@@ -455,6 +486,7 @@ async fn item(
                     };
                     let force = q.flag("force");
                     let body = body_json(req, true).await?;
+                    field_validation(&q, rt, &body)?;
                     let (out, created) = shared
                         .store()
                         .apply(rt, version, ns, name, body, target, &manager, force)?;
@@ -462,6 +494,7 @@ async fn item(
                 }
                 "application/merge-patch+json" => {
                     let patch = body_json(req, false).await?;
+                    field_validation(&q, rt, &patch)?;
                     let out = shared
                         .store()
                         .merge_patch(rt, version, ns, name, &patch, target, &m)?;
@@ -522,6 +555,74 @@ async fn item(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// OpenAPI v3 as far as kubectl reads it to learn whether the server validates fields
+/// (`fieldValidation`) itself: `/openapi/v3` lists each group version, and each group
+/// version's document has, per resource, its item path with a PATCH operation carrying
+/// `x-kubernetes-group-version-kind` and the `fieldValidation` parameter. No schemas.
+fn openapi_v3(shared: &Arc<Shared>, path: &str) -> Option<Response<Body>> {
+    let rest = path.trim_matches('/').strip_prefix("openapi/v3")?;
+    let store = shared.store();
+    let gv_path = |group: &str, version: &str| {
+        if group.is_empty() {
+            format!("api/{version}")
+        } else {
+            format!("apis/{group}/{version}")
+        }
+    };
+    let mut gvs = std::collections::BTreeMap::new();
+    for t in store.types() {
+        for v in &t.versions {
+            gvs.entry(gv_path(&t.group, v))
+                .or_insert_with(Vec::new)
+                .push((t.clone(), v.clone()));
+        }
+    }
+    let body = match rest.trim_start_matches('/') {
+        "" => {
+            let paths: serde_json::Map<String, Value> = gvs
+                .keys()
+                .map(|p| {
+                    (
+                        p.clone(),
+                        json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", store.resource_version())}),
+                    )
+                })
+                .collect();
+            json!({"paths": paths})
+        }
+        gv => {
+            let types = gvs.get(gv)?;
+            let mut paths = serde_json::Map::new();
+            for (t, v) in types {
+                let item = if t.namespaced {
+                    format!("/{gv}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+                } else {
+                    format!("/{gv}/{}/{{name}}", t.plural)
+                };
+                paths.insert(
+                    item,
+                    json!({"patch": {
+                        "x-kubernetes-group-version-kind": {"group": t.group, "version": v, "kind": t.kind},
+                        "parameters": [
+                            {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+                            {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                            {"name": "force", "in": "query", "schema": {"type": "boolean"}},
+                        ],
+                        "responses": {"200": {"description": "OK"}},
+                    }}),
+                );
+            }
+            json!({
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": "v1.36.0"},
+                "paths": paths,
+                "components": {"schemas": {}},
+            })
+        }
+    };
+    Some(json_response(200, &body))
 }
 
 /// The legacy discovery documents (`/api`, `/apis`, `/api/v1`, `/apis/{group}/{version}`) and

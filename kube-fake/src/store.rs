@@ -269,6 +269,43 @@ fn value_at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
+/// The fields of `o` (a custom resource of `rt`) its schema does not declare, as the API
+/// server names them for `fieldValidation=Strict` (`.spec.foo`); `metadata`, `apiVersion` and
+/// `kind` are not the schema's business.
+pub(crate) fn unknown_fields(rt: &ResourceType, o: &Value) -> Vec<String> {
+    let Some(schema) = &rt.schema else {
+        return Vec::new();
+    };
+    let mut pruned = o.clone();
+    prune(&schema.raw, &mut pruned);
+    let mut out = Vec::new();
+    removed(o, &pruned, "", &mut out);
+    out.retain(|f| !matches!(f.as_str(), ".metadata" | ".apiVersion" | ".kind"));
+    out
+}
+
+/// The paths of `before` that `after` (a pruned copy) lacks.
+fn removed(before: &Value, after: &Value, at: &str, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, v) in b {
+                let here = format!("{at}.{k}");
+                match a.get(k) {
+                    None if !(at.is_empty() && matches!(k.as_str(), "metadata")) => out.push(here),
+                    None => {}
+                    Some(w) => removed(v, w, &here, out),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) => {
+            for (i, (v, w)) in b.iter().zip(a).enumerate() {
+                removed(v, w, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Drops fields the schema does not declare (the API server's pruning).
 fn prune(schema: &Value, v: &mut Value) {
     if schema
@@ -316,7 +353,7 @@ fn prune(schema: &Value, v: &mut Value) {
 }
 
 /// Whether a name is a DNS-1123 subdomain.
-fn dns_subdomain(name: &str) -> bool {
+pub(crate) fn dns_subdomain(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|l| {
@@ -419,6 +456,25 @@ impl Store {
                     "NotFound",
                     "the server could not find the requested resource",
                 )
+            })
+    }
+
+    /// The type of objects of `api_version` and `kind` (`v1` `Pod`, `lace-cni.io/v1alpha1`
+    /// `Network`), and the version named.
+    pub(crate) fn resolve_kind(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ResourceType, String), ApiError> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        self.types
+            .values()
+            .find(|t| t.group == group && t.kind == kind && t.versions.iter().any(|v| v == version))
+            .map(|t| (t.clone(), version.to_owned()))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "no kind \"{kind}\" is registered for version \"{api_version}\""
+                ))
             })
     }
 
@@ -815,6 +871,9 @@ impl Store {
                     message: "Required value".into(),
                 }),
             }
+        }
+        if rt.kind == "Event" {
+            causes.extend(crate::events::validate(&rt.group, o, old));
         }
         if causes.is_empty() {
             Ok(())

@@ -515,3 +515,209 @@ async fn injected_faults_fail_stall_and_restart() {
     );
     assert!(server.requests()["get"] >= 5);
 }
+
+/// What kubectl reads before it writes: OpenAPI v3 says every resource's PATCH takes
+/// `fieldValidation`, so kubectl sends `fieldValidation=Strict` and leaves checking to the
+/// server, which then refuses a custom resource with a field its schema does not declare (and
+/// prunes it under `Ignore`), and refuses a directive it does not know.
+#[tokio::test]
+async fn openapi_v3_offers_field_validation_and_strict_refuses_unknown_fields() {
+    let server = FakeApiServer::start_new().unwrap();
+    let (client, _dir) = client_for(&server).await;
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_yaml::from_str(include_str!("../../deploy/crds/lace-cni.io_networks.yaml")).unwrap();
+    Api::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+    let get = |path: &str| {
+        let client = client.clone();
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        async move { client.request::<serde_json::Value>(req).await }
+    };
+    let root = get("/openapi/v3").await.unwrap();
+    let url = root["paths"]["apis/lace-cni.io/v1alpha1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(root["paths"]["api/v1"].is_object(), "{root}");
+    let doc = get(&url).await.unwrap();
+    let patch = &doc["paths"]["/apis/lace-cni.io/v1alpha1/networks/{name}"]["patch"];
+    assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Network");
+    assert!(patch["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "fieldValidation" && p["in"] == "query"));
+
+    let network = |name: &str| {
+        json!({"apiVersion": "lace-cni.io/v1alpha1", "kind": "Network",
+               "metadata": {"name": name},
+               "spec": {"type": "l3", "bogus": 1,
+                        "ipv4Subnet": {"prefix": "10.9.0.0/16", "hostLocalPrefixLength": 24}}})
+    };
+    let post = |name: &str, directive: &str| {
+        let client = client.clone();
+        let req = http::Request::post(format!(
+            "/apis/lace-cni.io/v1alpha1/networks?fieldValidation={directive}"
+        ))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&network(name)).unwrap())
+        .unwrap();
+        async move { client.request::<serde_json::Value>(req).await }
+    };
+    let e = post("strict", "Strict").await.unwrap_err();
+    assert_eq!(status_code(&e), 400);
+    assert!(
+        e.to_string().contains("unknown field \"spec.bogus\""),
+        "{e}"
+    );
+    let made = post("ignored", "Ignore").await.unwrap();
+    assert!(made["spec"].get("bogus").is_none(), "pruned: {made}");
+    assert_eq!(
+        status_code(&post("odd", "Sometimes").await.unwrap_err()),
+        400
+    );
+}
+
+/// Objects put in the store directly (a benchmark's large cluster) are what a client sees:
+/// paginated lists and field selectors serve them, a watcher lists them and then follows new
+/// ones; refusals are the API server's (missing namespace, name taken, unknown kind); none of
+/// it counts as a request.
+#[tokio::test]
+async fn seeded_objects_are_listed_and_watched_but_not_counted() {
+    let server = FakeApiServer::start_new().unwrap();
+    let seed_pod = |i: usize| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("p{i:04}"), "namespace": "s"},
+            "spec": {"nodeName": format!("node-{}", i % 3),
+                "containers": [{"name": "c", "image": "busybox"}]},
+        })
+    };
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "s"}});
+    let created = server
+        .create_objects(std::iter::once(ns).chain((0..1200).map(seed_pod)))
+        .unwrap();
+    assert_eq!(created.len(), 1201);
+    let uids: BTreeSet<&str> = created
+        .iter()
+        .map(|o| o["metadata"]["uid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uids.len(), 1201);
+    assert_eq!(created[1]["status"]["phase"], "Pending");
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+
+    let (client, _dir) = client_for(&server).await;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut names = BTreeSet::new();
+    let mut pages = 0;
+    let mut lp = ListParams::default()
+        .fields("spec.nodeName=node-1")
+        .limit(150);
+    loop {
+        let page = pods.list(&lp).await.unwrap();
+        pages += 1;
+        names.extend(page.items.into_iter().map(|p| p.metadata.name.unwrap()));
+        match page.metadata.continue_ {
+            Some(t) if !t.is_empty() => lp = lp.continue_token(&t),
+            _ => break,
+        }
+    }
+    assert_eq!(names.len(), 400);
+    assert!(names
+        .iter()
+        .all(|n| n[1..].parse::<usize>().unwrap() % 3 == 1));
+    assert_eq!(pages, 3);
+
+    let mut w = watcher(
+        pods.clone(),
+        watcher::Config::default().fields("spec.nodeName=node-1"),
+    )
+    .boxed();
+    let mut listed = 0;
+    loop {
+        match w.try_next().await.unwrap().unwrap() {
+            watcher::Event::InitApply(_) => listed += 1,
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(listed, 400);
+    server.create_objects([seed_pod(1201)]).unwrap();
+    match w.try_next().await.unwrap().unwrap() {
+        watcher::Event::Apply(p) => assert_eq!(p.metadata.name.as_deref(), Some("p1201")),
+        other => panic!("expected the seeded pod's Apply, got {other:?}"),
+    }
+
+    let refused = |objects: Vec<serde_json::Value>| server.create_objects(objects).unwrap_err();
+    let mut elsewhere = seed_pod(5000);
+    elsewhere["metadata"]["namespace"] = json!("nowhere");
+    let e = refused(vec![seed_pod(5001), elsewhere]);
+    assert_eq!((e.index, e.code, e.reason), (1, 404, "NotFound"));
+    assert_eq!(e.what, "Pod nowhere/p5000");
+    assert_eq!(refused(vec![seed_pod(3)]).code, 409);
+    let e = refused(vec![
+        json!({"apiVersion": "v9", "kind": "Pod", "metadata": {"name": "x"}}),
+    ]);
+    assert_eq!(e.code, 400);
+    // The first of the refused batch was created.
+    assert!(Api::<Pod>::namespaced(client.clone(), "s")
+        .get_opt("p5001")
+        .await
+        .unwrap()
+        .is_some());
+}
+
+/// The request counter counts what reaches the server, one per request, by verb: a list and a
+/// get are `get`, a watch is `watch` however long it streams.
+#[tokio::test]
+async fn requests_are_counted_one_each_by_verb() {
+    let server = FakeApiServer::start_new().unwrap();
+    let (client, _dir) = client_for(&server).await;
+    namespace(&client, "t").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "t");
+    cms.create(&PostParams::default(), &cm("a", "1"))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("b", "1"))
+        .await
+        .unwrap();
+    cms.list(&ListParams::default()).await.unwrap();
+    let mut a = cms.get("a").await.unwrap();
+    a.data = Some([("v".to_owned(), "2".to_owned())].into());
+    cms.replace("a", &PostParams::default(), &a).await.unwrap();
+    cms.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "3"}})),
+    )
+    .await
+    .unwrap();
+    cms.delete("b", &DeleteParams::default()).await.unwrap();
+    let mut events = cms
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .unwrap()
+        .boxed();
+    // The watch streams the one object left, then ends at its timeout: still one request.
+    let mut streamed = 0;
+    while let Some(e) = events.try_next().await.unwrap() {
+        if matches!(e, WatchEvent::Added(_)) {
+            streamed += 1;
+        }
+    }
+    assert_eq!(streamed, 1);
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("create", 3),
+        ("get", 2),
+        ("update", 1),
+        ("patch", 1),
+        ("delete", 1),
+        ("watch", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(server.requests(), expected);
+}

@@ -20,7 +20,10 @@
 //! Module map: [`region`] (files, mapping, header, locks), [`mem`] (bounds-checked access by
 //! offset), [`arena`] (the writer's allocator), [`qsbr`] (reader slots and grace periods),
 //! [`fib`] (LPM), [`hash`] (exact-match tables), [`array`] (dense tables), [`types`] (ids and
-//! table entries), [`tables`] (the node's table set: writer and reader APIs).
+//! table entries), [`policy`] (policy, service and stateful-path tables), [`tables`] (the
+//! node's table set: writer and reader APIs), [`status`] (the forwarder's status region),
+//! [`flow`] (the forwarder's flow table, a region of its own) and [`learn`] (the l2 learning
+//! reports the status region carries to control).
 
 #![cfg_attr(not(test), warn(missing_docs))]
 
@@ -29,9 +32,12 @@ pub mod array;
 pub mod error;
 pub mod fasthash;
 pub mod fib;
+pub mod flow;
 pub mod hash;
+pub mod learn;
 pub mod mem;
 pub mod pod;
+pub mod policy;
 pub mod qsbr;
 pub mod region;
 pub mod status;
@@ -43,7 +49,11 @@ pub use error::{Error, Result};
 /// ABI version of the shared-memory layout. Bump on any change a layout hash would not catch.
 /// 2: FDB records carry the next-hop index of a remote target's encapsulation, flood lists
 /// hold local ports and next-hop indices.
-pub const ABI_VERSION: u32 = 2;
+/// 3: policy and service tables ([`policy`]): peer classes per network, policy sets, decisions,
+/// port sets, services; ports carry a policy set, next hops route flags; port kind 3, the node's
+/// host interface (`PortKind::Host`), which an older forwarder would read as an absent port.
+/// network records carry l2 learning and the BUM limit; the status region has learn rings.
+pub const ABI_VERSION: u32 = 3;
 
 /// Hash of the layout of every type stored in shared memory. Computed at compile time from
 /// sizes, alignments and field offsets, so two builds that disagree on a layout refuse to attach.
@@ -90,6 +100,7 @@ mod layout {
             size_of::<NetworkRec>(),
             offset_of!(NetworkRec, fib4),
             offset_of!(NetworkRec, fdb),
+            offset_of!(NetworkRec, learn_aging),
             size_of::<PortRec>(),
             size_of::<NodeRec>(),
             size_of::<NextHopRec>(),
@@ -105,10 +116,25 @@ mod layout {
             HashTable::<u128, NeighRec>::SLOTS,
             HashTable::<u128, SidRec>::BUCKET_BYTES,
             HashTable::<u128, SidRec>::SLOTS,
+            offset_of!(NetworkRec, peers4),
+            offset_of!(NetworkRec, policy_gen),
+            offset_of!(PortRec, policy),
+            offset_of!(RootRec, decisions),
+            offset_of!(RootRec, service_recs),
+            size_of::<crate::policy::PolicySetRec>(),
+            size_of::<crate::policy::PortSetRec>(),
+            size_of::<crate::policy::ServiceKey>(),
+            size_of::<crate::policy::ServiceRec>(),
+            size_of::<crate::policy::BackendRec>(),
+            HashTable::<u64, u32>::BUCKET_BYTES,
+            HashTable::<crate::policy::ServiceKey, u32>::BUCKET_BYTES,
+            HashTable::<crate::policy::ServiceKey, u32>::SLOTS,
             crate::qsbr::SLOT_SIZE as usize,
             crate::status::MAX_PORTS as usize,
             crate::status::MAX_STAGES,
             crate::status::DropReason::SLOTS,
+            crate::status::LEARN_SLOTS as usize,
+            crate::learn::RECORD_WORDS,
         ]);
         // The hash function is part of the layout: a different one puts keys in other buckets.
         h = fnv(h, mix64(0x6c61_6365));

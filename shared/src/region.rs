@@ -1,7 +1,7 @@
 //! Shared-memory regions: files on hugetlbfs or tmpfs mapped into the writer (read-write) and
 //! into readers (read-only), each starting with a [`RegionHeader`].
 //!
-//! This is one of the three modules allowed to use `unsafe` (with `qsbr` and `mem`): it owns the
+//! This is one of the modules allowed to use `unsafe` (with `qsbr`, `mem` and `flow`): it owns the
 //! `mmap`/`munmap` calls and the open-file-description locks that make a writer exclusive and
 //! reveal a reader that has gone away.
 //!
@@ -40,6 +40,8 @@ pub enum RegionKind {
     Qsbr = 2,
     /// The forwarder's status: port acknowledgements and counters ([`crate::status`]).
     Status = 3,
+    /// The forwarder's flow table ([`crate::flow`]).
+    Flows = 4,
 }
 
 /// The header at offset 0 of every region. Atomics are read by readers and written only by

@@ -14,15 +14,23 @@
 //! - **Counters**: per port (rx/tx packets and bytes, packets the NIC refused), per worker and
 //!   pipeline stage, and per [`DropReason`]. Every counter is a `u64` that only its writer
 //!   increments; readers sum worker slots.
+//! - **The learn rings** — the feedback channel of l2 learning (ADR 0019): one ring of
+//!   [`LEARN_SLOTS`] [`LearnEvent`] records per worker. The worker is the ring's only writer and
+//!   overwrites the oldest records; it never waits for a reader. Control keeps its own cursor
+//!   per ring ([`LearnCursor`]) and detects both ways of losing records: a slot overwritten
+//!   while it was read (its stamp differs before and after the payload) and an overrun (the
+//!   head more than a ring ahead of the cursor). Both are counted, never misread.
 //!
 //! ```text
 //!  0 header │ 4096 info (pid, heartbeat, stage names) │ 8192 port slots │ worker slots …
+//!    │ learn rings: per worker a head line, then its records
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
+use crate::learn::{LearnEvent, RECORD_WORDS};
 use crate::mem::Mem;
 use crate::region::{Region, RegionKind, HEADER_SIZE};
 use crate::types::PortId;
@@ -92,8 +100,8 @@ pub enum DropReason {
     /// A remote next hop cannot be encapsulated: the node's SRv6 source address is not in the
     /// tables yet (control publishes it with the node's underlay address).
     NoSrv6Source = 27,
-    /// l2: a unicast frame to a MAC the network's FDB does not hold (no learning: never
-    /// flooded).
+    /// l2: a unicast frame to a MAC the network's FDB does not hold, on a network without
+    /// learning (with learning it is flooded).
     UnknownUnicast = 28,
     /// l2: a frame that would go back where it came from — to its own port, or from the
     /// underlay to another node (frames from a remote node are delivered locally only).
@@ -101,11 +109,40 @@ pub enum DropReason {
     /// l2: a duplicate-address-detection probe (NS from `::`) for an address no endpoint
     /// holds: left unanswered, so the prober takes the address.
     DadProbe = 30,
+    /// l2: broadcast, multicast or unknown unicast (or an announcement) beyond its source
+    /// endpoint's BUM limit (`spec.l2.bumLimit`): not replicated.
+    BumRateLimited = 31,
+    /// l2: an announcement (gratuitous ARP, unsolicited NA, RARP) on a network without
+    /// learning: nothing learns from it, and announcements are never flooded.
+    NotLearning = 32,
+    /// A NEW connection NetworkPolicy does not allow (the endpoint is isolated in that
+    /// direction and no rule admits the peer, protocol and port).
+    PolicyDenied = 33,
+    /// A tracked connection a narrowed NetworkPolicy no longer allows: its entry is removed
+    /// at its next packet.
+    PolicyRevoked = 34,
+    /// A packet on a one-way routing path's way back that is not a reply of a connection
+    /// opened the allowed way.
+    OneWay = 35,
+    /// The flow table is full: NEW connections are refused until entries expire (the size is
+    /// `conntrack.max_flows`).
+    FlowTableFull = 36,
+    /// To a Service port with no backend that takes connections (or a ClusterIP port no
+    /// Service serves): ICMP port unreachable sent, as kube-proxy rejects.
+    ServiceUnavailable = 37,
+    /// A fragment of tracked traffic whose ports the tracker cannot see (non-first
+    /// fragments to or from an isolated endpoint, or of translated traffic).
+    Fragment = 38,
+    /// A Service connection whose translated reply would collide with a live connection of
+    /// the same client port to the backend.
+    NatCollision = 39,
+    /// An ICMP error about no connection the tracker knows, to or from an isolated endpoint.
+    UnrelatedIcmpError = 40,
 }
 
 impl DropReason {
     /// Number of reasons (counter slots in use).
-    pub const COUNT: usize = 31;
+    pub const COUNT: usize = 41;
     /// Counter slots reserved per worker (room to add reasons without a layout change).
     pub const SLOTS: usize = 64;
 
@@ -144,6 +181,16 @@ impl DropReason {
             UnknownUnicast,
             SplitHorizon,
             DadProbe,
+            BumRateLimited,
+            NotLearning,
+            PolicyDenied,
+            PolicyRevoked,
+            OneWay,
+            FlowTableFull,
+            ServiceUnavailable,
+            Fragment,
+            NatCollision,
+            UnrelatedIcmpError,
         ]
     };
 
@@ -182,6 +229,16 @@ impl DropReason {
             UnknownUnicast => "unknown-unicast",
             SplitHorizon => "split-horizon",
             DadProbe => "dad-probe",
+            BumRateLimited => "bum-rate-limited",
+            NotLearning => "not-learning",
+            PolicyDenied => "policy-denied",
+            PolicyRevoked => "policy-revoked",
+            OneWay => "one-way",
+            FlowTableFull => "flow-table-full",
+            ServiceUnavailable => "service-unavailable",
+            Fragment => "fragment",
+            NatCollision => "nat-collision",
+            UnrelatedIcmpError => "unrelated-icmp-error",
         }
     }
 
@@ -321,6 +378,20 @@ const WORKER_SLOT: u64 = 8 * (8 + MAX_STAGES as u64 + DropReason::SLOTS as u64);
 const W_STAGES: u64 = 8 * 8;
 const W_DROPS: u64 = W_STAGES + 8 * MAX_STAGES as u64;
 
+/// Records per worker's learn ring.
+pub const LEARN_SLOTS: u64 = 4096;
+/// Bytes per learn record (one cache line).
+const LEARN_RECORD: u64 = 8 * RECORD_WORDS as u64;
+/// Bytes per worker's learn ring: a cache line with the head, then the records.
+const LEARN_RING: u64 = 64 + LEARN_SLOTS * LEARN_RECORD;
+
+const _: () = assert!(LEARN_SLOTS.is_power_of_two() && WORKER_SLOT % 64 == 0);
+
+/// Where the learn rings start.
+const fn learn_base(workers: u32) -> u64 {
+    WORKERS + WORKER_SLOT * workers as u64
+}
+
 /// The forwarder's lifecycle as written in the status region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunState {
@@ -351,7 +422,7 @@ pub fn status_path(dir: &Path, name: &str) -> PathBuf {
 }
 
 fn region_size(workers: u32) -> u64 {
-    WORKERS + WORKER_SLOT * u64::from(workers)
+    learn_base(workers) + LEARN_RING * u64::from(workers)
 }
 
 fn now_ns() -> u64 {
@@ -486,6 +557,20 @@ impl StatusWriter {
         })
     }
 
+    /// The learn ring of one worker, to be moved to (and written only by) that worker's thread.
+    /// Writing continues after the records already in the ring.
+    pub fn learn_writer(&self, index: u32) -> Option<LearnWriter<'_>> {
+        (index < self.workers).then(|| {
+            let base = learn_base(self.workers) + LEARN_RING * u64::from(index);
+            let mem = self.region.mem();
+            let head = mem
+                .atomic_u64(base)
+                .expect("learn ring head")
+                .load(Ordering::Relaxed);
+            LearnWriter { mem, base, head }
+        })
+    }
+
     /// Counters of one port.
     pub fn port_counters(&self, port: PortId) -> Option<PortCounters<'_>> {
         (port.0 < MAX_PORTS).then(|| PortCounters {
@@ -559,6 +644,64 @@ impl PortCounters<'_> {
     pub fn set(&self, c: PortCounter, v: u64) {
         self.cell(c as u64).store(v, Ordering::Relaxed);
     }
+}
+
+/// One worker's learn ring, written by that worker only (see the module docs).
+#[derive(Debug)]
+pub struct LearnWriter<'a> {
+    mem: Mem<'a>,
+    base: u64,
+    /// Records written so far (the next record's number).
+    head: u64,
+}
+
+impl LearnWriter<'_> {
+    fn word(&self, off: u64) -> &AtomicU64 {
+        self.mem
+            .atomic_u64(self.base + off)
+            .expect("learn ring slot")
+    }
+
+    /// Appends a record, overwriting the oldest when the ring is full. Never blocks.
+    #[inline]
+    pub fn push(&mut self, e: &LearnEvent) {
+        let n = self.head;
+        let slot = 64 + LEARN_RECORD * (n & (LEARN_SLOTS - 1));
+        // A seqlock per slot: the stamp is cleared before the payload changes and set to the
+        // record's number after it, so a reader that sees the same stamp before and after
+        // reading the payload read one record whole.
+        let stamp = self.word(slot);
+        stamp.store(0, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for (i, w) in e.encode().iter().enumerate() {
+            self.word(slot + 8 * (i as u64 + 1))
+                .store(*w, Ordering::Relaxed);
+        }
+        stamp.store(n + 1, Ordering::Release);
+        self.head = n + 1;
+        self.word(0).store(n + 1, Ordering::Release);
+    }
+
+    /// Records written to this ring since the region was created.
+    pub fn written(&self) -> u64 {
+        self.head
+    }
+}
+
+/// Control's position in every worker's learn ring of one forwarder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LearnCursor {
+    next: Vec<u64>,
+}
+
+/// What one [`StatusReader::read_learned`] found besides the records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LearnRead {
+    /// Records read whole.
+    pub read: u64,
+    /// Records lost: overwritten before they were read (overrun, or a slot rewritten while it
+    /// was read), or not decodable.
+    pub lost: u64,
 }
 
 /// A read-only view of a forwarder's status (control, `lace-forwarder stats`, tests).
@@ -711,6 +854,71 @@ impl StatusReader {
             .sum()
     }
 
+    /// A cursor at the current end of every worker's learn ring: reading with it returns what
+    /// the forwarder reports from now on.
+    pub fn learn_cursor(&self) -> LearnCursor {
+        LearnCursor {
+            next: (0..self.workers())
+                .map(|w| self.load(self.learn_ring(w)))
+                .collect(),
+        }
+    }
+
+    /// A cursor at the start of every worker's learn ring: reading with it returns what the
+    /// forwarder reported since it created the region (as much as the rings still hold).
+    pub fn learn_cursor_from_start(&self) -> LearnCursor {
+        LearnCursor {
+            next: vec![0; self.workers() as usize],
+        }
+    }
+
+    fn learn_ring(&self, worker: u32) -> u64 {
+        learn_base(self.workers()) + LEARN_RING * u64::from(worker)
+    }
+
+    /// Appends the records written since `cursor` to `out` (each ring in order, the rings one
+    /// after the other) and advances the cursor. Records the forwarder overwrote before they
+    /// could be read are counted in [`LearnRead::lost`].
+    pub fn read_learned(&self, cursor: &mut LearnCursor, out: &mut Vec<LearnEvent>) -> LearnRead {
+        let mut r = LearnRead::default();
+        cursor.next.resize(self.workers() as usize, 0);
+        let mem = self.region.mem();
+        for (w, next) in cursor.next.iter_mut().enumerate() {
+            let base = self.learn_ring(w as u32);
+            let head = self.load(base);
+            if head < *next {
+                // Not the ring this cursor was made for (the region was replaced): start over.
+                *next = head;
+                continue;
+            }
+            if head - *next > LEARN_SLOTS {
+                r.lost += head - *next - LEARN_SLOTS;
+                *next = head - LEARN_SLOTS;
+            }
+            while *next < head {
+                let n = *next;
+                *next += 1;
+                let slot = base + 64 + LEARN_RECORD * (n & (LEARN_SLOTS - 1));
+                let word = |i: u64| mem.atomic_u64(slot + 8 * i).expect("learn slot");
+                let before = word(0).load(Ordering::Acquire);
+                let mut payload = [0u64; RECORD_WORDS - 1];
+                for (i, p) in payload.iter_mut().enumerate() {
+                    *p = word(i as u64 + 1).load(Ordering::Relaxed);
+                }
+                std::sync::atomic::fence(Ordering::Acquire);
+                let after = word(0).load(Ordering::Relaxed);
+                match LearnEvent::decode(&payload) {
+                    Some(e) if before == n + 1 && after == before => {
+                        out.push(e);
+                        r.read += 1;
+                    }
+                    _ => r.lost += 1,
+                }
+            }
+        }
+        r
+    }
+
     /// Every drop reason with its total.
     pub fn all_drops(&self) -> Vec<(DropReason, u64)> {
         DropReason::ALL
@@ -735,6 +943,134 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), DropReason::COUNT);
+    }
+
+    fn event(i: u64) -> LearnEvent {
+        LearnEvent {
+            port: crate::types::PortId(1 + (i % 7) as u32),
+            endpoint: 100 + i,
+            network: crate::types::NetworkId(9),
+            kind: crate::learn::LearnKind::Seen,
+            mac: crate::types::MacAddr::from_u64(0x02_0000_0000 + i),
+            ip: None,
+            at_ns: i,
+        }
+    }
+
+    fn status_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("lace-status-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "file mappings are not supported by miri")]
+    fn learn_rings_carry_records_in_order_and_count_what_was_lost() {
+        let dir = status_dir("learn");
+        let path = status_path(&dir, "t");
+        let w = StatusWriter::create(&path, 2, &["a"]).unwrap();
+        let r = StatusReader::open(&path).unwrap();
+        let mut cursor = r.learn_cursor();
+        let mut ring0 = w.learn_writer(0).unwrap();
+        let mut ring1 = w.learn_writer(1).unwrap();
+        assert!(w.learn_writer(2).is_none());
+        for i in 0..3 {
+            ring0.push(&event(i));
+        }
+        ring1.push(&event(10));
+        let mut out = Vec::new();
+        let got = r.read_learned(&mut cursor, &mut out);
+        assert_eq!(got, LearnRead { read: 4, lost: 0 });
+        assert_eq!(out, [event(0), event(1), event(2), event(10)]);
+        // Nothing new: nothing read.
+        out.clear();
+        assert_eq!(r.read_learned(&mut cursor, &mut out), LearnRead::default());
+        // An overrun: more than a ring's worth since the cursor; the oldest are lost.
+        let extra = LEARN_SLOTS + 5;
+        for i in 0..extra {
+            ring0.push(&event(1000 + i));
+        }
+        let got = r.read_learned(&mut cursor, &mut out);
+        assert_eq!(
+            got,
+            LearnRead {
+                read: LEARN_SLOTS,
+                lost: 5
+            }
+        );
+        assert_eq!(out.first(), Some(&event(1005)));
+        assert_eq!(out.last(), Some(&event(1000 + extra - 1)));
+        // A slot caught being written (stamp cleared, as the writer leaves it mid-record).
+        out.clear();
+        ring0.push(&event(7));
+        ring0.push(&event(8));
+        let n = ring0.written() - 2;
+        let slot = learn_base(2) + 64 + LEARN_RECORD * (n & (LEARN_SLOTS - 1));
+        w.region
+            .mem()
+            .atomic_u64(slot)
+            .unwrap()
+            .store(0, Ordering::Relaxed);
+        let got = r.read_learned(&mut cursor, &mut out);
+        assert_eq!(got, LearnRead { read: 1, lost: 1 });
+        assert_eq!(out, [event(8)]);
+        // A writer made again (a restarted worker) continues after what is there.
+        let mut again = w.learn_writer(1).unwrap();
+        assert_eq!(again.written(), 1);
+        again.push(&event(11));
+        out.clear();
+        r.read_learned(&mut cursor, &mut out);
+        assert_eq!(out, [event(11)]);
+        // A cursor made now starts at the end; one from the start reads what the rings hold.
+        let mut fresh = r.learn_cursor();
+        out.clear();
+        assert_eq!(r.read_learned(&mut fresh, &mut out).read, 0);
+        let mut all = r.learn_cursor_from_start();
+        let got = r.read_learned(&mut all, &mut out);
+        assert_eq!(got.read + got.lost, ring0.written() + 2);
+        drop(w);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "file mappings are not supported by miri")]
+    fn a_reader_and_a_writer_at_once_never_see_a_mixed_record() {
+        let dir = status_dir("race");
+        let path = status_path(&dir, "t");
+        let w = StatusWriter::create(&path, 1, &["a"]).unwrap();
+        let r = StatusReader::open(&path).unwrap();
+        let mut cursor = r.learn_cursor();
+        let total = 200_000u64;
+        let mut seen = Vec::new();
+        let mut lost = 0;
+        std::thread::scope(|s| {
+            let w = &w;
+            s.spawn(move || {
+                let mut ring = w.learn_writer(0).unwrap();
+                for i in 0..total {
+                    ring.push(&event(i));
+                }
+            });
+            let mut out = Vec::new();
+            while (seen.len() as u64 + lost) < total {
+                out.clear();
+                lost += r.read_learned(&mut cursor, &mut out).lost;
+                seen.extend(out.iter().copied());
+            }
+        });
+        // Every record read is one the writer wrote whole (its fields agree with each other),
+        // in the order written; together with the lost ones they are all of them.
+        let mut last = None;
+        for e in &seen {
+            let i = e.at_ns;
+            assert_eq!(*e, event(i), "record {i} read whole");
+            assert!(last.is_none_or(|l| i > l), "in order");
+            last = Some(i);
+        }
+        assert_eq!(seen.len() as u64 + lost, total);
+        drop(w);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -42,6 +42,7 @@ use crate::fib::{Fib, FibHdr, FibWriter};
 use crate::hash::{HashHdr, HashTable};
 use crate::mem::{Mem, MemMut};
 use crate::pod::Pod;
+use crate::policy::*;
 use crate::qsbr::Qsbr;
 use crate::region::{Region, RegionKind, HEADER_SIZE};
 use crate::types::*;
@@ -70,6 +71,16 @@ pub struct RootRec {
     /// The node's SRv6 source address (outer source of encapsulated packets), network order;
     /// all zero: not configured.
     pub srv6_source: [u8; 16],
+    /// Policy sets by id ([`PolicySetRec`]).
+    pub policy_sets: ArrayHdr,
+    /// Policy decisions: [`decision_key`] → port-set index, or [`PORTS_ALL`].
+    pub decisions: HashHdr,
+    /// Port sets by index ([`PortSetRec`], chained).
+    pub portsets: ArrayHdr,
+    /// Service ports: [`ServiceKey`] → index into `service_recs`.
+    pub services: HashHdr,
+    /// Service records by index ([`ServiceRec`]).
+    pub service_recs: ArrayHdr,
 }
 // SAFETY: repr(C) of Pod fields; every bit pattern valid.
 unsafe impl Pod for RootRec {}
@@ -127,6 +138,8 @@ pub fn default_dir() -> PathBuf {
 struct NetState {
     fib4: FibWriter<u32>,
     fib6: FibWriter<u128>,
+    peers4: FibWriter<u32>,
+    peers6: FibWriter<u128>,
 }
 
 /// Control's handle on a node's tables. Single writer: a second one is refused.
@@ -140,11 +153,20 @@ pub struct TableWriter {
     /// Offset of the published root block.
     published: u64,
     nets: HashMap<u32, NetState>,
-    /// Next-hop interning: value → index, and each index's route count.
-    nh_index: HashMap<NextHop, u32>,
+    /// Next-hop interning: (value, route flags) → index, and each index's route count.
+    nh_index: HashMap<(NextHop, RouteFlags), u32>,
     nh_refs: HashMap<u32, u32>,
     nh_free: Vec<u32>,
     nh_next: u32,
+    /// Port-set interning: ranges → (head index, decisions using it); chain records are not
+    /// in the map.
+    portset_index: HashMap<Vec<PortRange>, (u32, u32)>,
+    portset_free: Vec<u32>,
+    portset_next: u32,
+    /// Service ports: key → record index; free indices.
+    service_index: HashMap<ServiceKey, u32>,
+    service_free: Vec<u32>,
+    service_next: u32,
     dirty: bool,
 }
 
@@ -204,6 +226,12 @@ impl TableWriter {
             nh_refs: HashMap::new(),
             nh_free: Vec::new(),
             nh_next: 1,
+            portset_index: HashMap::new(),
+            portset_free: Vec::new(),
+            portset_next: 1,
+            service_index: HashMap::new(),
+            service_free: Vec::new(),
+            service_next: 1,
             dirty: true,
         };
         w.publish()?;
@@ -244,6 +272,12 @@ impl TableWriter {
             nh_refs: HashMap::new(),
             nh_free: Vec::new(),
             nh_next: 1,
+            portset_index: HashMap::new(),
+            portset_free: Vec::new(),
+            portset_next: 1,
+            service_index: HashMap::new(),
+            service_free: Vec::new(),
+            service_next: 1,
             dirty: false,
         };
         w.rebuild_bookkeeping();
@@ -306,7 +340,7 @@ impl TableWriter {
         let mut max = 0;
         for (i, rec) in PagedArray::<NextHopRec>::iter(mem, &self.root.nexthops) {
             if let Some(h) = NextHop::from_rec(rec) {
-                self.nh_index.insert(h, i);
+                self.nh_index.insert((h, RouteFlags(rec.flags)), i);
                 self.nh_refs.insert(i, 0);
                 max = max.max(i);
             }
@@ -318,6 +352,8 @@ impl TableWriter {
             let st = NetState {
                 fib4: FibWriter::recover(mem, &rec.fib4),
                 fib6: FibWriter::recover(mem, &rec.fib6),
+                peers4: FibWriter::recover(mem, &rec.peers4),
+                peers6: FibWriter::recover(mem, &rec.peers6),
             };
             for (_, _, nh) in Fib::<u32>::routes(mem, &rec.fib4).into_iter().chain(
                 Fib::<u128>::routes(mem, &rec.fib6)
@@ -336,6 +372,36 @@ impl TableWriter {
         let used: std::collections::HashSet<u32> = self.nh_index.values().copied().collect();
         self.nh_free = (1..self.nh_next).filter(|i| !used.contains(i)).collect();
         // A next hop no route refers to any more is released at the next change.
+
+        // Port sets: every chain a decision refers to, with its reference count; records no
+        // chain reaches are free.
+        self.portset_index.clear();
+        let mut refs: HashMap<u32, u32> = HashMap::new();
+        for (_, &v) in HashTable::<u64, u32>::iter(mem, &self.root.decisions) {
+            if v != PORTS_ALL {
+                *refs.entry(v).or_insert(0) += 1;
+            }
+        }
+        let mut in_use = std::collections::HashSet::new();
+        for (head, n) in refs {
+            let (ranges, chain) = read_portset(mem, &self.root.portsets, head);
+            in_use.extend(chain);
+            self.portset_index.insert(ranges, (head, n));
+        }
+        let max = PagedArray::<PortSetRec>::len(&self.root.portsets);
+        self.portset_next = max.max(1);
+        self.portset_free = (1..self.portset_next)
+            .filter(|i| !in_use.contains(i))
+            .collect();
+        self.service_index.clear();
+        for (k, &i) in HashTable::<ServiceKey, u32>::iter(mem, &self.root.services) {
+            self.service_index.insert(*k, i);
+        }
+        self.service_next = PagedArray::<ServiceRec>::len(&self.root.service_recs).max(1);
+        let used: std::collections::HashSet<u32> = self.service_index.values().copied().collect();
+        self.service_free = (1..self.service_next)
+            .filter(|i| !used.contains(i))
+            .collect();
     }
 
     /// Abandons everything staged since the last publication.
@@ -432,6 +498,7 @@ impl TableWriter {
         Snapshot {
             mem: self.arena.mem(),
             root: self.root,
+            id: None,
         }
     }
 
@@ -489,6 +556,8 @@ impl TableWriter {
                 .collect();
             st.fib4.clear(&mut w.arena, &mut rec.fib4);
             st.fib6.clear(&mut w.arena, &mut rec.fib6);
+            st.peers4.clear(&mut w.arena, &mut rec.peers4);
+            st.peers6.clear(&mut w.arena, &mut rec.peers6);
             HashTable::<u128, NeighRec>::free(&mut w.arena, &mut rec.neigh);
             HashTable::<u64, FdbRec>::free(&mut w.arena, &mut rec.fdb);
             PagedArray::<u32>::free(&mut w.arena, &mut rec.flood);
@@ -503,7 +572,11 @@ impl TableWriter {
     // ---- next hops ------------------------------------------------------------------------
 
     fn intern_nh(&mut self, h: NextHop) -> Result<u32> {
-        if let Some(&i) = self.nh_index.get(&h) {
+        self.intern_nh_flags(h, RouteFlags::NONE)
+    }
+
+    fn intern_nh_flags(&mut self, h: NextHop, flags: RouteFlags) -> Result<u32> {
+        if let Some(&i) = self.nh_index.get(&(h, flags)) {
             *self.nh_refs.entry(i).or_insert(0) += 1;
             return Ok(i);
         }
@@ -521,11 +594,16 @@ impl TableWriter {
                 i
             }
         };
-        PagedArray::<NextHopRec>::set(&mut self.arena, &mut self.root.nexthops, i, h.to_rec())?;
+        PagedArray::<NextHopRec>::set(
+            &mut self.arena,
+            &mut self.root.nexthops,
+            i,
+            h.to_rec_flags(flags),
+        )?;
         if let Some(e) = self.encap_of(h) {
             PagedArray::<EncapRec>::set(&mut self.arena, &mut self.root.encaps, i, e)?;
         }
-        self.nh_index.insert(h, i);
+        self.nh_index.insert((h, flags), i);
         self.nh_refs.insert(i, 1);
         Ok(i)
     }
@@ -554,8 +632,8 @@ impl TableWriter {
         let hops: Vec<(NextHop, u32)> = self
             .nh_index
             .iter()
-            .filter(|(h, _)| matches!(h, NextHop::Remote { node, .. } if which(*node)))
-            .map(|(h, i)| (*h, *i))
+            .filter(|((h, _), _)| matches!(h, NextHop::Remote { node, .. } if which(*node)))
+            .map(|((h, _), i)| (*h, *i))
             .collect();
         for (h, i) in hops {
             if let Some(e) = self.encap_of(h) {
@@ -595,7 +673,7 @@ impl TableWriter {
                 PagedArray::<NextHopRec>::get(self.arena.mem(), &self.root.nexthops, i).copied()
             {
                 if let Some(h) = NextHop::from_rec(&rec) {
-                    self.nh_index.remove(&h);
+                    self.nh_index.remove(&(h, RouteFlags(rec.flags)));
                 }
             }
             PagedArray::<NextHopRec>::remove(&mut self.arena, &mut self.root.nexthops, i)?;
@@ -617,9 +695,22 @@ impl TableWriter {
         len: u8,
         nh: NextHop,
     ) -> Result<()> {
+        self.add_route_flags(net, prefix, len, nh, RouteFlags::NONE)
+    }
+
+    /// Adds or replaces the route `prefix/len` in network `net`, with route flags (e.g.
+    /// [`RouteFlags::REPLY_ONLY`]).
+    pub fn add_route_flags(
+        &mut self,
+        net: NetworkId,
+        prefix: IpAddr,
+        len: u8,
+        nh: NextHop,
+        flags: RouteFlags,
+    ) -> Result<()> {
         let mut rec = self.net_rec_or_err(net)?;
         self.staged(|w| {
-            let i = w.intern_nh(nh)?;
+            let i = w.intern_nh_flags(nh, flags)?;
             let st = w.nets.entry(net.0).or_default();
             let old = match prefix {
                 IpAddr::V4(a) => {
@@ -776,18 +867,32 @@ impl TableWriter {
 
     // ---- ports, nodes, SIDs, underlay -----------------------------------------------------
 
-    /// Binds a port.
+    /// Binds a port. A change of its policy set bumps its network's policy generation.
     pub fn set_port(&mut self, id: PortId, info: &PortInfo) -> Result<()> {
+        let old = PagedArray::<PortRec>::get(self.arena.mem(), &self.root.ports, id.0).copied();
         self.staged(|w| {
-            PagedArray::<PortRec>::set(&mut w.arena, &mut w.root.ports, id.0, info.to_rec())
-                .map(|_| ())
+            PagedArray::<PortRec>::set(&mut w.arena, &mut w.root.ports, id.0, info.to_rec())?;
+            if let Some(o) = old.filter(|o| o.kind != 0) {
+                if o.policy != info.policy.0 || o.network != info.network.0 {
+                    w.bump_policy_gen(o.network())?;
+                }
+            }
+            if old.is_none_or(|o| o.policy != info.policy.0 || o.network != info.network.0) {
+                w.bump_policy_gen(info.network)?;
+            }
+            Ok(())
         })
     }
 
     /// Unbinds a port.
     pub fn remove_port(&mut self, id: PortId) -> Result<()> {
+        let old = PagedArray::<PortRec>::get(self.arena.mem(), &self.root.ports, id.0).copied();
         self.staged(|w| {
-            PagedArray::<PortRec>::remove(&mut w.arena, &mut w.root.ports, id.0).map(|_| ())
+            PagedArray::<PortRec>::remove(&mut w.arena, &mut w.root.ports, id.0)?;
+            if let Some(o) = old.filter(|o| o.kind != 0 && o.policy != 0) {
+                w.bump_policy_gen(o.network())?;
+            }
+            Ok(())
         })
     }
 
@@ -842,6 +947,425 @@ impl TableWriter {
             .map(|_| ())
         })
     }
+
+    // ---- policy, services -----------------------------------------------------------------
+
+    /// Bumps network `net`'s policy generation (nothing if the network is not in the tables):
+    /// tracked connections of its endpoints are classified again on their next packet.
+    fn bump_policy_gen(&mut self, net: NetworkId) -> Result<()> {
+        let Some(mut rec) = self.net_rec(net) else {
+            return Ok(());
+        };
+        rec.policy_gen = rec.policy_gen.wrapping_add(1);
+        self.put_net(net, rec)
+    }
+
+    /// Gives the addresses `prefix/len` of network `net` peer class `class` (longest prefix
+    /// wins, as in a FIB). Class 0 is refused: an address without a route is already class 0.
+    pub fn set_peer_prefix(
+        &mut self,
+        net: NetworkId,
+        prefix: IpAddr,
+        len: u8,
+        class: PeerClass,
+    ) -> Result<()> {
+        if class.0 == 0 || class.0 > PeerClass::MAX {
+            return Err(Error::Invalid {
+                what: format!(
+                    "peer class {} of network {}: classes are 1..={}",
+                    class.0,
+                    net.0,
+                    PeerClass::MAX
+                ),
+            });
+        }
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            let st = w.nets.entry(net.0).or_default();
+            match prefix {
+                IpAddr::V4(a) => {
+                    st.peers4
+                        .insert(&mut w.arena, &mut rec.peers4, u32::from(a), len, class.0)?;
+                }
+                IpAddr::V6(a) => {
+                    st.peers6
+                        .insert(&mut w.arena, &mut rec.peers6, u128::from(a), len, class.0)?;
+                }
+            }
+            rec.policy_gen = rec.policy_gen.wrapping_add(1);
+            w.put_net(net, rec)
+        })
+    }
+
+    /// Removes the peer prefix `prefix/len` of network `net`; false if it did not exist.
+    pub fn remove_peer_prefix(&mut self, net: NetworkId, prefix: IpAddr, len: u8) -> Result<bool> {
+        let mut rec = self.net_rec_or_err(net)?;
+        self.staged(|w| {
+            let st = w.nets.entry(net.0).or_default();
+            let old = match prefix {
+                IpAddr::V4(a) => {
+                    st.peers4
+                        .remove(&mut w.arena, &mut rec.peers4, u32::from(a), len)?
+                }
+                IpAddr::V6(a) => {
+                    st.peers6
+                        .remove(&mut w.arena, &mut rec.peers6, u128::from(a), len)?
+                }
+            };
+            if old.is_some() {
+                rec.policy_gen = rec.policy_gen.wrapping_add(1);
+                w.put_net(net, rec)?;
+            }
+            Ok(old.is_some())
+        })
+    }
+
+    /// Sets (`Some(class)`) and removes (`None`) peer prefixes of network `net` in one batch,
+    /// in order. The same as calling [`TableWriter::set_peer_prefix`] and
+    /// [`TableWriter::remove_peer_prefix`] for each, except that every FIB subtree the batch
+    /// touches is rebuilt once (one call per prefix rebuilds its subtree every time: thousands
+    /// of pod host routes under one node's block cost quadratic time), and the network's
+    /// policy generation is bumped once. Class 0 is refused, as by `set_peer_prefix`; on any
+    /// error nothing of the batch stays staged.
+    pub fn apply_peer_prefixes(
+        &mut self,
+        net: NetworkId,
+        changes: &[(IpAddr, u8, Option<PeerClass>)],
+    ) -> Result<()> {
+        if let Some((p, l, Some(c))) = changes
+            .iter()
+            .find(|(_, _, c)| c.is_some_and(|c| c.0 == 0 || c.0 > PeerClass::MAX))
+        {
+            return Err(Error::Invalid {
+                what: format!(
+                    "peer class {} of {p}/{l} in network {}: classes are 1..={}",
+                    c.0,
+                    net.0,
+                    PeerClass::MAX
+                ),
+            });
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut rec = self.net_rec_or_err(net)?;
+        let mut v4: Vec<(u32, u8, Option<u32>)> = Vec::new();
+        let mut v6: Vec<(u128, u8, Option<u32>)> = Vec::new();
+        for &(p, l, c) in changes {
+            match p {
+                IpAddr::V4(a) => v4.push((u32::from(a), l, c.map(|c| c.0))),
+                IpAddr::V6(a) => v6.push((u128::from(a), l, c.map(|c| c.0))),
+            }
+        }
+        self.staged(|w| {
+            let st = w.nets.entry(net.0).or_default();
+            if !v4.is_empty() {
+                st.peers4.apply(&mut w.arena, &mut rec.peers4, &v4)?;
+            }
+            if !v6.is_empty() {
+                st.peers6.apply(&mut w.arena, &mut rec.peers6, &v6)?;
+            }
+            rec.policy_gen = rec.policy_gen.wrapping_add(1);
+            w.put_net(net, rec)
+        })
+    }
+
+    /// Every peer prefix of network `net` with its class (IPv4 first).
+    pub fn peer_prefixes(&self, net: NetworkId) -> Vec<(IpAddr, u8, PeerClass)> {
+        let Some(rec) = self.net_rec(net) else {
+            return Vec::new();
+        };
+        let mem = self.arena.mem();
+        Fib::<u32>::routes(mem, &rec.peers4)
+            .into_iter()
+            .map(|(k, l, c)| (IpAddr::V4(Ipv4Addr::from(k)), l, PeerClass(c)))
+            .chain(
+                Fib::<u128>::routes(mem, &rec.peers6)
+                    .into_iter()
+                    .map(|(k, l, c)| (IpAddr::V6(Ipv6Addr::from(k)), l, PeerClass(c))),
+            )
+            .collect()
+    }
+
+    /// Adds or changes policy set `id` (its decisions are kept).
+    pub fn set_policy_set(&mut self, id: PolicySetId, set: &PolicySet) -> Result<()> {
+        if id.0 == 0 {
+            return Err(Error::Invalid {
+                what: "policy set id 0 is reserved for \"no policy\"; ids start at 1".into(),
+            });
+        }
+        self.net_rec_or_err(set.network)?;
+        let old = PagedArray::<PolicySetRec>::get(self.arena.mem(), &self.root.policy_sets, id.0)
+            .and_then(PolicySet::from_rec);
+        self.staged(|w| {
+            PagedArray::<PolicySetRec>::set(
+                &mut w.arena,
+                &mut w.root.policy_sets,
+                id.0,
+                set.to_rec(),
+            )?;
+            if let Some(o) = old.filter(|o| o.network != set.network) {
+                w.bump_policy_gen(o.network)?;
+            }
+            w.bump_policy_gen(set.network)
+        })
+    }
+
+    /// Removes policy set `id` and all its decisions; false if it did not exist.
+    pub fn remove_policy_set(&mut self, id: PolicySetId) -> Result<bool> {
+        let Some(old) =
+            PagedArray::<PolicySetRec>::get(self.arena.mem(), &self.root.policy_sets, id.0)
+                .and_then(PolicySet::from_rec)
+        else {
+            return Ok(false);
+        };
+        let keys: Vec<u64> = HashTable::<u64, u32>::iter(self.arena.mem(), &self.root.decisions)
+            .map(|(k, _)| *k)
+            .filter(|k| (k >> 32) as u32 == id.0)
+            .collect();
+        self.staged(|w| {
+            for k in keys {
+                if let Some(v) =
+                    HashTable::<u64, u32>::remove(&mut w.arena, &mut w.root.decisions, &k)?
+                {
+                    w.unref_portset(v)?;
+                }
+            }
+            PagedArray::<PolicySetRec>::remove(&mut w.arena, &mut w.root.policy_sets, id.0)?;
+            w.bump_policy_gen(old.network)?;
+            Ok(true)
+        })
+    }
+
+    /// The network of policy set `id`, if it exists (staged).
+    fn policy_set_network(&self, id: PolicySetId) -> Result<NetworkId> {
+        PagedArray::<PolicySetRec>::get(self.arena.mem(), &self.root.policy_sets, id.0)
+            .and_then(PolicySet::from_rec)
+            .map(|s| s.network)
+            .ok_or_else(|| Error::Invalid {
+                what: format!(
+                    "policy set {}: no such set in the tables; set_policy_set first",
+                    id.0
+                ),
+            })
+    }
+
+    /// Sets what set `set` allows in direction `dir` with peers of class `class`. An empty
+    /// range list is refused (remove the decision to deny).
+    pub fn set_decision(
+        &mut self,
+        set: PolicySetId,
+        dir: PolicyDir,
+        class: PeerClass,
+        ports: &Ports,
+    ) -> Result<()> {
+        let net = self.policy_set_network(set)?;
+        let ports = ports.clone().normalized();
+        if matches!(&ports, Ports::Ranges(r) if r.is_empty()) {
+            return Err(Error::Invalid {
+                what: format!(
+                    "decision of policy set {} for class {}: an empty port list allows nothing; \
+                     remove the decision instead",
+                    set.0, class.0
+                ),
+            });
+        }
+        let key = decision_key(set, dir, class);
+        let old = HashTable::<u64, u32>::get(self.arena.mem(), &self.root.decisions, &key).copied();
+        self.staged(|w| {
+            let v = match &ports {
+                Ports::All => PORTS_ALL,
+                Ports::Ranges(r) => w.intern_portset(r)?,
+            };
+            HashTable::<u64, u32>::insert(&mut w.arena, &mut w.root.decisions, key, v)?;
+            if let Some(o) = old {
+                w.unref_portset(o)?;
+            }
+            w.bump_policy_gen(net)
+        })
+    }
+
+    /// Removes a decision (the peers of `class` are denied); false if there was none.
+    pub fn remove_decision(
+        &mut self,
+        set: PolicySetId,
+        dir: PolicyDir,
+        class: PeerClass,
+    ) -> Result<bool> {
+        let net = self.policy_set_network(set)?;
+        let key = decision_key(set, dir, class);
+        self.staged(|w| {
+            let old = HashTable::<u64, u32>::remove(&mut w.arena, &mut w.root.decisions, &key)?;
+            if let Some(o) = old {
+                w.unref_portset(o)?;
+                w.bump_policy_gen(net)?;
+            }
+            Ok(old.is_some())
+        })
+    }
+
+    /// The head index of the chain holding `ranges`, shared with every decision that allows
+    /// the same ranges.
+    fn intern_portset(&mut self, ranges: &[PortRange]) -> Result<u32> {
+        if let Some((head, n)) = self.portset_index.get_mut(ranges) {
+            *n += 1;
+            return Ok(*head);
+        }
+        let chunks: Vec<&[PortRange]> = ranges.chunks(PORTSET_RANGES).collect();
+        let mut idx = Vec::with_capacity(chunks.len());
+        for _ in &chunks {
+            let i = match self.portset_free.pop() {
+                Some(i) => i,
+                None => {
+                    let i = self.portset_next;
+                    if i == PORTS_ALL {
+                        return Err(Error::TableFull {
+                            table: "port sets",
+                            capacity: u64::from(PORTS_ALL - 1),
+                        });
+                    }
+                    self.portset_next += 1;
+                    i
+                }
+            };
+            idx.push(i);
+        }
+        for (k, c) in chunks.iter().enumerate() {
+            let next = idx.get(k + 1).copied().unwrap_or(0);
+            PagedArray::<PortSetRec>::set(
+                &mut self.arena,
+                &mut self.root.portsets,
+                idx[k],
+                PortSetRec::new(c, next),
+            )?;
+        }
+        self.portset_index.insert(ranges.to_vec(), (idx[0], 1));
+        Ok(idx[0])
+    }
+
+    fn unref_portset(&mut self, head: u32) -> Result<()> {
+        if head == PORTS_ALL {
+            return Ok(());
+        }
+        let (ranges, chain) = read_portset(self.arena.mem(), &self.root.portsets, head);
+        let Some((_, n)) = self.portset_index.get_mut(&ranges) else {
+            return Ok(());
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.portset_index.remove(&ranges);
+            for i in chain {
+                PagedArray::<PortSetRec>::remove(&mut self.arena, &mut self.root.portsets, i)?;
+                self.portset_free.push(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds or replaces a Service port.
+    pub fn set_service(&mut self, key: ServiceKey, info: &ServiceInfo) -> Result<()> {
+        if let Some(&b) = info
+            .table
+            .iter()
+            .find(|&&b| b as usize >= info.backends.len())
+        {
+            return Err(Error::Invalid {
+                what: format!(
+                    "service {}:{}/{}: the lookup table names backend {b} of {}",
+                    key.ip(),
+                    key.port,
+                    key.proto,
+                    info.backends.len()
+                ),
+            });
+        }
+        self.net_rec_or_err(NetworkId(key.network))?;
+        let existing = self.service_index.get(&key).copied();
+        self.staged(|w| {
+            let i = match existing {
+                Some(i) => i,
+                None => match w.service_free.pop() {
+                    Some(i) => i,
+                    None => {
+                        let i = w.service_next;
+                        w.service_next += 1;
+                        i
+                    }
+                },
+            };
+            let mut rec = ServiceRec::header_of(info);
+            if let Some(old) =
+                PagedArray::<ServiceRec>::get(w.arena.mem(), &w.root.service_recs, i).copied()
+            {
+                let (mut b, mut t) = (old.backends, old.table);
+                PagedArray::<BackendRec>::free(&mut w.arena, &mut b);
+                PagedArray::<u32>::free(&mut w.arena, &mut t);
+            }
+            for (k, b) in info.backends.iter().enumerate() {
+                PagedArray::<BackendRec>::set(
+                    &mut w.arena,
+                    &mut rec.backends,
+                    k as u32,
+                    b.to_rec(),
+                )?;
+            }
+            // Stored + 1: an all-zero element reads as absent.
+            for (k, &b) in info.table.iter().enumerate() {
+                PagedArray::<u32>::set(&mut w.arena, &mut rec.table, k as u32, b + 1)?;
+            }
+            PagedArray::<ServiceRec>::set(&mut w.arena, &mut w.root.service_recs, i, rec)?;
+            HashTable::<ServiceKey, u32>::insert(&mut w.arena, &mut w.root.services, key, i)?;
+            w.service_index.insert(key, i);
+            Ok(())
+        })
+    }
+
+    /// Removes a Service port; false if it did not exist.
+    pub fn remove_service(&mut self, key: ServiceKey) -> Result<bool> {
+        let Some(i) = self.service_index.get(&key).copied() else {
+            return Ok(false);
+        };
+        self.staged(|w| {
+            if let Some(old) =
+                PagedArray::<ServiceRec>::get(w.arena.mem(), &w.root.service_recs, i).copied()
+            {
+                let (mut b, mut t) = (old.backends, old.table);
+                PagedArray::<BackendRec>::free(&mut w.arena, &mut b);
+                PagedArray::<u32>::free(&mut w.arena, &mut t);
+            }
+            PagedArray::<ServiceRec>::remove(&mut w.arena, &mut w.root.service_recs, i)?;
+            HashTable::<ServiceKey, u32>::remove(&mut w.arena, &mut w.root.services, &key)?;
+            w.service_index.remove(&key);
+            w.service_free.push(i);
+            Ok(true)
+        })
+    }
+
+    /// Every Service port in the tables.
+    pub fn service_keys(&self) -> Vec<ServiceKey> {
+        self.service_index.keys().copied().collect()
+    }
+}
+
+/// The ranges of the port-set chain starting at `head`, and the chain's record indices (at
+/// most [`MAX_PORTSET_CHAIN`] records: a longer or looping chain is cut there).
+fn read_portset(mem: Mem<'_>, arr: &ArrayHdr, head: u32) -> (Vec<PortRange>, Vec<u32>) {
+    let mut ranges = Vec::new();
+    let mut chain = Vec::new();
+    let mut i = head;
+    while i != 0 && chain.len() < MAX_PORTSET_CHAIN {
+        let Some(r) = PagedArray::<PortSetRec>::get(mem, arr, i) else {
+            break;
+        };
+        chain.push(i);
+        ranges.extend(r.ranges().iter().map(|x| PortRange {
+            proto: x.proto,
+            lo: x.lo,
+            hi: x.hi,
+        }));
+        i = r.next;
+    }
+    (ranges, chain)
 }
 
 /// Sequence-number order with wrap-around (RFC 1982 style): `a` is older than `b`.
@@ -858,12 +1382,23 @@ pub(crate) fn trace_root(mem: Mem<'_>, root: &RootRec, out: &mut Vec<(u64, u64)>
     HashTable::<u128, SidRec>::trace(mem, &root.sids, out);
     HashTable::<u128, NeighRec>::trace(mem, &root.underlay, out);
     PagedArray::<EncapRec>::trace(mem, &root.encaps, out);
+    PagedArray::<PolicySetRec>::trace(mem, &root.policy_sets, out);
+    HashTable::<u64, u32>::trace(mem, &root.decisions, out);
+    PagedArray::<PortSetRec>::trace(mem, &root.portsets, out);
+    HashTable::<ServiceKey, u32>::trace(mem, &root.services, out);
+    PagedArray::<ServiceRec>::trace(mem, &root.service_recs, out);
+    for (_, rec) in PagedArray::<ServiceRec>::iter(mem, &root.service_recs) {
+        PagedArray::<BackendRec>::trace(mem, &rec.backends, out);
+        PagedArray::<u32>::trace(mem, &rec.table, out);
+    }
     for (_, rec) in PagedArray::<NetworkRec>::iter(mem, &root.networks) {
         if rec.kind == 0 {
             continue;
         }
         Fib::<u32>::trace(mem, &rec.fib4, out);
         Fib::<u128>::trace(mem, &rec.fib6, out);
+        Fib::<u32>::trace(mem, &rec.peers4, out);
+        Fib::<u128>::trace(mem, &rec.peers6, out);
         HashTable::<u128, NeighRec>::trace(mem, &rec.neigh, out);
         HashTable::<u64, FdbRec>::trace(mem, &rec.fdb, out);
         PagedArray::<u32>::trace(mem, &rec.flood, out);
@@ -877,7 +1412,12 @@ pub(crate) fn trace_root(mem: Mem<'_>, root: &RootRec, out: &mut Vec<(u64, u64)>
 pub struct TableReader {
     tables: Region,
     qsbr: Qsbr,
+    /// Unique among the process's readers: tells their snapshots apart ([`SnapshotId`]).
+    instance: u64,
 }
+
+/// Instances of [`TableReader`] handed out so far in this process.
+static READER_INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl TableReader {
     /// Maps existing tables read-only. Fails clearly if they are missing or of another ABI.
@@ -890,6 +1430,7 @@ impl TableReader {
         Ok(Arc::new(TableReader {
             tables: Region::open_ro(tables, RegionKind::Tables)?,
             qsbr: Qsbr::open(qsbr)?,
+            instance: READER_INSTANCES.fetch_add(1, Ordering::Relaxed) + 1,
         }))
     }
 
@@ -941,7 +1482,16 @@ impl ReaderHandle {
         } else {
             mem.get::<RootRec>(off).copied().unwrap_or_default()
         };
-        Snapshot { mem, root }
+        let id = SnapshotId {
+            reader: self.reader.instance,
+            root: off,
+            generation: root.generation,
+        };
+        Snapshot {
+            mem,
+            root,
+            id: Some(id),
+        }
     }
 
     /// Reports a quiescent point: no snapshot taken before is in use any more.
@@ -978,6 +1528,22 @@ impl Drop for ReaderHandle {
 pub struct Snapshot<'a> {
     mem: Mem<'a>,
     root: RootRec,
+    id: Option<SnapshotId>,
+}
+
+/// What a published [`Snapshot`] shows: which reader took it, the root record and its
+/// generation. Two snapshots with the same id show the same tables — published blocks never
+/// change, and a root record is only reused after a later generation replaced it — so what a
+/// reader derives from one (decoded records, lookup results) holds for the other: a worker may
+/// keep it from burst to burst while the id stays the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SnapshotId {
+    /// The [`TableReader`] instance, unique in the process (its mapping).
+    pub reader: u64,
+    /// Offset of the root record.
+    pub root: u64,
+    /// Publication number.
+    pub generation: u64,
 }
 
 impl<'a> Snapshot<'a> {
@@ -986,9 +1552,101 @@ impl<'a> Snapshot<'a> {
         self.root.generation
     }
 
+    /// What identifies the tables this shows ([`SnapshotId`]); `None` for a writer's staged
+    /// view, which changes under the same root.
+    #[inline]
+    pub fn id(&self) -> Option<SnapshotId> {
+        self.id
+    }
+
     /// The raw memory view (for bulk lookups by the forwarder's stages).
     pub fn mem(&self) -> Mem<'a> {
         self.mem
+    }
+
+    /// A policy set.
+    #[inline]
+    pub fn policy_set(&self, id: PolicySetId) -> Option<&'a PolicySetRec> {
+        PagedArray::<PolicySetRec>::get(self.mem, &self.root.policy_sets, id.0)
+            .filter(|r| r.flags & PolicySetRec::PRESENT != 0)
+    }
+
+    /// Whether policy set `set` allows `proto`/`port` with a peer of class `class` in
+    /// direction `dir` (a set that does not isolate `dir` allows everything; a missing set
+    /// allows nothing).
+    #[inline]
+    pub fn policy_allows(
+        &self,
+        set: PolicySetId,
+        dir: PolicyDir,
+        class: PeerClass,
+        proto: u8,
+        port: u16,
+    ) -> bool {
+        let Some(rec) = self.policy_set(set) else {
+            return false;
+        };
+        if !rec.isolated(dir) {
+            return true;
+        }
+        let key = decision_key(set, dir, class);
+        match HashTable::<u64, u32>::get(self.mem, &self.root.decisions, &key) {
+            None => false,
+            Some(&PORTS_ALL) => true,
+            Some(&head) => self.portset_allows(head, proto, port),
+        }
+    }
+
+    /// Whether the port-set chain at `head` holds `proto`/`port`.
+    fn portset_allows(&self, head: u32, proto: u8, port: u16) -> bool {
+        let mut i = head;
+        for _ in 0..MAX_PORTSET_CHAIN {
+            let Some(r) = PagedArray::<PortSetRec>::get(self.mem, &self.root.portsets, i) else {
+                return false;
+            };
+            if r.ranges()
+                .iter()
+                .any(|x| x.proto == proto && x.lo <= port && port <= x.hi)
+            {
+                return true;
+            }
+            if r.next == 0 {
+                return false;
+            }
+            i = r.next;
+        }
+        false
+    }
+
+    /// The decision of (set, direction, class): None (deny), or the ports allowed.
+    pub fn decision(&self, set: PolicySetId, dir: PolicyDir, class: PeerClass) -> Option<Ports> {
+        let key = decision_key(set, dir, class);
+        match *HashTable::<u64, u32>::get(self.mem, &self.root.decisions, &key)? {
+            PORTS_ALL => Some(Ports::All),
+            head => Some(Ports::Ranges(
+                read_portset(self.mem, &self.root.portsets, head).0,
+            )),
+        }
+    }
+
+    /// A Service port.
+    #[inline]
+    pub fn service(&self, key: &ServiceKey) -> Option<ServiceView<'a>> {
+        let i = *HashTable::<ServiceKey, u32>::get(self.mem, &self.root.services, key)?;
+        PagedArray::<ServiceRec>::get(self.mem, &self.root.service_recs, i)
+            .filter(|r| r.flags & ServiceRec::PRESENT != 0)
+            .map(|rec| ServiceView {
+                mem: self.mem,
+                rec,
+                index: i,
+            })
+    }
+
+    /// A route's flags, by next-hop index.
+    #[inline]
+    pub fn nexthop_flags(&self, index: u32) -> RouteFlags {
+        self.nexthop_rec(index)
+            .map_or(RouteFlags::NONE, |r| RouteFlags(r.flags))
     }
 
     /// A network's tables.
@@ -1058,6 +1716,59 @@ impl<'a> Snapshot<'a> {
     }
 }
 
+/// One Service port inside a [`Snapshot`].
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceView<'a> {
+    mem: Mem<'a>,
+    rec: &'a ServiceRec,
+    index: u32,
+}
+
+impl<'a> ServiceView<'a> {
+    /// The record's index (stable while the Service port exists).
+    #[inline]
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// `sessionAffinity: ClientIP`'s timeout in seconds, if set.
+    #[inline]
+    pub fn affinity_timeout_s(&self) -> Option<u32> {
+        (self.rec.flags & ServiceRec::AFFINITY != 0).then_some(self.rec.affinity_timeout_s)
+    }
+
+    /// Entries of the Maglev table (0: no backend takes connections).
+    #[inline]
+    pub fn table_len(&self) -> u32 {
+        self.rec.table_len
+    }
+
+    /// The backend the Maglev table gives `hash`: (its index, its record).
+    #[inline]
+    pub fn pick(&self, hash: u64) -> Option<(u32, &'a BackendRec)> {
+        let n = self.rec.table_len;
+        if n == 0 {
+            return None;
+        }
+        let slot = (hash % u64::from(n)) as u32;
+        let b = PagedArray::<u32>::get(self.mem, &self.rec.table, slot)?.wrapping_sub(1);
+        self.backend(b).map(|r| (b, r))
+    }
+
+    /// Backend `i`'s record.
+    #[inline]
+    pub fn backend(&self, i: u32) -> Option<&'a BackendRec> {
+        PagedArray::<BackendRec>::get(self.mem, &self.rec.backends, i)
+            .filter(|r| r.flags & BackendRec::PRESENT != 0)
+    }
+
+    /// Every backend.
+    pub fn backends(&self) -> impl Iterator<Item = Backend> + 'a {
+        PagedArray::<BackendRec>::iter(self.mem, &self.rec.backends)
+            .filter_map(|(_, r)| Backend::from_rec(r))
+    }
+}
+
 /// One network's tables inside a [`Snapshot`].
 #[derive(Debug, Clone, Copy)]
 pub struct NetworkView<'a> {
@@ -1081,6 +1792,47 @@ impl<'a> NetworkView<'a> {
     #[inline]
     pub fn route6_index(&self, ip: Ipv6Addr) -> u32 {
         Fib::<u128>::lookup(self.mem, &self.rec.fib6, u128::from(ip))
+    }
+
+    /// The peer class of an IPv4 address (0: no peer names it).
+    #[inline]
+    pub fn peer_class4(&self, ip: Ipv4Addr) -> PeerClass {
+        PeerClass(Fib::<u32>::lookup(
+            self.mem,
+            &self.rec.peers4,
+            u32::from(ip),
+        ))
+    }
+
+    /// The peer class of an IPv6 address (0: no peer names it).
+    #[inline]
+    pub fn peer_class6(&self, ip: Ipv6Addr) -> PeerClass {
+        PeerClass(Fib::<u128>::lookup(
+            self.mem,
+            &self.rec.peers6,
+            u128::from(ip),
+        ))
+    }
+
+    /// The peer class of an address.
+    #[inline]
+    pub fn peer_class(&self, ip: IpAddr) -> PeerClass {
+        match ip {
+            IpAddr::V4(a) => self.peer_class4(a),
+            IpAddr::V6(a) => self.peer_class6(a),
+        }
+    }
+
+    /// The network's policy generation.
+    #[inline]
+    pub fn policy_gen(&self) -> u32 {
+        self.rec.policy_gen
+    }
+
+    /// Whether the network's local endpoints are connection-tracked.
+    #[inline]
+    pub fn stateful(&self) -> bool {
+        self.rec.flags & 2 != 0
     }
 
     /// Bulk IPv4 lookup (host-order keys) into next-hop indices.

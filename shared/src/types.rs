@@ -8,10 +8,18 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::pod::Pod;
+use crate::policy::PolicySetId;
 
 /// A network's numeric id (`status.id` of a lace-cni.io Network). 0 is never a valid id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NetworkId(pub u32);
+
+impl NetworkId {
+    /// The node's host network: the FIB that packets from the [`PortKind::Host`] port are
+    /// looked up in (every local endpoint's addresses). Control never gives this id to a
+    /// Network; it is small so that the networks table stays small.
+    pub const HOST: NetworkId = NetworkId(0xffff);
+}
 
 /// A node's numeric id, unique in the cluster while the node exists. 0 is never valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,6 +33,8 @@ pub struct PortId(pub u32);
 impl PortId {
     /// The node's uplink to the underlay.
     pub const UPLINK: PortId = PortId(0);
+    /// The node's host interface ([`PortKind::Host`]): the highest port id, never a pod's.
+    pub const HOST: PortId = PortId(crate::status::MAX_PORTS - 1);
 }
 
 /// A Linux interface name (at most 15 bytes, `IFNAMSIZ` − 1): the host side of a pod
@@ -160,6 +170,9 @@ pub enum NextHop {
     Drop,
     /// Dropped with ICMP destination unreachable.
     Unreachable,
+    /// A ClusterIP: the connection tracker picks a backend of the Service the packet's
+    /// (network, address, protocol, port) names ([`crate::policy::ServiceKey`]).
+    Service,
 }
 
 /// Next-hop record in shared memory.
@@ -167,11 +180,12 @@ pub enum NextHop {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct NextHopRec {
     /// [`NextHop`] variant: 0 absent, 1 Local, 3 Remote, 4 Uplink, 5 Receive, 6 Drop,
-    /// 7 Unreachable (2 is unused: it decodes as absent).
+    /// 7 Unreachable, 8 Service (2 is unused: it decodes as absent).
     pub kind: u8,
     /// The MAC of `Local`.
     pub mac: [u8; 6],
-    _pad: u8,
+    /// The route's [`crate::policy::RouteFlags`].
+    pub flags: u8,
     /// Port (`Local`, `Uplink`) or node (`Remote`).
     pub id: u32,
     /// SID (`Remote`) or gateway (`Uplink`), network order.
@@ -205,7 +219,15 @@ impl NextHop {
             NextHop::Receive => r.kind = 5,
             NextHop::Drop => r.kind = 6,
             NextHop::Unreachable => r.kind = 7,
+            NextHop::Service => r.kind = 8,
         }
+        r
+    }
+
+    /// Encodes with route flags.
+    pub fn to_rec_flags(self, flags: crate::policy::RouteFlags) -> NextHopRec {
+        let mut r = self.to_rec();
+        r.flags = flags.0;
         r
     }
 
@@ -227,6 +249,7 @@ impl NextHop {
             5 => NextHop::Receive,
             6 => NextHop::Drop,
             7 => NextHop::Unreachable,
+            8 => NextHop::Service,
             _ => return None,
         })
     }
@@ -258,6 +281,25 @@ pub struct NetworkInfo {
     pub gateway6: Option<Ipv6Addr>,
     /// MTU offered to endpoints.
     pub mtu: u16,
+    /// Traffic of the network's local endpoints goes through the connection tracker: the
+    /// network has policy sets, Services or reply-only routes ([`crate::policy`]).
+    pub stateful: bool,
+    /// l2 networks: learning and the BUM limit (ignored on other kinds).
+    pub l2: L2Settings,
+}
+
+/// An l2 network's learning and broadcast settings (ADR 0019), as the forwarder applies them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct L2Settings {
+    /// Learning on, with this aging time in seconds: the forwarder reports announcements
+    /// (gratuitous ARP, unsolicited NA, RARP) and, at most every `aging / 4`, that a learned
+    /// MAC is still seen on its port; unknown unicast is flooded. `None`: learning off.
+    pub learning: Option<std::num::NonZeroU32>,
+    /// Broadcast, multicast and unknown unicast (and announcements) each source endpoint may
+    /// send per second; 0: unlimited.
+    pub bum_pps: u32,
+    /// How many such frames may come at once (the token bucket's depth).
+    pub bum_burst: u32,
 }
 
 /// What a port is.
@@ -267,6 +309,12 @@ pub enum PortKind {
     Pod,
     /// The node's uplink to the underlay.
     Uplink,
+    /// The node's own network stack (a veth into the host namespace): packets from it are the
+    /// node's — kubelet's probes, host-network pods, node agents — looked up in the host
+    /// network ([`NetworkId::HOST`]) with no anti-spoofing check, and always allowed to local
+    /// pods (Kubernetes semantics: the node reaches its pods). Its `mac` is the host side's
+    /// MAC, the destination of packets delivered to it.
+    Host,
 }
 
 /// A port's binding: which network and endpoint it is, for ingress checks and delivery.
@@ -287,6 +335,8 @@ pub struct PortInfo {
     /// The host-side interface the forwarder attaches as this port (pods); the forwarder
     /// hot-plugs it when the port appears in the tables and removes it when it goes.
     pub iface: IfName,
+    /// The endpoint's policy set ([`PolicySetId::NONE`]: no policy selects it).
+    pub policy: PolicySetId,
 }
 
 /// A remote node: where its SIDs live and how to reach it on the underlay.
@@ -406,7 +456,7 @@ pub fn flood_hop(rec: u32) -> L2Hop {
 pub struct NetworkRec {
     /// 0 absent, 1 L3, 2 L2, 3 External.
     pub kind: u8,
-    /// Bit 0: anonymous.
+    /// Bit 0: anonymous; bit 1: stateful.
     pub flags: u8,
     /// MTU.
     pub mtu: u16,
@@ -427,9 +477,25 @@ pub struct NetworkRec {
     pub fdb: crate::hash::HashHdr,
     /// Flood list: nodes hosting endpoints of this (l2) network.
     pub flood: crate::array::ArrayHdr,
+    /// Peer classes of IPv4 addresses ([`crate::policy`]).
+    pub peers4: crate::fib::FibHdr,
+    /// Peer classes of IPv6 addresses.
+    pub peers6: crate::fib::FibHdr,
+    /// Policy generation: bumped by the writer on every change of the network's peer classes,
+    /// policy sets, decisions or ports' policy sets.
+    pub policy_gen: u32,
+    /// l2 learning aging time in seconds; 0: learning off.
+    pub learn_aging: u32,
+    /// l2 BUM limit per source endpoint, packets per second; 0: unlimited.
+    pub bum_pps: u32,
+    /// l2 BUM burst.
+    pub bum_burst: u32,
 }
-// SAFETY: repr(C) of Pod fields with explicit padding; every bit pattern valid.
+// SAFETY: repr(C) of Pod fields with explicit padding (the four u32 after the 8-aligned headers
+// end the record on an 8-byte boundary; checked below); every bit pattern valid.
 unsafe impl Pod for NetworkRec {}
+const _: () =
+    assert!(std::mem::size_of::<NetworkRec>() == std::mem::offset_of!(NetworkRec, bum_burst) + 4);
 
 impl NetworkInfo {
     /// Encodes into an existing record (keeping its tables).
@@ -439,11 +505,14 @@ impl NetworkInfo {
             NetworkKind::L2 => 2,
             NetworkKind::External => 3,
         };
-        r.flags = self.anonymous as u8;
+        r.flags = self.anonymous as u8 | (self.stateful as u8) << 1;
         r.mtu = self.mtu;
         r.gateway4 = self.gateway4.map_or(0, u32::from);
         r.gateway6 = self.gateway6.map_or([0; 16], |a| a.octets());
         r.gateway_mac = self.gateway_mac.0;
+        r.learn_aging = self.l2.learning.map_or(0, std::num::NonZeroU32::get);
+        r.bum_pps = self.l2.bum_pps;
+        r.bum_burst = self.l2.bum_burst;
     }
 
     /// Decodes; None for an absent record.
@@ -456,10 +525,16 @@ impl NetworkInfo {
                 _ => return None,
             },
             anonymous: r.flags & 1 != 0,
+            stateful: r.flags & 2 != 0,
             gateway_mac: MacAddr(r.gateway_mac),
             gateway4: (r.gateway4 != 0).then(|| Ipv4Addr::from(r.gateway4)),
             gateway6: (r.gateway6 != [0; 16]).then(|| Ipv6Addr::from(r.gateway6)),
             mtu: r.mtu,
+            l2: L2Settings {
+                learning: std::num::NonZeroU32::new(r.learn_aging),
+                bum_pps: r.bum_pps,
+                bum_burst: r.bum_burst,
+            },
         })
     }
 }
@@ -468,7 +543,7 @@ impl NetworkInfo {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PortRec {
-    /// 0 absent, 1 Pod, 2 Uplink.
+    /// 0 absent, 1 Pod, 2 Uplink, 3 Host ([`PortKind`]).
     pub kind: u8,
     /// Bit 0: has IPv4; bit 1: has IPv6.
     pub flags: u8,
@@ -484,16 +559,26 @@ pub struct PortRec {
     pub endpoint: u64,
     /// Interface name, NUL padded.
     pub iface: [u8; 16],
+    /// Policy set ([`PolicySetId`]).
+    pub policy: u32,
+    _pad: u32,
 }
-// SAFETY: repr(C), integers and byte arrays without implicit padding (1+1+6+4+4+16+8+16 = 56).
+// SAFETY: repr(C), integers and byte arrays without implicit padding
+// (1+1+6+4+4+16+8+16+4+4 = 64).
 unsafe impl Pod for PortRec {}
-crate::assert_layout!(PortRec, 56, 8);
+crate::assert_layout!(PortRec, 64, 8);
 
 impl PortRec {
     /// Whether the record is a pod port (the only kind packets are accepted from as a pod).
     #[inline]
     pub fn is_pod(&self) -> bool {
         self.kind == 1
+    }
+    /// Whether the record is the node's host interface ([`PortKind::Host`]): traffic from it
+    /// is the node's own.
+    #[inline]
+    pub fn is_host(&self) -> bool {
+        self.kind == 3
     }
     /// The endpoint's IPv4 address, if it has one.
     #[inline]
@@ -510,6 +595,11 @@ impl PortRec {
     pub fn network(&self) -> NetworkId {
         NetworkId(self.network)
     }
+    /// The endpoint's policy set.
+    #[inline]
+    pub fn policy(&self) -> PolicySetId {
+        PolicySetId(self.policy)
+    }
 }
 
 impl PortInfo {
@@ -519,6 +609,7 @@ impl PortInfo {
             kind: match self.kind {
                 PortKind::Pod => 1,
                 PortKind::Uplink => 2,
+                PortKind::Host => 3,
             },
             flags: self.ipv4.is_some() as u8 | (self.ipv6.is_some() as u8) << 1,
             mac: self.mac.0,
@@ -527,6 +618,8 @@ impl PortInfo {
             ipv6: self.ipv6.map_or([0; 16], |a| a.octets()),
             endpoint: self.endpoint,
             iface: self.iface.to_bytes(),
+            policy: self.policy.0,
+            _pad: 0,
         }
     }
     /// Decodes; None for an absent record.
@@ -535,6 +628,7 @@ impl PortInfo {
             kind: match r.kind {
                 1 => PortKind::Pod,
                 2 => PortKind::Uplink,
+                3 => PortKind::Host,
                 _ => return None,
             },
             network: NetworkId(r.network),
@@ -543,6 +637,7 @@ impl PortInfo {
             ipv6: (r.flags & 2 != 0).then(|| Ipv6Addr::from(r.ipv6)),
             endpoint: r.endpoint,
             iface: IfName::from_bytes(r.iface).unwrap_or_default(),
+            policy: PolicySetId(r.policy),
         })
     }
 }
@@ -824,6 +919,7 @@ mod tests {
             NextHop::Receive,
             NextHop::Drop,
             NextHop::Unreachable,
+            NextHop::Service,
         ];
         for h in hops {
             assert_eq!(NextHop::from_rec(&h.to_rec()), Some(h));
@@ -837,8 +933,19 @@ mod tests {
             ipv6: None,
             endpoint: 99,
             iface: IfName::new("lace0a1b2c").unwrap(),
+            policy: PolicySetId(7),
         };
         assert_eq!(PortInfo::from_rec(&p.to_rec()), Some(p));
+        assert!(p.to_rec().is_pod() && !p.to_rec().is_host());
+        let host = PortInfo {
+            kind: PortKind::Host,
+            network: NetworkId::HOST,
+            ipv4: None,
+            ..p
+        };
+        let rec = host.to_rec();
+        assert!(rec.is_host() && !rec.is_pod());
+        assert_eq!(PortInfo::from_rec(&rec), Some(host));
         for b in [
             SidBehavior::End,
             SidBehavior::EndDt46(NetworkId(2)),
@@ -874,6 +981,29 @@ mod tests {
         assert_eq!(FdbEntry::from_rec(&p.to_rec(0), hop), Some(p));
         assert_eq!(flood_hop(FLOOD_PORT | 3), L2Hop::Port(PortId(3)));
         assert_eq!(flood_hop(7), L2Hop::Remote(7));
+        for l2 in [
+            L2Settings::default(),
+            L2Settings {
+                learning: std::num::NonZeroU32::new(300),
+                bum_pps: 1000,
+                bum_burst: 200,
+            },
+        ] {
+            let info = NetworkInfo {
+                kind: NetworkKind::L2,
+                anonymous: true,
+                gateway_mac: MacAddr([2, 0xfe, 0, 0, 0, 9]),
+                gateway4: Some("10.50.0.1".parse().unwrap()),
+                gateway6: None,
+                mtu: 1446,
+                // Both values of the flag, beside both l2 settings.
+                stateful: l2.learning.is_some(),
+                l2,
+            };
+            let mut rec = NetworkRec::default();
+            info.write(&mut rec);
+            assert_eq!(NetworkInfo::read(&rec), Some(info));
+        }
         let mac = MacAddr([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff]);
         assert_eq!(MacAddr::from_u64(mac.to_u64()), mac);
         assert_eq!(mac.to_string(), "aa:bb:cc:dd:ee:ff");

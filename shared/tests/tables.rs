@@ -49,6 +49,8 @@ fn info() -> NetworkInfo {
         gateway4: Some(Ipv4Addr::new(10, 0, 0, 1)),
         gateway6: None,
         mtu: 1450,
+        stateful: false,
+        l2: L2Settings::default(),
     }
 }
 
@@ -174,6 +176,43 @@ fn online_readers_hold_memory_offline_and_quiescent_ones_do_not() {
 }
 
 #[test]
+fn a_snapshot_id_names_the_tables_it_shows() {
+    let dir = TempDir::new("snapid");
+    let cfg = dir.cfg(16 << 20);
+    let mut w = TableWriter::create(&cfg).unwrap();
+    w.set_network(NET, &info()).unwrap();
+    w.publish().unwrap();
+    let r = TableReader::attach(&cfg).unwrap();
+    let mut a = r.register().unwrap();
+    let mut b = r.register().unwrap();
+    let first = a.snapshot().id().unwrap();
+    a.quiescent();
+    // The same tables through another handle of the same reader: the same id.
+    assert_eq!(b.snapshot().id(), Some(first));
+    b.quiescent();
+    assert_eq!(first.generation, w.generation());
+    // A publication: another id, from then on.
+    w.add_route(NET, "10.1.0.0".parse().unwrap(), 16, remote(1))
+        .unwrap();
+    w.publish().unwrap();
+    let second = a.snapshot().id().unwrap();
+    a.quiescent();
+    assert_ne!(second, first);
+    assert_eq!(second.generation, first.generation + 1);
+    assert_eq!(a.snapshot().id(), Some(second));
+    a.quiescent();
+    // Another mapping of the same tables: its snapshots are told apart.
+    let again = TableReader::attach(&cfg).unwrap();
+    let mut c = again.register().unwrap();
+    let other = c.snapshot().id().unwrap();
+    c.quiescent();
+    assert_eq!(other.generation, second.generation);
+    assert_ne!(other.reader, second.reader);
+    // The writer's staged view changes without a publication: no id.
+    assert_eq!(w.staged_view().id(), None);
+}
+
+#[test]
 fn every_table_round_trips_and_bulk_lookups_agree() {
     let dir = TempDir::new("all");
     let cfg = dir.cfg(64 << 20);
@@ -197,6 +236,7 @@ fn every_table_round_trips_and_bulk_lookups_agree() {
         ipv6: Some("fd00::9".parse().unwrap()),
         endpoint: 77,
         iface: Default::default(),
+        policy: lace_shared::policy::PolicySetId::NONE,
     };
     w.set_port(PortId(5), &port).unwrap();
     let node = NodeInfo {

@@ -101,6 +101,8 @@ fn net_info() -> NetworkInfo {
         gateway4: Some(Ipv4Addr::new(10, 0, 0, 1)),
         gateway6: None,
         mtu: 1450,
+        stateful: false,
+        l2: L2Settings::default(),
     }
 }
 
@@ -118,6 +120,7 @@ fn write_generation(w: &mut TableWriter, g: u64) {
             ipv6: None,
             endpoint: g,
             iface: Default::default(),
+            policy: lace_shared::policy::PolicySetId::NONE,
         },
     )
     .unwrap();

@@ -25,14 +25,22 @@
 //! | `fib4.1k.lookup_cycles.single` | pod table, one `lookup` per address | `rte_fib.pod1k.lookup_cycles.single` (bulk calls of one) |
 //! | `fib6.<t>.*` | as fib4, IPv6 BGP-like (lookups, bytes, load) | `rte_fib6.<t>.*` |
 //! | `fdb.<t>.*`, `neigh.<t>.*` | `get_bulk`, 8-byte keys → u64 / u128 keys → `NeighRec` | `rte_hash.k8` / `rte_hash.k16` `.paired` |
+//! | `service.lb.lookup_cycles`, `.mlookups_per_s` | a NEW connection to a ClusterIP: `Snapshot::service` of its (network, ClusterIP, protocol, port) + `ServiceView::pick` of a backend by the flow hash (1,000 Services × 3 ports × 10 backends, random ports and hashes, bursts of the first burst size, one snapshot per burst) | `rte_hash.k24.<t>.lookup_cycles.paired`: `rte_hash_lookup_bulk_data` of the same 24-byte keys, same bursts |
+//! | `service.lb.hot.*` | the same with 50 Services (their tables stay in cache) | as above, its 150 keys |
+//! | `service.lb[.hot].set_per_s` | `set_service` of every record + one publication | none |
 //! | `publish.{p50,p99,p999,max}_us` | `publish()` → reader on another core sees the generation (`set_neighbor`) | none |
 //! | `publish.route.*` | the same with one route added or removed per publication | none |
 //! | `multi.<n>x<r>.bytes`, `.load_s` | `n` pod networks of `r` routes in one arena | none |
 //! | `multi.<n>x<r>.lookup_cycles`, `.mlookups_per_s` | random network per address, bursts of the first burst size, `Fib::lookup_bulk_mixed` | `fib4.<t>.lookup_cycles` (lace's BGP-like table, same run) |
 //! | `multi.<n>x<r>.lookup_cycles.single` | random network per address, single `lookup` | `fib4.1k.lookup_cycles.single` (same run) |
 //! | `multi.<n>x<r>.lookup_cycles.grouped<b>` | random network per burst, bulk | `fib4.1k.lookup_cycles` (same run) |
-//! | `pipeline.{l3_local,l3_encap,l3_decap,arp_reply}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
+//! | `pipeline.{l3_local,l3_encap,l3_decap,arp_reply,l2_encap,l2_decap,arp_proxy,nd_proxy,l2_flood}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82, l2_decap and nd_proxy 118) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
+//! | `pipeline.l2_flood.cycles_per_copy` | l2_flood's cycles ÷ its three copies | `dpdk.null_fwd.cycles` |
 //! | `pipeline.<path>.above_floor` | the path's cycles minus the I/O floor of the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` (rx, the frame written, tx) |
+//! | `pipeline.ct_hit.cycles`, `.mpps` | a tracked connection through policy and Service NAT: pod → ClusterIP, flow-table hit, DNAT, lookup again, SRv6 encap (64-byte TCP) | `pipeline.l3_encap.*`, same rounds |
+//! | `pipeline.ct_hit.above_encap` | ct_hit − l3_encap per round (median): what tracking adds to a packet | none (VPP's stateful ACL session hit ≈ 101 clocks, published) |
+//! | `ct.new_conns.cycles`, `.removal_cycles`, `ct.new_conns_per_s` | every packet a new connection: egress policy classification + flow-table insert + SRv6 encap; its removal by the sweep; connections per second on one core (both) | `pipeline.l3_encap.cycles`, same rounds (OVS-DPDK's conntrack not driven: see the note) |
+//! | `ct.1m_flows.bytes`, `.bytes_per_flow` | the flow table sized for 1,048,576 connections, filled with as many (half of them translated) | none |
 //! | `pipeline.l3_encap.scaling_2w` | encap throughput with two workers (two lcores, own ports each) ÷ one | `pipeline.scaling_2w.ideal` = 2 |
 //! | `churn.100k_per_s.l3_encap.cycles` | l3_encap while a thread moves routes between two remote nodes at 100,000 changes/s | `churn.quiet.l3_encap.cycles`: alternating rounds, the thread paused |
 //! | `pipeline.latency.{busy,adaptive}.{p50,p99,p999}_us` | per-packet latency through the forwarder's worker loop, 100k packets/s paced | `pipeline.latency.ring_loop.*`: a bare ring-to-ring loop, same pacing |
@@ -42,8 +50,15 @@
 //! | `ipam.alloc_per_s`, `ipam.shared.alloc_per_s` | allocate + release pairs, /16 with /24 blocks, 8 nodes, 1,600 live leases (`Ipam`; through `SharedIpam`) | `ipam.hashmap_floor.ops_per_s`: `HashMap` insert + remove of the same keys |
 //! | `ipam.persisted.alloc_per_s` | the same with the state file saved per change | none |
 //! | `compile.one_pod.{p50,p99}_us`, `.max_us` | one pod change → incremental plan + diff + publish into real tables | `compile.one_pod.replan_all.*` (the same changes with `Change::All`) |
+//! | `policy.compile.10k_pods_1k_policies.ms` | node-1's tables of a kube-vnet-shaped cluster (10,000 pods, 1,000 NetworkPolicies) compiled and applied from nothing | `policy.compile.1k_pods_1k_policies.ms` (the same with 1,000 pods) |
 //! | `cni.add_to_reachable.{p50,p99}_ms` | two-node stack in network namespaces: lace-cni ADD → first ping reply to a pod on the other node (root only) | `cni.reach_floor.*`: the same probe from an attached pod |
 //! | `cni.add.{p50,p99}_ms`, `cni.del.p50_ms` | ADD alone, DEL alone | none |
+//! | `k8s.cni.add_to_reachable.{p50,p99}_ms` | the same stack with both controls on `--source kubernetes` against lace-kube-fake: the Pod created in the API, then ADD with kubelet's CNI_ARGS, until the first ping reply (root only; `lace_benches::k8s`) | `cni.add_to_reachable.*` (standalone, same run) |
+//! | `k8s.api_requests_per_pod` | requests the controls make to the API server per pod, creation to reachable | none |
+//! | `k8s.control.rss_mib` | node-a's lace-control's VmRSS once synced with 10,000 Pods (100 nodes, node-a's share attached) and 1,000 Networks in the API | none |
+//! | `k8s.resync_s` | that control restarted: start → its socket answers Status (source listed, tables compiled) | none |
+//! | `learn.events_per_s` | l2 learning reports through control's intake and learning step, decided and saved to the shared records (`lace_benches::learning`) | `learn.ring_floor.events_per_s`: the ring and the intake alone |
+//! | `mobility.converge_ms.{p50,p99}` | two-node stack (root): a VM's RARP on one node → both nodes' tables place its MAC there | `mobility.local_ms.*`: the announcing node's tables alone |
 //!
 //! `--pod-path` (root; not part of `--quick`) prints only the pod-path comparison
 //! (`lace_benches::podpath`): two nodes with a pod each, lace's demo shape beside the kernel's
@@ -82,8 +97,9 @@ use lace_benches::report::{
     interleaved_cycles_per_op, paired_cycles_per_op, size_tag, tsc_hz, Figure, Histogram, Report,
     Scale, Target, INSERT_BATCH,
 };
+use lace_benches::services::{self, LaceServices, ServiceWorkload};
 use lace_benches::workload::{self, ReferenceLpm4, ReferenceLpm6, Route4};
-use lace_benches::{control, latency, peer, pipeline, sys};
+use lace_benches::{control, ct, k8s, latency, learning, peer, pipeline, sys};
 use lace_shared::fib::LpmKey;
 use lace_shared::types::{MacAddr, NeighRec};
 
@@ -116,8 +132,9 @@ struct Args {
     #[arg(long)]
     no_peer: bool,
     /// Measure only these sections (comma-separated): `stack` (the two-node CNI figures),
-    /// `tables` (FIB, FDB, neighbor, publish, multi — with their DPDK anchors), `pipeline`,
-    /// `latency`, `peer` (OVS-DPDK and dpdk-testpmd beside lace), `control`. Default: all.
+    /// `k8s` (the same stack against the fake API server, and control at cluster scale; runs
+    /// the standalone stack figures too, its anchors), `tables` (FIB, FDB, neighbor, publish, multi — with their DPDK anchors), `pipeline`,
+    /// `ct` (connection tracking), `latency`, `peer` (OVS-DPDK and dpdk-testpmd beside lace), `control`. Default: all.
     /// Targets of figures not measured are not printed.
     #[arg(long, value_delimiter = ',', value_name = "SECTION")]
     only: Vec<Section>,
@@ -132,10 +149,17 @@ struct Args {
 enum Section {
     /// The control-plane stack in network namespaces (`cni.*`).
     Stack,
-    /// lace's tables beside DPDK's (`fib4.*`, `fib6.*`, `fdb.*`, `neigh.*`, `publish.*`, `multi.*`).
+    /// The stack in Kubernetes mode against the fake API server, and control at cluster scale
+    /// (`k8s.*`).
+    K8s,
+    /// lace's tables beside DPDK's (`fib4.*`, `fib6.*`, `fdb.*`, `neigh.*`, `service.*`,
+    /// `publish.*`, `multi.*`).
     Tables,
     /// The forwarding pipeline over DPDK null ports (`dpdk.null_fwd*`, `pipeline.*`).
     Pipeline,
+    /// Connection tracking: `pipeline.ct_hit.*` and `ct.new_conns*` through the pipeline (with
+    /// `pipeline.l3_encap.*` in the same rounds), `ct.1m_flows.*` (the flow table's memory).
+    Ct,
     /// Per-packet latency through a worker (`pipeline.latency.*`).
     Latency,
     /// OVS-DPDK and dpdk-testpmd on the same pcap and core as lace (`peer.*`, `ovs.*`, `testpmd.*`).
@@ -211,14 +235,34 @@ fn run(args: Args) -> anyhow::Result<()> {
     let cpus = sys::allowed_cpus();
     // The stack figure first: its daemons are child processes, which must not inherit the
     // one-CPU mask the EAL gives this thread, and its forwarders run their own DPDK.
-    let stack = if args.wants(Section::Stack) {
+    // The k8s section needs the standalone cni figures of the same run (its anchors).
+    let stack = if args.wants(Section::Stack) || args.wants(Section::K8s) {
         println!("lace-bench: the control-plane stack (two nodes in network namespaces) ...");
-        control::cni_figures(&scale)
+        let mut out = control::cni_figures(&scale);
+        if args.wants(Section::Stack) {
+            println!("lace-bench: l2 mobility on the same stack ...");
+            if let Err(e) = learning::mobility_figures(&scale, &mut out) {
+                out.not_measured
+                    .push((learning::CONVERGE_FIGURE.to_owned(), format!("{e:#}")));
+            }
+        }
+        out
+    } else {
+        control::Outcome::default()
+    };
+    let kube = if args.wants(Section::K8s) {
+        println!(
+            "lace-bench: the stack in Kubernetes mode (lace-kube-fake), then control with {} pods \
+             and {} networks in the API ...",
+            k8s::Load::for_scale(&scale).pods,
+            k8s::Load::for_scale(&scale).networks
+        );
+        k8s::figures(&scale, &stack)
     } else {
         control::Outcome::default()
     };
     if scale.smoke && std::env::var("CI").is_ok_and(|v| v == "true") {
-        if let Some((id, why)) = stack.not_measured.first() {
+        if let Some((id, why)) = stack.not_measured.first().or(kube.not_measured.first()) {
             bail!("{id}: not measured under CI=true --smoke, where it must run: {why}");
         }
     }
@@ -277,11 +321,21 @@ fn run(args: Args) -> anyhow::Result<()> {
         report.extend(lace);
         notes.extend(lace_notes);
     }
-    if args.wants(Section::Pipeline) {
+    let want = pipeline::Want {
+        paths: args.wants(Section::Pipeline),
+        ct: args.wants(Section::Ct),
+    };
+    if want.paths || want.ct {
         let (forwarding, forwarding_notes) =
-            pipeline::figures(eal, &scale, worker_lcore).context("measuring the pipeline")?;
+            pipeline::figures(eal, &scale, worker_lcore, want).context("measuring the pipeline")?;
         report.extend(forwarding);
         notes.extend(forwarding_notes);
+    }
+    if want.ct {
+        let (table, table_note) =
+            ct::flow_table_figures(&scale).context("measuring the flow table")?;
+        report.extend(table);
+        notes.push(table_note);
     }
     if args.wants(Section::Latency) {
         let (latency, latency_notes) =
@@ -323,7 +377,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     report.extend(peer.figures);
     notes.extend(peer.notes);
     let ctl = if args.wants(Section::Control) {
-        control::figures(&scale).context("measuring the control plane")?
+        let mut out = control::figures(&scale).context("measuring the control plane")?;
+        learning::events_figures(&scale, &mut out).context("learn.events_per_s")?;
+        out
     } else {
         control::Outcome::default()
     };
@@ -331,6 +387,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     notes.extend(ctl.notes);
     report.extend(stack.figures);
     notes.extend(stack.notes);
+    report.extend(kube.figures);
+    notes.extend(kube.notes);
     set_targets(&mut report, &Ids::new(&scale, &workloads));
     notes.extend(fib_misses(&report, &Ids::new(&scale, &workloads)));
 
@@ -340,6 +398,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         .not_measured
         .iter()
         .chain(&stack.not_measured)
+        .chain(&kube.not_measured)
         .chain(&peer.not_measured)
     {
         println!("{id}  not measured: {why}");
@@ -554,6 +613,7 @@ fn lace_figures(
     fib6_bgp(&mut out, eal, scale, w, anchors, &ids).context("fib6")?;
     fdb(&mut out, eal, scale, w, anchors, &ids).context("fdb")?;
     neigh(&mut out, eal, scale, w, anchors, &ids).context("neigh")?;
+    services(&mut out, eal, scale).context("service.lb")?;
     publish(&mut out, scale, w, reader_cpu).context("publish latency")?;
     Ok((out.figures, out.notes))
 }
@@ -1309,6 +1369,104 @@ fn hash_figures(
     Ok(())
 }
 
+// ---- Services --------------------------------------------------------------------------------
+
+/// Services in the `service.lb` workload (each with [`services::PORTS`]), backends per port,
+/// and Services of the cache-resident variant (`service.lb.hot`).
+const SERVICES: usize = 1000;
+const SERVICE_BACKENDS: usize = 10;
+const HOT_SERVICES: usize = 50;
+
+/// `service.lb.*`: the NEW-connection Service lookup and Maglev pick through lace-shared's
+/// reader API, beside `rte_hash` looking up the same keys — at 1,000 Services (the headline)
+/// and at 50 (`service.lb.hot`, whose tables stay in cache: the difference is memory latency).
+fn services(out: &mut Out, eal: Eal, scale: &Scale) -> anyhow::Result<()> {
+    if scale.smoke {
+        return service_lb(out, eal, scale, "service.lb", HOT_SERVICES, 1 << 12);
+    }
+    let conns = scale.lookups.min(1 << 20);
+    service_lb(out, eal, scale, "service.lb", SERVICES, conns)?;
+    service_lb(out, eal, scale, "service.lb.hot", HOT_SERVICES, conns)
+}
+
+/// One `service.lb` measurement: `n` Services, `conns_n` connections; lace's answers are
+/// checked against the records lace-control compiled (and DPDK's against the key indices)
+/// before timing.
+fn service_lb(
+    out: &mut Out,
+    eal: Eal,
+    scale: &Scale,
+    id: &str,
+    n: usize,
+    conns_n: usize,
+) -> anyhow::Result<()> {
+    let w = ServiceWorkload::new(n, SERVICE_BACKENDS);
+    let (tables, build) = LaceServices::build(&w)?;
+    let mut h = tables.handle()?;
+    let conns = w.connections(conns_n, scale.seed + 12);
+    let keys: Vec<[u8; 24]> = w.keys.iter().map(services::key_bytes).collect();
+    let dpdk = DpdkHash::<24>::with_keys(eal, &keys, |i| i as u64)?;
+    let lookups: Vec<[u8; 24]> = conns.iter().map(|(k, _)| keys[*k as usize]).collect();
+    let aid = format!("rte_hash.k24.{}", size_tag(keys.len()));
+    let sample = &conns[..conns.len().min(CHECK_SAMPLE)];
+    let mut got = vec![0u64; sample.len()];
+    services::pick_burst(&mut h, &w.keys, sample, &mut got);
+    let mut theirs = vec![0u64; sample.len()];
+    dpdk.lookup_bulk_data(&lookups[..sample.len()], &mut theirs);
+    for ((&(k, hash), &g), &t) in sample.iter().zip(&got).zip(&theirs) {
+        let want = w
+            .expected(k, hash)
+            .map(|b| u64::from(b) << 16 | (g & 0xffff));
+        if want != Some(g) || g == u64::MAX {
+            bail!(
+                "{id}: Service port {k} picks {g:#x} for hash {hash:#x}, its record says \
+                 backend {:?}; no figures were taken",
+                w.expected(k, hash)
+            );
+        }
+        if t != u64::from(k) {
+            bail!("{aid}: key {k} looks up as {t}");
+        }
+    }
+    let burst = scale.bursts[0];
+    let (mut lo, mut dout) = (vec![0u64; burst], vec![0u64; burst]);
+    let (l, d) = paired_cycles_per_op(
+        paired_rounds(scale),
+        conns.len() as u64,
+        || {
+            for c in conns.chunks(burst) {
+                services::pick_burst(&mut h, &w.keys, black_box(c), &mut lo[..c.len()]);
+                black_box(&lo);
+            }
+        },
+        || {
+            for c in lookups.chunks(burst) {
+                dpdk.lookup_bulk_data(black_box(c), &mut dout[..c.len()]);
+                black_box(&dout);
+            }
+        },
+    );
+    push_lookup_pair(out, id, &aid, "", l, d);
+    out.push(Figure::new(
+        format!("{id}.set_per_s"),
+        keys.len() as f64 / build.as_secs_f64(),
+        "records/s",
+    ));
+    let table = w.infos[0].table.len();
+    out.note(format!(
+        "{id}: {n} Services × {} ports × {SERVICE_BACKENDS} ready backends ({} records, Maglev \
+         tables of {table} slots, {:.1} MB of them) in real tables; per NEW connection \
+         Snapshot::service + ServiceView::pick (u64 modulo, backend record), one snapshot and \
+         quiescent point per burst of {burst}; {aid}: rte_hash_lookup_bulk_data of the same \
+         24-byte keys (a lookup only: no pick), same bursts; {id}.set_per_s: set_service of \
+         every record and one publication",
+        services::PORTS.len(),
+        keys.len(),
+        (keys.len() * table * 4) as f64 / 1e6
+    ));
+    Ok(())
+}
+
 // ---- publication -----------------------------------------------------------------------------
 
 fn publish(
@@ -1446,8 +1604,33 @@ fn set_targets(report: &mut Report, ids: &Ids) {
             Target::ValueAtMost(30.0),
         ),
         (
+            "pipeline.l2_encap.above_floor".to_owned(),
+            Target::ValueAtMost(70.0),
+        ),
+        (
+            "pipeline.l2_decap.above_floor".to_owned(),
+            Target::ValueAtMost(70.0),
+        ),
+        (
+            "pipeline.arp_proxy.above_floor".to_owned(),
+            Target::ValueAtMost(100.0),
+        ),
+        (
+            "pipeline.nd_proxy.above_floor".to_owned(),
+            Target::ValueAtMost(100.0),
+        ),
+        (
             "pipeline.l3_encap.scaling_2w".to_owned(),
             Target::RatioAtLeast(0.9),
+        ),
+        (
+            "pipeline.ct_hit.above_encap".to_owned(),
+            Target::ValueAtMost(40.0),
+        ),
+        ("ct.new_conns_per_s".to_owned(), Target::ValueAtLeast(1e6)),
+        (
+            ct::FLOWS_1M_BYTES.to_owned(),
+            Target::ValueAtMost(128.0 * MIB),
         ),
         (
             "bind.1000policies.us_per_pod".to_owned(),
@@ -1457,7 +1640,22 @@ fn set_targets(report: &mut Report, ids: &Ids) {
             "compile.one_pod.p99_us".to_owned(),
             Target::ValueAtMost(1000.0),
         ),
+        (
+            "policy.compile.10k_pods_1k_policies.ms".to_owned(),
+            Target::ValueAtMost(200.0),
+        ),
         (control::CNI_FIGURE.to_owned(), Target::ValueAtMost(50.0)),
+        (k8s::REACH_FIGURE.to_owned(), Target::ValueAtMost(50.0)),
+        (k8s::RSS_FIGURE.to_owned(), Target::ValueAtMost(256.0)),
+        (k8s::RESYNC_FIGURE.to_owned(), Target::ValueAtMost(2.0)),
+        (
+            "learn.events_per_s".to_owned(),
+            Target::ValueAtLeast(learning::EVENTS_TARGET),
+        ),
+        (
+            learning::CONVERGE_FIGURE.to_owned(),
+            Target::ValueAtMost(50.0),
+        ),
         (
             format!("{}.bytes", ids.multi),
             Target::ValueAtMost(256.0 * MIB),

@@ -78,6 +78,9 @@ const DNS_LABEL_RE: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 const LABEL_NAME_RE: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
 const LABEL_VALUE_RE: &str = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
 const MAC_RE: &str = "^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$";
+/// An RFC 3339 time (the shape `validate` checks before parsing it).
+const TIME_RE: &str =
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$";
 const IFNAME_RE: &str = "^[^/:\\\\s]{1,15}$";
 
 fn dns_subdomain(x: &str) -> String {
@@ -350,8 +353,41 @@ fn network_rules() -> Vec<(String, Vec<Rule>)> {
                 "spec.uplinks is set on an l3 or l2 network; only external networks have it, so \
                  remove it or use type external",
             ),
+            at(
+                ".l2",
+                "self.type == 'l2' || !has(self.l2)",
+                "spec.l2 is set on an l3 or external network; only l2 networks have it, so \
+                 remove it or use type l2",
+            ),
         ],
     )];
+    for (path, range, fix) in [
+        (
+            "spec.l2.learning.agingSeconds",
+            AGING_SECONDS,
+            "use seconds from 30 (a learned MAC is refreshed every quarter of it) to 86400 (a \
+             day), e.g. 300",
+        ),
+        (
+            "spec.l2.bumLimit.packetsPerSecond",
+            BUM_PPS,
+            "use frames per second from 0 (unlimited) to 10000000, e.g. 1000",
+        ),
+        (
+            "spec.l2.bumLimit.burst",
+            BUM_BURST,
+            "use a number of frames from 1 to 1000000, e.g. 200",
+        ),
+    ] {
+        let (min, max) = (range.start(), range.end());
+        out.push((
+            path.to_owned(),
+            vec![rule(
+                format!("self >= {min} && self <= {max}"),
+                format!("{path} is outside {min}..={max}; {fix}"),
+            )],
+        ));
+    }
     for (fam, field, width) in [(4u8, "ipv4Subnet", 32u8), (6, "ipv6Subnet", 128)] {
         let max = width - 1;
         let hl = format!("self.{field}.hostLocalPrefixLength");
@@ -654,6 +690,37 @@ fn endpoint_rules() -> Vec<(String, Vec<Rule>)> {
         ),
         ("spec.mac".to_owned(), mac_rules("spec.mac")),
         (
+            "spec.networkId".to_owned(),
+            vec![rule(
+                "self > 0",
+                "spec.networkId is outside 1..; set the network's status.id",
+            )],
+        ),
+        (
+            "spec.port".to_owned(),
+            vec![rule(
+                format!("self >= 1 && self <= {MAX_ENDPOINT_PORT}"),
+                format!(
+                    "spec.port is outside {ENDPOINT_PORT_RANGE}; use the forwarder port control \
+                     allocated"
+                ),
+            )],
+        ),
+        (
+            "spec.endpointId".to_owned(),
+            vec![rule(
+                "self > 0",
+                "spec.endpointId is outside 1..; use the endpoint id control allocated",
+            )],
+        ),
+        (
+            "spec.podUid".to_owned(),
+            vec![rule(
+                "size(self) > 0",
+                "spec.podUid is empty; set the pod's metadata.uid, or omit it",
+            )],
+        ),
+        (
             "spec.addresses[]".to_owned(),
             vec![rule(
                 "isCIDR(self)",
@@ -703,6 +770,28 @@ fn fdb_rules() -> Vec<(String, Vec<Rule>)> {
         ("spec.network".to_owned(), name_rules("spec.network")),
         ("spec.mac".to_owned(), mac_rules("spec.mac")),
         ("spec.node".to_owned(), name_rules("spec.node")),
+        (
+            "spec.pending.node".to_owned(),
+            name_rules("spec.pending.node"),
+        ),
+        (
+            "spec.addresses".to_owned(),
+            vec![rule(
+                "self.all(a, size(self.filter(b, b == a)) == 1)",
+                "spec.addresses lists an address more than once; list each once",
+            )],
+        ),
+        (
+            "spec.addresses[]".to_owned(),
+            address_rules("spec.addresses[]", "10.50.0.7"),
+        ),
+        (
+            "spec.lastSeen".to_owned(),
+            vec![rule(
+                format!("self.matches('{TIME_RE}')"),
+                "spec.lastSeen is not an RFC 3339 time; use e.g. 2026-01-02T03:04:05.678Z",
+            )],
+        ),
     ]
 }
 
@@ -838,6 +927,8 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
         }
         "NetworkEndpoint" => {
             names(&mut out, &["spec.network", "spec.pod", "spec.node"]);
+            out.push(("spec.podUid".into(), Bound::Length(MAX_UID_LENGTH)));
+            out.push(("spec.containerId".into(), Bound::Length(MAX_UID_LENGTH)));
             out.push((
                 "spec.addresses".into(),
                 Bound::Items(MAX_ENDPOINT_ADDRESSES),
@@ -856,8 +947,17 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
             out.push(("spec.mac".into(), Bound::Length(17)));
         }
         "FDBEntry" => {
-            names(&mut out, &["spec.network", "spec.node"]);
+            names(
+                &mut out,
+                &["spec.network", "spec.node", "spec.pending.node"],
+            );
             out.push(("spec.mac".into(), Bound::Length(17)));
+            out.push((
+                "spec.addresses".into(),
+                Bound::Items(MAX_ENDPOINT_ADDRESSES),
+            ));
+            out.push(("spec.addresses[]".into(), Bound::Length(MAX_ADDRESS_LENGTH)));
+            out.push(("spec.lastSeen".into(), Bound::Length(MAX_ADDRESS_LENGTH)));
         }
         "NodeLocator" => {
             for p in ["spec.locator", "spec.underlay"] {

@@ -24,3 +24,26 @@ pub const MAX_ENDPOINT_ADDRESSES: usize = 8;
 pub const MAX_CEL_LENGTH: usize = 4096;
 /// An address or CIDR string (the longest IPv6 CIDR has 43 characters).
 pub const MAX_ADDRESS_LENGTH: usize = 64;
+/// A CNI container id or a pod UID, in characters (runtimes use 64 hex digits and 36-character
+/// UUIDs).
+pub const MAX_UID_LENGTH: usize = 256;
+
+/// The highest forwarder port a pod endpoint may have (the forwarder's ports are 0..4096: 0 is
+/// the uplink, 4095 the node's host interface).
+pub const MAX_ENDPOINT_PORT: u32 = 4094;
+/// [`MAX_ENDPOINT_PORT`]'s range as messages write it.
+pub const ENDPOINT_PORT_RANGE: &str = "1..=4094";
+
+/// `Network.spec.l2.learning.agingSeconds`: at least half a minute (a learned MAC is refreshed
+/// every quarter of it), at most a day.
+pub const AGING_SECONDS: std::ops::RangeInclusive<u32> = 30..=86_400;
+/// Its default.
+pub const DEFAULT_AGING_SECONDS: u32 = 300;
+/// `Network.spec.l2.bumLimit.packetsPerSecond` (0: unlimited).
+pub const BUM_PPS: std::ops::RangeInclusive<u32> = 0..=10_000_000;
+/// Its default.
+pub const DEFAULT_BUM_PPS: u32 = 1000;
+/// `Network.spec.l2.bumLimit.burst`.
+pub const BUM_BURST: std::ops::RangeInclusive<u32> = 1..=1_000_000;
+/// Its default.
+pub const DEFAULT_BUM_BURST: u32 = 200;

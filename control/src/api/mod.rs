@@ -167,6 +167,49 @@ pub struct NetworkSpec {
     /// External networks: where they meet the underlay, per node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uplinks: Vec<UplinkAttachment>,
+    /// l2 networks: MAC learning and the broadcast limit (ADR 0019). Mutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2Spec>,
+}
+
+/// `spec.l2` of an l2 [`Network`]: learning and the BUM limit.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct L2Spec {
+    /// MAC learning: addresses and MACs the network's endpoints announce (gratuitous ARP,
+    /// unsolicited NA, a VM's RARP after a migration) are learned and may move between
+    /// locations; unknown unicast is flooded. Off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning: Option<Learning>,
+    /// How much broadcast, multicast and unknown unicast each endpoint may send, on the node it
+    /// is attached to. Default 1000 packets per second, bursts of 200.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bum_limit: Option<BumLimit>,
+}
+
+/// `spec.l2.learning`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Learning {
+    /// Learning on. Default false.
+    #[serde(default)]
+    pub enabled: bool,
+    /// A learned MAC no longer seen for this long is forgotten: 30..=86400 seconds, default
+    /// 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aging_seconds: Option<u32>,
+}
+
+/// `spec.l2.bumLimit`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BumLimit {
+    /// Frames per second per source endpoint: 0 (unlimited) ..= 10,000,000; default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets_per_second: Option<u32>,
+    /// Frames one endpoint may send at once: 1..=1,000,000; default 200.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
 }
 
 /// Status of a [`Network`].
@@ -392,7 +435,8 @@ pub struct NetworkRoutingPolicySpec {
 
 // ---- resources written by control ------------------------------------------------------------
 
-/// One attached pod interface.
+/// One attached pod interface, written by the control of its node (Kubernetes mode) in the
+/// pod's namespace with the Pod as owner, so it goes with the pod (ADR 0015).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[kube(
     group = "lace-cni.io",
@@ -402,6 +446,7 @@ pub struct NetworkRoutingPolicySpec {
     namespaced,
     shortname = "lnep",
     printcolumn = r#"{"name":"Network","type":"string","jsonPath":".spec.network"}"#,
+    printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".spec.pod"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.node"}"#,
     printcolumn = r#"{"name":"Addresses","type":"string","jsonPath":".spec.addresses"}"#,
     printcolumn = r#"{"name":"MAC","type":"string","jsonPath":".spec.mac"}"#
@@ -410,21 +455,37 @@ pub struct NetworkRoutingPolicySpec {
 pub struct NetworkEndpointSpec {
     /// The network.
     pub network: String,
+    /// The network's `status.id` when the endpoint was made: an endpoint of an earlier network
+    /// of the same name is stale.
+    pub network_id: u32,
     /// The pod's name.
     pub pod: String,
+    /// The pod's `metadata.uid` (`K8S_POD_UID`), when the runtime passed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
     /// Node the pod runs on.
     pub node: String,
     /// Interface in the pod (`eth0`).
     pub interface: String,
     /// The CNI container id.
     pub container_id: String,
-    /// Addresses with prefix length, e.g. `10.40.3.7/32`.
+    /// The interface's addresses as the pod has them: a host prefix on an l3 network
+    /// (`10.40.3.7/32`), the subnet's length on an l2 one (`10.50.0.7/24`).
     pub addresses: Vec<String>,
     /// The interface's MAC.
     pub mac: String,
     /// The host-side interface the forwarder attaches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_interface: Option<String>,
+    /// The forwarder port on the node (1–4094).
+    pub port: u32,
+    /// The id the forwarder acknowledges the port with: the node's id in the high 32 bits, a
+    /// per-node counter in the low ones; never reused on the node.
+    pub endpoint_id: u64,
+    /// The sticky l2 identity (`l2.lace-cni.io/identity`) whose addresses and MAC the endpoint
+    /// shares with the other endpoints of its namespace and network that carry it (ADR 0019).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// One node's block(s) of one network (host-local IPAM).
@@ -495,9 +556,32 @@ pub struct FdbEntrySpec {
     /// Mobility sequence number: the highest wins everywhere.
     #[serde(default)]
     pub sequence: u32,
-    /// Learned from traffic.
+    /// Learned from traffic (else a sticky identity several endpoints share).
     #[serde(default)]
     pub learned: bool,
+    /// The endpoint id at `node` the MAC is behind (control's learning writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_id: Option<u64>,
+    /// A sticky identity's other location (a migration's target), promoted by the VM's
+    /// announcement there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<FdbLocation>,
+    /// Addresses learned with the MAC (each also a `Neighbor` with `learned: true`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    /// When the MAC was last seen at its location (RFC 3339, milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<String>,
+}
+
+/// Where a MAC lives: an endpoint on a node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FdbLocation {
+    /// The node.
+    pub node: String,
+    /// The endpoint id there.
+    pub endpoint_id: u64,
 }
 
 /// A node's SRv6 locator record.

@@ -46,17 +46,18 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
+use std::ops::RangeInclusive;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId};
 
 use crate::api::limits::*;
 use crate::api::{
-    AllocationSpec, Direction, FdbEntrySpec, LabelSelector, LabelSelectorRequirement, NeighborSpec,
+    AllocationSpec, FdbEntrySpec, L2Spec, LabelSelector, LabelSelectorRequirement, NeighborSpec,
     NetworkBindingPolicySpec, NetworkEndpointSpec, NetworkRoutingPolicySpec, NetworkSpec,
     NetworkType, NodeLocatorSpec, RulePolicy, Subnet,
 };
-use crate::world::{NetworkModel, NodeModel, RoutingModel};
+use crate::world::{L2Config, NetworkModel, NodeModel, RoutingModel};
 
 /// Where an error is: the object's kind and name, and the field path inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,6 +230,28 @@ pub enum ValidationError {
         /// The offending value.
         value: String,
     },
+    /// A field of l2 networks on another kind.
+    #[error(
+        "{at} is set on an {kind} network; only l2 networks have it, so remove it or use type l2"
+    )]
+    OnlyForL2 {
+        /// Where.
+        at: Field,
+        /// The network's type.
+        kind: &'static str,
+    },
+    /// A number outside the range its field allows.
+    #[error("{at} {value} is outside {range}; {fix}")]
+    OutOfRange {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: u64,
+        /// The allowed range, e.g. `1..=4094`.
+        range: String,
+        /// What to do.
+        fix: &'static str,
+    },
     /// A VLAN id outside 1..=4094.
     #[error("{at} {value} is outside 1..=4094; use a VLAN id from 1 to 4094, or omit it for untagged traffic")]
     VlanOutOfRange {
@@ -246,6 +269,14 @@ pub enum ValidationError {
         value: String,
         /// A valid value.
         example: &'static str,
+    },
+    /// A time that is not an RFC 3339 timestamp.
+    #[error("{at} {value:?} is not an RFC 3339 time; use e.g. 2026-01-02T03:04:05.678Z")]
+    NotTimestamp {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
     },
     /// Two related values of different address families.
     #[error("{at} {value:?} is not of the same address family as {other_path} {other:?}; use a {what} of that family")]
@@ -430,6 +461,96 @@ pub enum ValidationError {
         /// What is counted (`entries`, `characters`).
         what: &'static str,
     },
+    /// An `ipBlock.except` entry that is not strictly inside its `cidr`.
+    #[error(
+        "{at} {value:?} is not strictly inside ipBlock.cidr {cidr}; an except must be a longer \
+         prefix inside the cidr (Kubernetes refuses it at admission), so fix or remove it"
+    )]
+    ExceptOutsideCidr {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// The block's cidr.
+        cidr: String,
+    },
+    /// A NetworkPolicy peer with `ipBlock` and a selector.
+    #[error(
+        "{at} sets ipBlock together with podSelector or namespaceSelector; a peer is either an \
+         ipBlock or selectors, so split it into two peers"
+    )]
+    IpBlockWithSelector {
+        /// Where (the peer).
+        at: Field,
+    },
+    /// A NetworkPolicy peer that sets nothing.
+    #[error(
+        "{at} sets none of podSelector, namespaceSelector and ipBlock; set one (podSelector: {{}} \
+         selects every pod of the policy's namespace)"
+    )]
+    EmptyPeer {
+        /// Where (the peer).
+        at: Field,
+    },
+    /// A protocol NetworkPolicy does not know.
+    #[error("{at} {value:?} is not a protocol NetworkPolicy knows; use TCP, UDP or SCTP")]
+    UnknownProtocol {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+    },
+    /// A port number outside 1..=65535.
+    #[error("{at} {value} is outside 1..=65535; use a port number from 1 to 65535")]
+    PortOutOfRange {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: i64,
+    },
+    /// `endPort` below `port`.
+    #[error(
+        "{at} {end} is below port {port}; endPort is the last port of the range, at least port"
+    )]
+    EndPortBelowPort {
+        /// Where (`endPort`).
+        at: Field,
+        /// `endPort`.
+        end: i32,
+        /// `port`.
+        port: i32,
+    },
+    /// `endPort` without a numeric `port`.
+    #[error("{at} is set {why}; a range needs a numeric port, so {fix}")]
+    EndPortNeedsNumber {
+        /// Where (`endPort`).
+        at: Field,
+        /// What the port is instead.
+        why: &'static str,
+        /// How to fix it.
+        fix: &'static str,
+    },
+    /// A named port that is not an IANA service name.
+    #[error(
+        "{at} {value:?} is not a port name ({reason}); use 1-15 lowercase letters, digits and \
+         '-', with at least one letter, no '-' at either end and no '--'"
+    )]
+    NotPortName {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A `policyTypes` entry other than `Ingress` and `Egress`.
+    #[error("{at} {value:?} is not a policy type; use Ingress or Egress")]
+    UnknownPolicyType {
+        /// Where.
+        at: Field,
+        /// The offending value.
+        value: String,
+    },
 }
 
 /// Whether `a` is an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), which Kubernetes' IP and
@@ -488,12 +609,6 @@ pub enum Unsupported {
         /// Its type (`external` or `l2`).
         kind: &'static str,
     },
-    /// `direction: sourceToDestination`.
-    #[error(
-        "spec.direction sourceToDestination is not supported yet (one-way paths with stateful \
-         replies need connection tracking); use bidirectional"
-    )]
-    SourceToDestination,
 }
 
 /// A valid routing policy that asks for what the compiler does not implement yet: the daemon
@@ -719,17 +834,24 @@ impl Check {
     }
 
     fn label_selector(&mut self, path: &str, sel: &LabelSelector) {
-        self.match_labels(path, &sel.match_labels);
-        self.match_expressions(path, &sel.match_expressions);
+        self.match_labels(path, &sel.match_labels, Limits::Lace);
+        self.match_expressions(path, &sel.match_expressions, Limits::Lace);
     }
 
-    fn match_labels(&mut self, path: &str, labels: &std::collections::BTreeMap<String, String>) {
-        self.at_most(
-            &format!("{path}.matchLabels"),
-            labels.len(),
-            MAX_LABELS,
-            "entries",
-        );
+    fn match_labels(
+        &mut self,
+        path: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        limits: Limits,
+    ) {
+        if limits == Limits::Lace {
+            self.at_most(
+                &format!("{path}.matchLabels"),
+                labels.len(),
+                MAX_LABELS,
+                "entries",
+            );
+        }
         for (k, v) in labels {
             self.label_key(&format!("{path}.matchLabels"), k);
             if let Err(reason) = label_value(v) {
@@ -743,21 +865,30 @@ impl Check {
         }
     }
 
-    fn match_expressions(&mut self, path: &str, exprs: &[LabelSelectorRequirement]) {
-        self.at_most(
-            &format!("{path}.matchExpressions"),
-            exprs.len(),
-            MAX_REQUIREMENTS,
-            "entries",
-        );
-        for (j, req) in exprs.iter().enumerate() {
-            let p = format!("{path}.matchExpressions[{j}]");
+    fn match_expressions(
+        &mut self,
+        path: &str,
+        exprs: &[LabelSelectorRequirement],
+        limits: Limits,
+    ) {
+        if limits == Limits::Lace {
             self.at_most(
-                &format!("{p}.values"),
-                req.values.len(),
-                MAX_VALUES,
+                &format!("{path}.matchExpressions"),
+                exprs.len(),
+                MAX_REQUIREMENTS,
                 "entries",
             );
+        }
+        for (j, req) in exprs.iter().enumerate() {
+            let p = format!("{path}.matchExpressions[{j}]");
+            if limits == Limits::Lace {
+                self.at_most(
+                    &format!("{p}.values"),
+                    req.values.len(),
+                    MAX_VALUES,
+                    "entries",
+                );
+            }
             self.label_key(&format!("{p}.key"), &req.key);
             let (operator, needs_values): (&'static str, bool) = match req.operator.as_str() {
                 "In" => ("In", true),
@@ -804,6 +935,15 @@ impl Check {
             });
         }
     }
+}
+
+/// Which size limits a selector obeys: lace's own objects' ([`crate::api::limits`], which
+/// bound the CRDs' validation cost), or none beyond the syntax (Kubernetes' own objects, which
+/// the API server admitted without such limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limits {
+    Lace,
+    Kubernetes,
 }
 
 /// An address family.
@@ -996,6 +1136,7 @@ struct ParsedNetwork {
     v4: Option<(Ipv4Net, Option<u8>)>,
     v6: Option<(Ipv6Net, Option<u8>)>,
     external: Vec<IpNet>,
+    l2: L2Config,
 }
 
 fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork {
@@ -1005,8 +1146,17 @@ fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork
         v4: None,
         v6: None,
         external: Vec::new(),
+        l2: L2Config::default(),
     };
     let is_external = spec.type_ == NetworkType::External;
+    if let Some(l2) = &spec.l2 {
+        if spec.type_ == NetworkType::L2 {
+            parsed.l2 = check_l2(c, l2);
+        } else {
+            let at = c.at("spec.l2");
+            c.push(ValidationError::OnlyForL2 { at, kind });
+        }
+    }
 
     if is_external {
         for (family, subnet) in [
@@ -1159,6 +1309,60 @@ fn check_subnet(
     }
 }
 
+/// `spec.l2` of an l2 network: its ranges, and the settings with defaults applied.
+fn check_l2(c: &mut Check, l2: &L2Spec) -> L2Config {
+    let mut out = L2Config::default();
+    let range = |c: &mut Check, path: &str, value: Option<u32>, ok: RangeInclusive<u32>, fix| {
+        let v = value?;
+        if ok.contains(&v) {
+            return Some(v);
+        }
+        let at = c.at(path);
+        c.push(ValidationError::OutOfRange {
+            at,
+            value: u64::from(v),
+            range: format!("{}..={}", ok.start(), ok.end()),
+            fix,
+        });
+        None
+    };
+    if let Some(l) = &l2.learning {
+        let aging = range(
+            c,
+            "spec.l2.learning.agingSeconds",
+            l.aging_seconds,
+            AGING_SECONDS,
+            "use seconds from 30 (a learned MAC is refreshed every quarter of it) to 86400 \
+             (a day), e.g. 300",
+        )
+        .unwrap_or(DEFAULT_AGING_SECONDS);
+        if l.enabled {
+            out.learning = std::num::NonZeroU32::new(aging);
+        }
+    }
+    if let Some(b) = &l2.bum_limit {
+        if let Some(pps) = range(
+            c,
+            "spec.l2.bumLimit.packetsPerSecond",
+            b.packets_per_second,
+            BUM_PPS,
+            "use frames per second from 0 (unlimited) to 10000000, e.g. 1000",
+        ) {
+            out.bum_pps = pps;
+        }
+        if let Some(burst) = range(
+            c,
+            "spec.l2.bumLimit.burst",
+            b.burst,
+            BUM_BURST,
+            "use a number of frames from 1 to 1000000, e.g. 200",
+        ) {
+            out.bum_burst = burst;
+        }
+    }
+    out
+}
+
 fn check_uplink(c: &mut Check, i: usize, up: &crate::api::UplinkAttachment) {
     let p = format!("spec.uplinks[{i}]");
     if let Some(sel) = &up.node_selector {
@@ -1272,6 +1476,8 @@ pub struct ValidNetwork {
     pub external: Vec<IpNet>,
     /// `spec.anonymous`.
     pub anonymous: bool,
+    /// `spec.l2`, defaults applied.
+    pub l2: L2Config,
 }
 
 impl ValidNetwork {
@@ -1285,6 +1491,7 @@ impl ValidNetwork {
             v6: self.v6,
             external: self.external.clone(),
             anonymous: self.anonymous,
+            l2: self.l2,
         }
     }
 }
@@ -1300,6 +1507,7 @@ pub fn parse_network(name: &str, spec: &NetworkSpec) -> Result<ValidNetwork, Err
         v6: parsed.v6,
         external: parsed.external,
         anonymous: spec.anonymous,
+        l2: parsed.l2,
     })
 }
 
@@ -1325,6 +1533,7 @@ pub fn network_model(
         v6: parsed.v6,
         external: parsed.external,
         anonymous: spec.anonymous,
+        l2: parsed.l2,
     })
 }
 
@@ -1431,8 +1640,8 @@ pub fn validate_binding_policy(name: &str, spec: &NetworkBindingPolicySpec) -> R
             if let Some(n) = &sel.name {
                 c.subdomain(&format!("{sp}.name"), n);
             }
-            c.match_labels(&sp, &sel.match_labels);
-            c.match_expressions(&sp, &sel.match_expressions);
+            c.match_labels(&sp, &sel.match_labels, Limits::Lace);
+            c.match_expressions(&sp, &sel.match_expressions, Limits::Lace);
             if let Some(ns) = &sel.namespace_selector {
                 c.label_selector(&format!("{sp}.namespaceSelector"), ns);
             }
@@ -1545,8 +1754,8 @@ pub fn routing_model(name: &str, spec: &NetworkRoutingPolicySpec) -> Result<Rout
 
 /// Says whether the compiler implements a (valid) routing policy. Not yet: a next hop (transit
 /// endpoint or uplink gateway), a destination or source network of type external or l2 (only
-/// l3 networks are routed between), and `direction: sourceToDestination` (it needs connection
-/// tracking). `kind_of` gives the type
+/// l3 networks are routed between). Both directions are supported (`sourceToDestination`: the
+/// way back is reply-only, ADR 0029). `kind_of` gives the type
 /// of a network by name (`None` for a network not known yet: nothing is rejected for it).
 /// The daemon sets `Supported=False` with the error's message, never silently ignores.
 pub fn routing_support(
@@ -1583,9 +1792,6 @@ pub fn routing_support(
             });
         }
     }
-    if spec.direction == Direction::SourceToDestination {
-        features.push(Unsupported::SourceToDestination);
-    }
     if features.is_empty() {
         Ok(())
     } else {
@@ -1621,6 +1827,21 @@ pub fn validate_endpoint(
         "set the CNI container id",
     );
     c.at_most(
+        "spec.containerId",
+        spec.container_id.chars().count(),
+        MAX_UID_LENGTH,
+        "characters",
+    );
+    if let Some(uid) = &spec.pod_uid {
+        c.not_empty("spec.podUid", uid, "set the pod's metadata.uid, or omit it");
+        c.at_most(
+            "spec.podUid",
+            uid.chars().count(),
+            MAX_UID_LENGTH,
+            "characters",
+        );
+    }
+    c.at_most(
         "spec.addresses",
         spec.addresses.len(),
         MAX_ENDPOINT_ADDRESSES,
@@ -1649,6 +1870,39 @@ pub fn validate_endpoint(
     }
     c.one_per_family("spec.addresses", families);
     c.mac("spec.mac", &spec.mac);
+    for (field, value, ok, range, fix) in [
+        (
+            "spec.networkId",
+            u64::from(spec.network_id),
+            spec.network_id > 0,
+            "1..",
+            "set the network's status.id",
+        ),
+        (
+            "spec.port",
+            u64::from(spec.port),
+            (1..=MAX_ENDPOINT_PORT).contains(&spec.port),
+            ENDPOINT_PORT_RANGE,
+            "use the forwarder port control allocated",
+        ),
+        (
+            "spec.endpointId",
+            spec.endpoint_id,
+            spec.endpoint_id > 0,
+            "1..",
+            "use the endpoint id control allocated",
+        ),
+    ] {
+        if !ok {
+            let at = c.at(field);
+            c.push(ValidationError::OutOfRange {
+                at,
+                value,
+                range: range.to_owned(),
+                fix,
+            });
+        }
+    }
     c.finish()
 }
 
@@ -1705,14 +1959,81 @@ pub fn validate_neighbor(name: &str, spec: &NeighborSpec) -> Result<(), Errors> 
     c.finish()
 }
 
-/// Validates an FDBEntry: names and a unicast MAC.
+/// Validates an FDBEntry: names, a unicast MAC, the pending location's node, the learned
+/// addresses (each once) and the time last seen.
 pub fn validate_fdb_entry(name: &str, spec: &FdbEntrySpec) -> Result<(), Errors> {
     let mut c = Check::new("FDBEntry", name);
     c.subdomain("metadata.name", name);
     c.subdomain("spec.network", &spec.network);
     c.mac("spec.mac", &spec.mac);
     c.subdomain("spec.node", &spec.node);
+    if let Some(p) = &spec.pending {
+        c.subdomain("spec.pending.node", &p.node);
+    }
+    c.at_most(
+        "spec.addresses",
+        spec.addresses.len(),
+        MAX_ENDPOINT_ADDRESSES,
+        "entries",
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, a) in spec.addresses.iter().enumerate() {
+        let path = format!("spec.addresses[{i}]");
+        if let Some(a) = c.address(&path, a, "10.50.0.7") {
+            if !seen.insert(a) {
+                let at = c.at("spec.addresses");
+                c.push(ValidationError::Duplicate {
+                    at,
+                    value: a.to_string(),
+                });
+            }
+        }
+    }
+    if let Some(t) = &spec.last_seen {
+        if !rfc3339_shape(t) || t.parse::<k8s_openapi::jiff::Timestamp>().is_err() {
+            let at = c.at("spec.lastSeen");
+            c.push(ValidationError::NotTimestamp {
+                at,
+                value: t.clone(),
+            });
+        }
+    }
     c.finish()
+}
+
+/// Whether `t` is written as RFC 3339 (what the CRD's rule for times matches):
+/// `YYYY-MM-DDTHH:MM:SS`, optional fraction, then `Z` or `±HH:MM`.
+fn rfc3339_shape(t: &str) -> bool {
+    let b = t.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let fixed = digits(0..4)
+        && b.get(4) == Some(&b'-')
+        && digits(5..7)
+        && b.get(7) == Some(&b'-')
+        && digits(8..10)
+        && b.get(10) == Some(&b'T')
+        && digits(11..13)
+        && b.get(13) == Some(&b':')
+        && digits(14..16)
+        && b.get(16) == Some(&b':')
+        && digits(17..19);
+    if !fixed {
+        return false;
+    }
+    let mut i = 19;
+    if b.get(i) == Some(&b'.') {
+        let n = b[i + 1..].iter().take_while(|d| d.is_ascii_digit()).count();
+        if n == 0 {
+            return false;
+        }
+        i += 1 + n;
+    }
+    match &b[i..] {
+        [b'Z'] => true,
+        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit()),
+        _ => false,
+    }
 }
 
 fn check_node_locator(
@@ -1785,5 +2106,352 @@ pub fn node_model(name: &str, spec: &NodeLocatorSpec) -> Result<NodeModel, Error
         id: NodeId(spec.id),
         locator,
         underlay,
+    })
+}
+
+// ---- Kubernetes NetworkPolicy --------------------------------------------------------------
+
+/// Checks an IANA service name (a named port): 1-15 characters of lowercase letters, digits and
+/// `-`, at least one letter, no `-` at either end, no `--`.
+pub fn port_name(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() || s.len() > 15 {
+        return Err("it is empty or longer than 15 characters");
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err("it has a character other than lowercase letters, digits and '-'");
+    }
+    if !s.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err("it has no letter");
+    }
+    if s.starts_with('-') || s.ends_with('-') || s.contains("--") {
+        return Err("it starts or ends with '-' or holds '--'");
+    }
+    Ok(())
+}
+
+/// A Kubernetes label selector as lace's own type (which the checks and the selector compiler
+/// take); `None` is the empty selector.
+fn lace_selector(
+    sel: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> LabelSelector {
+    let Some(sel) = sel else {
+        return LabelSelector::default();
+    };
+    LabelSelector {
+        match_labels: sel.match_labels.clone().unwrap_or_default(),
+        match_expressions: sel
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|e| LabelSelectorRequirement {
+                key: e.key.clone(),
+                operator: e.operator.clone(),
+                values: e.values.clone().unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+impl Check {
+    /// A Kubernetes label selector at `path`, compiled (empty when it has errors; the errors
+    /// are pushed).
+    fn k8s_selector(&mut self, path: &str, sel: &LabelSelector) -> Vec<crate::bind::Requirement> {
+        let before = self.errors.len();
+        self.match_labels(path, &sel.match_labels, Limits::Kubernetes);
+        self.match_expressions(path, &sel.match_expressions, Limits::Kubernetes);
+        if self.errors.len() > before {
+            return Vec::new();
+        }
+        let mut problems = Vec::new();
+        let reqs = crate::bind::compile_requirements(
+            &sel.match_labels,
+            sel.match_expressions
+                .iter()
+                .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_slice())),
+            "",
+            &mut problems,
+        );
+        // The checks above refuse everything the compiler would.
+        debug_assert!(problems.is_empty());
+        reqs
+    }
+
+    /// A NetworkPolicy `ipBlock.cidr` or `except` entry: a CIDR (host bits are cleared, as the
+    /// API server accepts them).
+    fn policy_cidr(&mut self, path: &str, value: &str) -> Option<IpNet> {
+        match value
+            .parse::<IpNet>()
+            .ok()
+            .filter(|n| !is_v4_mapped(&n.addr()))
+        {
+            Some(n) => Some(n.trunc()),
+            None => {
+                let at = self.at(path);
+                self.push(ValidationError::NotCidr {
+                    at,
+                    value: value.to_string(),
+                    example: "10.40.0.0/16 or fd00:40::/48",
+                });
+                None
+            }
+        }
+    }
+
+    fn policy_peer(
+        &mut self,
+        path: &str,
+        namespace: &str,
+        p: &k8s_openapi::api::networking::v1::NetworkPolicyPeer,
+    ) -> Option<crate::netpol::Peer> {
+        use crate::netpol::{IpBlock, NamespaceScope, Peer};
+        if let Some(b) = &p.ip_block {
+            if p.pod_selector.is_some() || p.namespace_selector.is_some() {
+                let at = self.at(path);
+                self.push(ValidationError::IpBlockWithSelector { at });
+                return None;
+            }
+            let cidr = self.policy_cidr(&format!("{path}.ipBlock.cidr"), &b.cidr);
+            let mut except = Vec::new();
+            for (i, e) in b.except.iter().flatten().enumerate() {
+                let ep = format!("{path}.ipBlock.except[{i}]");
+                let Some(net) = self.policy_cidr(&ep, e) else {
+                    continue;
+                };
+                if let Some(c) = cidr {
+                    let inside = c.contains(&net) && net.prefix_len() > c.prefix_len();
+                    if !inside {
+                        let at = self.at(ep);
+                        self.push(ValidationError::ExceptOutsideCidr {
+                            at,
+                            value: e.clone(),
+                            cidr: b.cidr.clone(),
+                        });
+                        continue;
+                    }
+                }
+                except.push(net);
+            }
+            except.sort();
+            except.dedup();
+            return cidr.map(|cidr| Peer::Block(IpBlock { cidr, except }));
+        }
+        if p.pod_selector.is_none() && p.namespace_selector.is_none() {
+            let at = self.at(path);
+            self.push(ValidationError::EmptyPeer { at });
+            return None;
+        }
+        let pods = self.k8s_selector(
+            &format!("{path}.podSelector"),
+            &lace_selector(p.pod_selector.as_ref()),
+        );
+        let namespaces = match &p.namespace_selector {
+            None => NamespaceScope::Policy(namespace.to_owned()),
+            Some(ns) => NamespaceScope::Selected(self.k8s_selector(
+                &format!("{path}.namespaceSelector"),
+                &lace_selector(Some(ns)),
+            )),
+        };
+        Some(Peer::Pods { namespaces, pods })
+    }
+
+    fn policy_port(
+        &mut self,
+        path: &str,
+        p: &k8s_openapi::api::networking::v1::NetworkPolicyPort,
+    ) -> Option<crate::netpol::PortMatch> {
+        use crate::netpol::PortMatch;
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let proto = match p.protocol.as_deref() {
+            None => Some(lace_shared::policy::PROTO_TCP),
+            Some(name) => {
+                let n = crate::netpol::protocol_number(name);
+                if n.is_none() {
+                    let at = self.at(format!("{path}.protocol"));
+                    self.push(ValidationError::UnknownProtocol {
+                        at,
+                        value: name.to_owned(),
+                    });
+                }
+                n
+            }
+        };
+        let in_range = |c: &mut Check, field: &str, v: i32| -> Option<u16> {
+            match u16::try_from(v) {
+                Ok(v) if v > 0 => Some(v),
+                _ => {
+                    let at = c.at(format!("{path}.{field}"));
+                    c.push(ValidationError::PortOutOfRange {
+                        at,
+                        value: i64::from(v),
+                    });
+                    None
+                }
+            }
+        };
+        let m = match (&p.port, p.end_port) {
+            (None, None) => proto.map(PortMatch::AnyPort),
+            (None, Some(_)) => {
+                let at = self.at(format!("{path}.endPort"));
+                self.push(ValidationError::EndPortNeedsNumber {
+                    at,
+                    why: "without port",
+                    fix: "set port to the first port of the range",
+                });
+                None
+            }
+            (Some(IntOrString::String(name)), end) => {
+                if end.is_some() {
+                    let at = self.at(format!("{path}.endPort"));
+                    self.push(ValidationError::EndPortNeedsNumber {
+                        at,
+                        why: "with a named port",
+                        fix: "use a numeric port or remove endPort",
+                    });
+                }
+                if let Err(reason) = port_name(name) {
+                    let at = self.at(format!("{path}.port"));
+                    self.push(ValidationError::NotPortName {
+                        at,
+                        value: name.clone(),
+                        reason,
+                    });
+                    return None;
+                }
+                proto.map(|proto| PortMatch::Named {
+                    proto,
+                    name: name.clone(),
+                })
+            }
+            (Some(IntOrString::Int(port)), end) => {
+                let lo = in_range(self, "port", *port);
+                let hi = match end {
+                    None => lo,
+                    Some(e) => {
+                        let hi = in_range(self, "endPort", e);
+                        if e < *port {
+                            let at = self.at(format!("{path}.endPort"));
+                            self.push(ValidationError::EndPortBelowPort {
+                                at,
+                                end: e,
+                                port: *port,
+                            });
+                            return None;
+                        }
+                        hi
+                    }
+                };
+                match (proto, lo, hi) {
+                    (Some(proto), Some(lo), Some(hi)) => Some(PortMatch::Range { proto, lo, hi }),
+                    _ => None,
+                }
+            }
+        };
+        m
+    }
+
+    fn policy_rules<'a>(
+        &mut self,
+        path: &str,
+        namespace: &str,
+        rules: impl Iterator<
+            Item = (
+                Option<&'a Vec<k8s_openapi::api::networking::v1::NetworkPolicyPeer>>,
+                Option<&'a Vec<k8s_openapi::api::networking::v1::NetworkPolicyPort>>,
+            ),
+        >,
+        peers_field: &str,
+    ) -> Vec<crate::netpol::Rule> {
+        let mut out = Vec::new();
+        for (i, (peers, ports)) in rules.enumerate() {
+            let rp = format!("{path}[{i}]");
+            let peers = peers
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .filter_map(|(j, p)| {
+                    self.policy_peer(&format!("{rp}.{peers_field}[{j}]"), namespace, p)
+                })
+                .collect();
+            let ports = ports
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .filter_map(|(j, p)| self.policy_port(&format!("{rp}.ports[{j}]"), p))
+                .collect();
+            out.push(crate::netpol::Rule { peers, ports });
+        }
+        out
+    }
+}
+
+/// Validates a Kubernetes NetworkPolicy as the API server's admission would (lace reads
+/// manifests no API server admitted) and parses it: every error, each with its field; on
+/// success the model with `policyTypes` resolved (see [`crate::netpol::PolicyModel`]).
+pub fn network_policy_model(
+    namespace: &str,
+    name: &str,
+    spec: &k8s_openapi::api::networking::v1::NetworkPolicySpec,
+) -> Result<crate::netpol::PolicyModel, Errors> {
+    let mut c = Check::new("NetworkPolicy", &format!("{namespace}/{name}"));
+    c.subdomain("metadata.name", name);
+    c.label("metadata.namespace", namespace);
+    let pod_selector = c.k8s_selector(
+        "spec.podSelector",
+        &lace_selector(spec.pod_selector.as_ref()),
+    );
+    let mut types = BTreeSet::new();
+    for (i, t) in spec.policy_types.iter().flatten().enumerate() {
+        let at = c.at(format!("spec.policyTypes[{i}]"));
+        match t.as_str() {
+            "Ingress" | "Egress" => {
+                if !types.insert(t.as_str()) {
+                    c.push(ValidationError::Duplicate {
+                        at,
+                        value: t.clone(),
+                    });
+                }
+            }
+            _ => c.push(ValidationError::UnknownPolicyType {
+                at,
+                value: t.clone(),
+            }),
+        }
+    }
+    let ingress_rules = spec.ingress.as_deref().unwrap_or_default();
+    let egress_rules = spec.egress.as_deref().unwrap_or_default();
+    // Upstream defaulting: without policyTypes, Ingress always and Egress when egress rules
+    // exist.
+    if spec.policy_types.as_ref().is_none_or(Vec::is_empty) {
+        types.insert("Ingress");
+        if !egress_rules.is_empty() {
+            types.insert("Egress");
+        }
+    }
+    let ingress = c.policy_rules(
+        "spec.ingress",
+        namespace,
+        ingress_rules
+            .iter()
+            .map(|r| (r.from.as_ref(), r.ports.as_ref())),
+        "from",
+    );
+    let egress = c.policy_rules(
+        "spec.egress",
+        namespace,
+        egress_rules
+            .iter()
+            .map(|r| (r.to.as_ref(), r.ports.as_ref())),
+        "to",
+    );
+    c.finish()?;
+    Ok(crate::netpol::PolicyModel {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        pod_selector,
+        ingress: types.contains("Ingress").then_some(ingress),
+        egress: types.contains("Egress").then_some(egress),
     })
 }

@@ -78,7 +78,7 @@ use crate::api::{
 
 pub use self::cel::{CelCompileError, CelEvalError};
 pub use self::celtype::{CelType, TypeError};
-pub use self::selector::{Labels, Requirement, Selector, SelectorProblem};
+pub use self::selector::{compile_requirements, Labels, Requirement, Selector, SelectorProblem};
 pub use self::services::{BindingChange, ContinuousBindings, ObjectError};
 
 /// The condition type reporting whether a policy's expressions compile.

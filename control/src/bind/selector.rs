@@ -28,7 +28,7 @@ impl Labels for Option<&serde_json::Map<String, serde_json::Value>> {
 }
 
 /// One label requirement.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Requirement {
     /// `matchLabels` entry.
     Equals(String, String),
@@ -43,7 +43,8 @@ pub enum Requirement {
 }
 
 impl Requirement {
-    fn holds(&self, labels: &impl Labels) -> bool {
+    /// Whether `labels` satisfy the requirement.
+    pub fn holds(&self, labels: &impl Labels) -> bool {
         match self {
             Requirement::Equals(k, v) => labels.label(k) == Some(v.as_str()),
             Requirement::In(k, vs) => labels.label(k).is_some_and(|l| vs.iter().any(|v| v == l)),
@@ -179,27 +180,51 @@ fn requirements(
     prefix: &str,
     problems: &mut Vec<(String, SelectorProblem)>,
 ) -> Vec<Requirement> {
+    compile_requirements(
+        match_labels,
+        match_expressions
+            .iter()
+            .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_slice())),
+        prefix,
+        problems,
+    )
+}
+
+/// Compiles a label selector's `matchLabels` and `matchExpressions` (each as key, operator,
+/// values) into requirements; problems get the field path `{prefix}matchExpressions[i]`. The
+/// one compiler of label selectors: binding rules and Kubernetes NetworkPolicy selectors use it.
+pub fn compile_requirements<'a>(
+    match_labels: &BTreeMap<String, String>,
+    match_expressions: impl IntoIterator<Item = (&'a str, &'a str, &'a [String])>,
+    prefix: &str,
+    problems: &mut Vec<(String, SelectorProblem)>,
+) -> Vec<Requirement> {
     let mut out: Vec<Requirement> = match_labels
         .iter()
         .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
         .collect();
-    for (i, e) in match_expressions.iter().enumerate() {
-        let key = e.key.clone();
-        let operator = e.operator.clone();
-        let needs_values = matches!(e.operator.as_str(), "In" | "NotIn");
-        let problem = match e.operator.as_str() {
-            "In" | "NotIn" | "Exists" | "DoesNotExist" if needs_values && e.values.is_empty() => {
-                Some(SelectorProblem::MissingValues { key, operator })
+    for (i, (key, operator, values)) in match_expressions.into_iter().enumerate() {
+        let needs_values = matches!(operator, "In" | "NotIn");
+        let (key, operator_s) = (key.to_owned(), operator.to_owned());
+        let problem = match operator {
+            "In" | "NotIn" | "Exists" | "DoesNotExist" if needs_values && values.is_empty() => {
+                Some(SelectorProblem::MissingValues {
+                    key,
+                    operator: operator_s,
+                })
             }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" if !needs_values && !e.values.is_empty() => {
-                Some(SelectorProblem::UnexpectedValues { key, operator })
+            "In" | "NotIn" | "Exists" | "DoesNotExist" if !needs_values && !values.is_empty() => {
+                Some(SelectorProblem::UnexpectedValues {
+                    key,
+                    operator: operator_s,
+                })
             }
             "In" => {
-                out.push(Requirement::In(key, e.values.clone()));
+                out.push(Requirement::In(key, values.to_vec()));
                 None
             }
             "NotIn" => {
-                out.push(Requirement::NotIn(key, e.values.clone()));
+                out.push(Requirement::NotIn(key, values.to_vec()));
                 None
             }
             "Exists" => {
@@ -210,7 +235,10 @@ fn requirements(
                 out.push(Requirement::DoesNotExist(key));
                 None
             }
-            _ => Some(SelectorProblem::UnknownOperator { key, operator }),
+            _ => Some(SelectorProblem::UnknownOperator {
+                key,
+                operator: operator_s,
+            }),
         };
         if let Some(p) = problem {
             problems.push((format!("{prefix}matchExpressions[{i}]"), p));

@@ -283,7 +283,7 @@ pub enum PodLinkState {
 }
 
 /// Runs `f` with a netlink handle of the calling thread's namespace.
-fn with_netlink<T, F, Fut>(f: F) -> Result<T, LinkError>
+pub(crate) fn with_netlink<T, F, Fut>(f: F) -> Result<T, LinkError>
 where
     F: FnOnce(Handle) -> Fut,
     Fut: Future<Output = Result<T, LinkError>>,
@@ -302,7 +302,7 @@ where
 }
 
 /// Opens a namespace file, telling a missing namespace apart.
-fn open_netns(netns: &Path) -> Result<File, LinkError> {
+pub(crate) fn open_netns(netns: &Path) -> Result<File, LinkError> {
     File::open(netns).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => LinkError::NetnsGone(netns.to_path_buf()),
         _ => LinkError::Netns {
@@ -313,7 +313,7 @@ fn open_netns(netns: &Path) -> Result<File, LinkError> {
 }
 
 /// Runs `f` with a netlink handle of the namespace at `netns`, on a thread that entered it.
-fn in_netns<T, F, Fut>(netns: &Path, f: F) -> Result<T, LinkError>
+pub(crate) fn in_netns<T, F, Fut>(netns: &Path, f: F) -> Result<T, LinkError>
 where
     T: Send,
     F: FnOnce(Handle) -> Fut + Send,
@@ -339,16 +339,19 @@ where
     })
 }
 
-fn is_errno(e: &rtnetlink::Error, errno: Errno) -> bool {
+pub(crate) fn is_errno(e: &rtnetlink::Error, errno: Errno) -> bool {
     matches!(e, rtnetlink::Error::NetlinkError(m) if m.raw_code().abs() == errno as i32)
 }
 
-fn nl(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> LinkError {
+pub(crate) fn nl(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> LinkError {
     let what = what.into();
     move |source| LinkError::Netlink { what, source }
 }
 
-async fn find_link(handle: &Handle, name: &str) -> Result<Option<LinkMessage>, LinkError> {
+pub(crate) async fn find_link(
+    handle: &Handle,
+    name: &str,
+) -> Result<Option<LinkMessage>, LinkError> {
     let mut links = handle.link().get().match_name(name.to_string()).execute();
     match links.try_next().await {
         Ok(link) => Ok(link),
@@ -357,7 +360,7 @@ async fn find_link(handle: &Handle, name: &str) -> Result<Option<LinkMessage>, L
     }
 }
 
-fn link_mac(link: &LinkMessage) -> Vec<u8> {
+pub(crate) fn link_mac(link: &LinkMessage) -> Vec<u8> {
     link.attributes
         .iter()
         .find_map(|a| match a {
@@ -367,7 +370,7 @@ fn link_mac(link: &LinkMessage) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-fn link_mtu(link: &LinkMessage) -> Option<u32> {
+pub(crate) fn link_mtu(link: &LinkMessage) -> Option<u32> {
     link.attributes.iter().find_map(|a| match a {
         LinkAttribute::Mtu(m) => Some(*m),
         _ => None,
@@ -383,7 +386,7 @@ fn link_is_veth(link: &LinkMessage) -> bool {
     })
 }
 
-async fn delete_by_name(handle: &Handle, name: &str) -> Result<bool, LinkError> {
+pub(crate) async fn delete_by_name(handle: &Handle, name: &str) -> Result<bool, LinkError> {
     let Some(link) = find_link(handle, name).await? else {
         return Ok(false);
     };
@@ -534,7 +537,7 @@ pub fn configure_pod_end(spec: &PodLinkSpec, netns: &Path) -> Result<(), LinkErr
     })
 }
 
-fn route_message(dst: IpNet, gw: IpAddr, index: u32) -> Result<RouteMessage, LinkError> {
+pub(crate) fn route_message(dst: IpNet, gw: IpAddr, index: u32) -> Result<RouteMessage, LinkError> {
     let bad = |reason: String| LinkError::BadAllocation {
         field: "routes",
         value: format!("{dst} via {gw}"),
@@ -699,7 +702,7 @@ fn route_matches(r: &RouteMessage, dst: IpNet, gw: IpAddr, index: u32) -> bool {
     dst_ok && r_gw == Some(gw) && r_oif == Some(index)
 }
 
-fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
+pub(crate) fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
     match a {
         RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
         RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
@@ -709,7 +712,11 @@ fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
 
 /// Writes `/proc/sys/<key>` as seen from the calling thread's namespace. With `missing_ok`, a
 /// key that does not exist (IPv6 off) is not an error.
-fn write_sysctl(key: &str, value: &'static str, missing_ok: bool) -> Result<(), LinkError> {
+pub(crate) fn write_sysctl(
+    key: &str,
+    value: &'static str,
+    missing_ok: bool,
+) -> Result<(), LinkError> {
     let path = Path::new("/proc/sys").join(key);
     match std::fs::write(&path, value) {
         Ok(()) => Ok(()),
@@ -724,7 +731,7 @@ fn write_sysctl(key: &str, value: &'static str, missing_ok: bool) -> Result<(), 
 
 /// Switches checksum and segmentation offloads on on `ifname`, in the calling thread's
 /// namespace (a child process starts in its parent thread's namespace).
-fn offloads_on(ifname: &str) -> Result<(), LinkError> {
+pub(crate) fn offloads_on(ifname: &str) -> Result<(), LinkError> {
     let out = Command::new("ethtool")
         .arg("-K")
         .arg(ifname)

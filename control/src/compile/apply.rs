@@ -7,8 +7,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use lace_shared::policy::ServiceKey;
 use lace_shared::tables::TableWriter;
+use lace_shared::types::NetworkId;
 
+use lace_shared::policy::{PolicyDir, PolicySetId};
+
+use super::policy::{PeerMap, PolicyTables, SetTables};
 use super::{split, NetworkTables, NodeTables};
 use crate::diff::merge_diff;
 
@@ -23,6 +28,10 @@ pub struct ApplyStats {
     pub routes_set: usize,
     /// Routes removed from networks that stay.
     pub routes_removed: usize,
+    /// Service records set (added or changed).
+    pub services_set: usize,
+    /// Service records removed.
+    pub services_removed: usize,
     /// l2 neighbor and FDB entries set, and flood lists replaced.
     pub l2_set: usize,
     /// l2 neighbor and FDB entries removed from networks that stay.
@@ -41,6 +50,10 @@ pub struct ApplyStats {
     pub sids_removed: usize,
     /// The SRv6 source address set (1) or not (0).
     pub source_set: usize,
+    /// Peer-class prefixes, policy sets and decisions set.
+    pub policy_set: usize,
+    /// Peer-class prefixes, policy sets and decisions removed.
+    pub policy_removed: usize,
     /// The generation published; None when nothing changed (no publication).
     pub generation: Option<u64>,
 }
@@ -52,6 +65,8 @@ impl ApplyStats {
             + self.networks_removed
             + self.routes_set
             + self.routes_removed
+            + self.services_set
+            + self.services_removed
             + self.l2_set
             + self.l2_removed
             + self.ports_set
@@ -61,6 +76,8 @@ impl ApplyStats {
             + self.sids_set
             + self.sids_removed
             + self.source_set
+            + self.policy_set
+            + self.policy_removed
     }
 }
 
@@ -140,7 +157,12 @@ fn stage(
             _ => (None, b.next()),
         };
         match (old, new) {
-            (Some((id, _)), None) => {
+            (Some((id, o)), None) => {
+                // Service records are keyed by network but live beside the networks: they go
+                // first.
+                for port in o.services.keys() {
+                    remove_service(w, *id, port, st)?;
+                }
                 w.remove_network(*id)
                     .map_err(fail(|| format!("remove_network {}", id.0)))?;
                 st.networks_removed += 1;
@@ -155,6 +177,9 @@ fn stage(
             (None, None) => break,
         }
     }
+    // Policy tables after the networks (a set names its network) and before the ports (a port
+    // names its set).
+    policies(w, last, next, st)?;
     merge_diff(&last.ports, &next.ports, |id, _, new| {
         match new {
             Some(p) => {
@@ -197,7 +222,7 @@ fn stage(
 
 fn network(
     w: &mut TableWriter,
-    id: lace_shared::types::NetworkId,
+    id: NetworkId,
     old: Option<&NetworkTables>,
     new: &NetworkTables,
     st: &mut ApplyStats,
@@ -254,11 +279,11 @@ fn network(
             .map_err(fail(|| format!("set_flood network {}", id.0)))?;
         st.l2_set += 1;
     }
-    merge_diff(old_routes, &new.routes, |p, _, nh| {
+    merge_diff(old_routes, &new.routes, |p, _, r| {
         let (addr, len) = split(p);
-        match nh {
-            Some(nh) => {
-                w.add_route(id, addr, len, *nh)
+        match r {
+            Some(r) => {
+                w.add_route_flags(id, addr, len, r.nh, r.flags)
                     .map_err(fail(|| format!("add_route network {} {p}", id.0)))?;
                 st.routes_set += 1;
             }
@@ -269,5 +294,153 @@ fn network(
             }
         }
         Ok(())
+    })?;
+    let empty_services = BTreeMap::new();
+    // `Arc<ServiceInfo>` compares by pointer first: the compiler's cache shares unchanged
+    // records.
+    merge_diff(
+        old.map_or(&empty_services, |o| &o.services),
+        &new.services,
+        |port, _, info| match info {
+            Some(info) => {
+                let key = ServiceKey::new(id, port.addr, port.protocol, port.port);
+                w.set_service(key, info).map_err(fail(|| {
+                    format!(
+                        "set_service network {} {}:{}/{}",
+                        id.0, port.addr, port.port, port.protocol
+                    )
+                }))?;
+                st.services_set += 1;
+                Ok(())
+            }
+            None => remove_service(w, id, port, st),
+        },
+    )
+}
+
+fn remove_service(
+    w: &mut TableWriter,
+    id: NetworkId,
+    port: &super::ServicePort,
+    st: &mut ApplyStats,
+) -> Result<(), ApplyError> {
+    let key = ServiceKey::new(id, port.addr, port.protocol, port.port);
+    w.remove_service(key).map_err(fail(|| {
+        format!(
+            "remove_service network {} {}:{}/{}",
+            id.0, port.addr, port.port, port.protocol
+        )
+    }))?;
+    st.services_removed += 1;
+    Ok(())
+}
+
+fn policies(
+    w: &mut TableWriter,
+    last: &NodeTables,
+    next: &NodeTables,
+    st: &mut ApplyStats,
+) -> Result<(), ApplyError> {
+    let empty = PolicyTables::default();
+    let mut keys: Vec<NetworkId> = last
+        .policies
+        .keys()
+        .chain(next.policies.keys())
+        .copied()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    for &id in &keys {
+        let (old, new) = (last.policies.get(&id), next.policies.get(&id));
+        if let (Some(o), Some(n)) = (old, new) {
+            if Arc::ptr_eq(o, n) {
+                continue;
+            }
+        }
+        // A removed network took its peer prefixes with it.
+        if !next.networks.contains_key(&id) {
+            continue;
+        }
+        let (old, new) = (old.map_or(&empty, |o| o), new.map_or(&empty, |n| n));
+        let mut batch = Vec::new();
+        PeerMap::diff(&old.peers, &new.peers, |p, class| {
+            let (addr, len) = split(p);
+            match class {
+                Some(_) => st.policy_set += 1,
+                None => st.policy_removed += 1,
+            }
+            batch.push((addr, len, class.copied()));
+            Ok::<(), ApplyError>(())
+        })?;
+        w.apply_peer_prefixes(id, &batch).map_err(fail(|| {
+            format!(
+                "apply_peer_prefixes network {} ({} changes)",
+                id.0,
+                batch.len()
+            )
+        }))?;
+    }
+    // Sets by number over every network: a number may move from one network to another.
+    let sets_of = |t: &NodeTables| -> BTreeMap<PolicySetId, Arc<SetTables>> {
+        t.policies
+            .values()
+            .flat_map(|p| p.sets.iter().map(|(k, v)| (*k, Arc::clone(v))))
+            .collect()
+    };
+    let (old, new) = (sets_of(last), sets_of(next));
+    merge_diff(&old, &new, |sid, o, n| match n {
+        Some(n) => {
+            if o.is_some_and(|o| Arc::ptr_eq(o, n)) {
+                return Ok(());
+            }
+            set(w, *sid, o.map(Arc::as_ref), n, st)
+        }
+        None => {
+            w.remove_policy_set(*sid)
+                .map_err(fail(|| format!("remove_policy_set {}", sid.0)))?;
+            st.policy_removed += 1;
+            Ok(())
+        }
     })
+}
+
+fn set(
+    w: &mut TableWriter,
+    sid: PolicySetId,
+    old: Option<&SetTables>,
+    new: &SetTables,
+    st: &mut ApplyStats,
+) -> Result<(), ApplyError> {
+    if old.map(|o| o.set) != Some(new.set) {
+        w.set_policy_set(sid, &new.set)
+            .map_err(fail(|| format!("set_policy_set {}", sid.0)))?;
+        st.policy_set += 1;
+    }
+    let empty = BTreeMap::new();
+    merge_diff(
+        old.map_or(&empty, |o| &o.decisions),
+        &new.decisions,
+        |(dir, class), _, ports| {
+            let what = || {
+                let d = match dir {
+                    PolicyDir::Ingress => "ingress",
+                    PolicyDir::Egress => "egress",
+                };
+                format!("set {} {d} class {}", sid.0, class.0)
+            };
+            match ports {
+                Some(p) => {
+                    w.set_decision(sid, *dir, *class, p)
+                        .map_err(fail(|| format!("set_decision {}", what())))?;
+                    st.policy_set += 1;
+                }
+                None => {
+                    w.remove_decision(sid, *dir, *class)
+                        .map_err(fail(|| format!("remove_decision {}", what())))?;
+                    st.policy_removed += 1;
+                }
+            }
+            Ok(())
+        },
+    )
 }

@@ -23,12 +23,22 @@
 //!   N's *route set*: each local endpoint's /32 and /128 → `Local`, this node's block of N →
 //!   `Unreachable` (a free address answers ICMP unreachable at once), each other node's block of
 //!   N → `Remote` to that node's End.DT46 SID of N. Then, in policy order, for every accepted
-//!   bidirectional routing policy between l3 networks with N among its sources, the
-//!   destination's route set narrowed to the policy's prefixes; and for every one with
-//!   destination N, each source's route set (not narrowed: the FIB matches destinations only).
-//!   Other policies (`sourceToDestination`, l2 or external ends) compile to nothing and are
-//!   noted as [`NoteKind::Unsupported`] (ADR 0007). A prefix reached twice with different next hops keeps the first and is
-//!   reported as a [`NoteKind::Conflict`], never silently overwritten.
+//!   routing policy between l3 networks with N among its sources, the destination's route set
+//!   narrowed to the policy's prefixes; and for every one with destination N, each source's
+//!   route set (not narrowed: the FIB matches destinations only) — flagged
+//!   [`RouteFlags::REPLY_ONLY`] when the policy is `sourceToDestination`: such a route carries
+//!   only replies of connections the flow table saw opened the allowed way (ADR 0029). A prefix
+//!   reached once plainly and once reply-only is plain. Policies with l2 or external ends
+//!   compile to nothing and are noted as [`NoteKind::Unsupported`] (ADR 0007). A prefix reached
+//!   twice with different next hops keeps the first and is reported as a
+//!   [`NoteKind::Conflict`], never silently overwritten.
+//! - **Services** (ADR 0029): last, each ClusterIP's host route → `NextHop::Service` in the
+//!   FIB of the Service's network (unless it is anonymous) and of every network a policy lets
+//!   reach that network (the sources of a policy toward it, and, bidirectional, the destination
+//!   of a policy from it), with a record per (ClusterIP, protocol, port) in that network's
+//!   [`NetworkTables::services`] ([`service_info`]: the backends, the Maglev table). A ClusterIP
+//!   that another route (an endpoint) or another Service already holds is a conflict note.
+//!   A network with Services or reply-only routes is [`stateful`].
 //! - **Ports**: the endpoints on this node. **Remote nodes**: every other node. **Local SIDs**:
 //!   End.DT46 of each l3 network programmed here ([`encode_sid`]), End.DT2U and End.DT2M of
 //!   each l2 one.
@@ -40,6 +50,12 @@
 //!   their own. Their MTU leaves room for the inner Ethernet header too
 //!   ([`L2_ENCAP_OVERHEAD`]). Routing policies with l2 ends compile to nothing yet.
 //! - **external** networks are not programmed.
+//! - **The host interface** (when the world has one, ADR 0023): its port
+//!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network
+//!   ([`NetworkId::HOST`]): every local endpoint's addresses → `Local`, this node's l3 blocks →
+//!   `Unreachable`, the node's own addresses → the host port, the gateways [`HOST_GATEWAY4`] /
+//!   [`HOST_GATEWAY6`] → `Receive`. Every programmed network routes the node's addresses to the
+//!   host port. [`host_routes`] is what the host's own routing table sends into the interface.
 //!
 //! **Incremental.** [`Compiler`] keeps this node's endpoints indexed by network, each
 //! network's route set, and each programmed network's compiled tables (shared through [`Arc`]).
@@ -53,26 +69,63 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use lace_shared::policy::{RouteFlags, ServiceInfo};
 use lace_shared::types::{
     FdbEntry, FloodTarget, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, NodeId, NodeInfo,
     PortId, PortInfo, Sid, SidBehavior,
 };
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::world::{AttachmentKey, World};
+use crate::world::{AttachmentKey, NamespacedName, World};
 
 mod apply;
 mod encode;
+mod policy;
 mod readback;
 mod routes;
+mod services;
 
 pub use apply::{ApplyError, ApplyStats};
 pub use encode::{
     decode_sid, encode_sid, gateway4, gateway6, gateway_mac, SidError, SidFunction, FUNCTION_BITS,
     MAX_LOCATOR_LEN,
 };
+pub use policy::{PeerMap, PolicyLimits, PolicyTables, SetTables};
 pub use readback::{read_back, ReadBackError};
+pub use services::service_info;
 
 use routes::{Cache, LocalIndex, Members};
+use services::ServiceIndex;
+
+/// The host network's IPv4 gateway: the next hop of the host's routes into the host interface
+/// (link-local; the host knows its MAC from a permanent neighbor entry).
+pub const HOST_GATEWAY4: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
+/// The host network's IPv6 gateway.
+pub const HOST_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+
+/// What the host sends into its host interface: the host network's destinations (local
+/// endpoints, this node's blocks), without those a wider one covers. Empty without a host
+/// network.
+pub fn host_routes(t: &NodeTables) -> BTreeSet<IpNet> {
+    let Some(host) = t.networks.get(&NetworkId::HOST) else {
+        return BTreeSet::new();
+    };
+    let wanted: Vec<IpNet> = host
+        .routes
+        .iter()
+        .filter(|(_, r)| match r.nh {
+            NextHop::Local { port, .. } => port != PortId::HOST,
+            NextHop::Unreachable => true,
+            _ => false,
+        })
+        .map(|(p, _)| *p)
+        .collect();
+    wanted
+        .iter()
+        .filter(|p| !wanted.iter().any(|q| q != *p && q.contains(*p)))
+        .copied()
+        .collect()
+}
 
 /// Bytes `H.Encaps.Red` adds without an SRH: the outer IPv6 header.
 pub const ENCAP_OVERHEAD: u16 = 40;
@@ -85,11 +138,16 @@ pub const L2_ENCAP_OVERHEAD: u16 = ENCAP_OVERHEAD + 14;
 pub struct CompileConfig {
     /// MTU of the node's uplink (the IPv6 packet size the underlay carries).
     pub underlay_mtu: u16,
+    /// How large one network's NetworkPolicy tables may grow.
+    pub policy: PolicyLimits,
 }
 
 impl Default for CompileConfig {
     fn default() -> Self {
-        CompileConfig { underlay_mtu: 1500 }
+        CompileConfig {
+            underlay_mtu: 1500,
+            policy: PolicyLimits::default(),
+        }
     }
 }
 
@@ -97,6 +155,12 @@ impl CompileConfig {
     /// The MTU offered to endpoints of l3 networks: underlay MTU − [`ENCAP_OVERHEAD`].
     pub fn pod_mtu(&self) -> u16 {
         self.underlay_mtu.saturating_sub(ENCAP_OVERHEAD)
+    }
+
+    /// The MTU of the host interface: the smallest any pod has, so that what the host sends
+    /// fits every pod it reaches.
+    pub fn host_mtu(&self) -> u16 {
+        self.pod_mtu_of(NetworkKind::L2)
     }
 
     /// The MTU offered to endpoints of a network of `kind`: l2 endpoints' frames carry their
@@ -109,13 +173,56 @@ impl CompileConfig {
     }
 }
 
+/// A FIB entry: where a prefix goes, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Route {
+    /// The next hop.
+    pub nh: NextHop,
+    /// [`RouteFlags::REPLY_ONLY`] on a one-way path's way back.
+    pub flags: RouteFlags,
+}
+
+impl From<NextHop> for Route {
+    fn from(nh: NextHop) -> Route {
+        Route {
+            nh,
+            flags: RouteFlags::NONE,
+        }
+    }
+}
+
+/// A Service port as a network's tables hold it: (ClusterIP, IP protocol, port) — with the
+/// network, the forwarder's [`lace_shared::policy::ServiceKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePort {
+    /// The ClusterIP.
+    pub addr: IpAddr,
+    /// IP protocol number.
+    pub protocol: u8,
+    /// The Service port.
+    pub port: u16,
+}
+
+/// Whether a network's local endpoints go through the forwarder's connection tracker
+/// ([`NetworkInfo::stateful`]): the one place that decides it. A network is stateful when its
+/// endpoints here have NetworkPolicy sets, its FIB leads to a Service (NAT), or it holds
+/// reply-only routes (the way back of a one-way path).
+pub fn stateful(has_policy_sets: bool, routes: &BTreeMap<IpNet, Route>) -> bool {
+    has_policy_sets
+        || routes
+            .values()
+            .any(|r| r.nh == NextHop::Service || r.flags.reply_only())
+}
+
 /// One network's tables on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkTables {
     /// Settings (kind, gateways, MTU).
     pub info: NetworkInfo,
-    /// FIB, IPv4 and IPv6: prefix (host bits zero) → next hop.
-    pub routes: BTreeMap<IpNet, NextHop>,
+    /// FIB, IPv4 and IPv6: prefix (host bits zero) → next hop and flags.
+    pub routes: BTreeMap<IpNet, Route>,
+    /// Service records of the ClusterIPs this network's FIB routes to `NextHop::Service`.
+    pub services: BTreeMap<ServicePort, Arc<ServiceInfo>>,
     /// l2: IP → MAC of every endpoint of the network and of its gateways.
     pub neighbors: BTreeMap<IpAddr, MacAddr>,
     /// l2: MAC → where it lives.
@@ -138,6 +245,9 @@ pub struct NodeTables {
     /// The node's SRv6 source address (its underlay address): the outer source of everything
     /// it encapsulates, which the tables' precomputed encapsulations carry.
     pub srv6_source: Option<std::net::Ipv6Addr>,
+    /// Kubernetes NetworkPolicy tables by network (networks without policy sets or peer
+    /// classes have no entry); shared with the compiler's cache.
+    pub policies: BTreeMap<NetworkId, Arc<PolicyTables>>,
 }
 
 impl NodeTables {
@@ -158,6 +268,8 @@ pub enum NoteKind {
     /// The world refers to something it does not contain (validation should have caught it);
     /// the reference was skipped.
     Inconsistent,
+    /// The world asks for more than the tables hold; the last good tables stay in force.
+    Limit,
 }
 
 /// Something the daemon should surface as a condition: the compilation went ahead without it.
@@ -229,6 +341,14 @@ pub enum Change {
     },
     /// The accepted routing policies changed.
     Routing,
+    /// A Service was added, changed (binding, ClusterIPs, ports, backends) or removed.
+    Service(NamespacedName),
+    /// A pod's labels or named ports changed (or it appeared or went).
+    Pod(NamespacedName),
+    /// A namespace's labels changed.
+    Namespace(String),
+    /// A Kubernetes NetworkPolicy or its binding changed.
+    NetworkPolicy(NamespacedName),
 }
 
 /// What `node`'s tables should be in `world`. Pure; the same as a fresh
@@ -308,13 +428,21 @@ impl Compiler {
             });
         let cache = match &mut self.cache {
             Some(c) if !full => c,
-            slot => slot.insert(Cache::new(
-                LocalIndex::build(world, &self.node),
-                LocalIndex::build_l2(world),
-            )),
+            slot => {
+                let c = slot.insert(Cache::new(
+                    LocalIndex::build(world, &self.node),
+                    LocalIndex::build_l2(world),
+                    ServiceIndex::build(world),
+                ));
+                c.build_policy(world, self.cfg.policy);
+                c
+            }
         };
         let mut recompile_all = full;
         let mut dirty = BTreeSet::new();
+        // Networks whose Services changed: their route sets stay, their tables and their
+        // importers' are recompiled.
+        let mut dirty_services = BTreeSet::new();
         if !full {
             for c in changes {
                 match c {
@@ -342,12 +470,28 @@ impl Compiler {
                         dirty.insert(network.clone());
                     }
                     Change::Routing => recompile_all = true,
+                    Change::Service(key) => {
+                        let (old, new) = cache.services.update(world, key);
+                        dirty_services.extend(old);
+                        dirty_services.extend(new);
+                    }
+                    // The policy compiler's own business (below).
+                    Change::Pod(_) | Change::Namespace(_) | Change::NetworkPolicy(_) => {}
                 }
             }
+            // NetworkPolicy, after the local index took the endpoint changes; a network whose
+            // policy sets appear or vanish changes its settings (`stateful`).
+            let wanted = cache.policy_networks(world);
+            let index = &cache.index;
+            let flipped = cache
+                .policy
+                .update(world, changes, |n| index.of(n), &wanted);
+            dirty.extend(flipped);
         }
         for n in &dirty {
             cache.sets.remove(n);
         }
+        dirty.extend(dirty_services);
         let ctx = routes::Ctx {
             world,
             me,

@@ -5,6 +5,7 @@
 //! read-only; call it while no batch is being published, i.e. from the writer's own thread);
 //! `read_back` after `Compiler::apply(next)` returns a value equal to `next`.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,7 +23,14 @@ use lace_shared::types::{
     SidBehavior, SidRec,
 };
 
-use super::{NetworkTables, NodeTables};
+use lace_shared::policy::{
+    Backend, BackendRec, PeerClass, PolicyDir, PolicySet, PolicySetId, PolicySetRec, PortRange,
+    PortSetRec, Ports, RouteFlags, ServiceInfo, ServiceKey, ServiceRec, MAX_PORTSET_CHAIN,
+    PORTS_ALL,
+};
+
+use super::policy::{PeerMap, PolicyTables, SetTables};
+use super::{NetworkTables, NodeTables, Route, ServicePort};
 
 /// Why the published tables could not be read back.
 #[derive(Debug, thiserror::Error)]
@@ -57,30 +65,48 @@ pub fn read_back(cfg: &TablesConfig) -> Result<NodeTables, ReadBackError> {
     if off == 0 {
         return Ok(t);
     }
+    let mut policies: BTreeMap<NetworkId, PolicyTables> = BTreeMap::new();
     let root = *mem
         .get::<RootRec>(off)
         .ok_or_else(|| corrupt(format!("root offset {off} outside the region")))?;
-    let hop = |i: u32| -> Result<NextHop, ReadBackError> {
+    let hop_rec = |i: u32| -> Result<(NextHop, RouteFlags), ReadBackError> {
         PagedArray::<NextHopRec>::get(mem, &root.nexthops, i)
-            .and_then(NextHop::from_rec)
+            .and_then(|r| NextHop::from_rec(r).map(|h| (h, RouteFlags(r.flags))))
             .ok_or_else(|| corrupt(format!("next hop {i} is missing or of an unknown kind")))
     };
+    let hop = |i: u32| hop_rec(i).map(|(h, _)| h);
+    let route = |i: u32| hop_rec(i).map(|(nh, flags)| Route { nh, flags });
+    let mut services = read_services(mem, &root).map_err(corrupt)?;
     for (id, rec) in PagedArray::<NetworkRec>::iter(mem, &root.networks) {
         let Some(info) = NetworkInfo::read(rec) else {
             continue;
         };
-        let mut routes = std::collections::BTreeMap::new();
+        let mut peers = PeerMap::default();
+        for (k, len, c) in Fib::<u32>::routes(mem, &rec.peers4) {
+            let p = Ipv4Net::new(Ipv4Addr::from(k), len)
+                .map_err(|_| corrupt(format!("network {id}: IPv4 peer prefix of length {len}")))?;
+            peers.insert(IpNet::V4(p), PeerClass(c));
+        }
+        for (k, len, c) in Fib::<u128>::routes(mem, &rec.peers6) {
+            let p = Ipv6Net::new(Ipv6Addr::from(k), len)
+                .map_err(|_| corrupt(format!("network {id}: IPv6 peer prefix of length {len}")))?;
+            peers.insert(IpNet::V6(p), PeerClass(c));
+        }
+        if !peers.is_empty() {
+            policies.entry(NetworkId(id)).or_default().peers = peers;
+        }
+        let mut routes = BTreeMap::new();
         for (k, len, nh) in Fib::<u32>::routes(mem, &rec.fib4) {
             let p = Ipv4Net::new(Ipv4Addr::from(k), len)
                 .map_err(|_| corrupt(format!("network {id}: IPv4 route of length {len}")))?;
-            routes.insert(IpNet::V4(p), hop(nh)?);
+            routes.insert(IpNet::V4(p), route(nh)?);
         }
         for (k, len, nh) in Fib::<u128>::routes(mem, &rec.fib6) {
             let p = Ipv6Net::new(Ipv6Addr::from(k), len)
                 .map_err(|_| corrupt(format!("network {id}: IPv6 route of length {len}")))?;
-            routes.insert(IpNet::V6(p), hop(nh)?);
+            routes.insert(IpNet::V6(p), route(nh)?);
         }
-        let mut neighbors = std::collections::BTreeMap::new();
+        let mut neighbors = BTreeMap::new();
         for (k, r) in HashTable::<u128, NeighRec>::iter(mem, &rec.neigh) {
             if r.flags & 1 != 0 {
                 let a = Ipv6Addr::from(*k);
@@ -89,7 +115,7 @@ pub fn read_back(cfg: &TablesConfig) -> Result<NodeTables, ReadBackError> {
             }
         }
         let next_hop = |i: u32| hop(i).ok();
-        let mut fdb = std::collections::BTreeMap::new();
+        let mut fdb = BTreeMap::new();
         for (k, r) in HashTable::<u64, FdbRec>::iter(mem, &rec.fdb) {
             let e = FdbEntry::from_rec(r, next_hop).ok_or_else(|| {
                 corrupt(format!(
@@ -118,6 +144,7 @@ pub fn read_back(cfg: &TablesConfig) -> Result<NodeTables, ReadBackError> {
             Arc::new(NetworkTables {
                 info,
                 routes,
+                services: services.remove(&id).unwrap_or_default(),
                 neighbors,
                 fdb,
                 flood,
@@ -141,7 +168,121 @@ pub fn read_back(cfg: &TablesConfig) -> Result<NodeTables, ReadBackError> {
             t.sids.insert(Sid(Ipv6Addr::from(*k)), b);
         }
     }
+    // Policy sets and their decisions.
+    let mut sets: BTreeMap<PolicySetId, SetTables> = BTreeMap::new();
+    for (id, rec) in records::<PolicySetRec>(mem, &root.policy_sets) {
+        if let Some(set) = PolicySet::from_rec(rec) {
+            sets.insert(
+                PolicySetId(id),
+                SetTables {
+                    set,
+                    decisions: BTreeMap::new(),
+                },
+            );
+        }
+    }
+    for (&k, &v) in HashTable::<u64, u32>::iter(mem, &root.decisions) {
+        let sid = PolicySetId((k >> 32) as u32);
+        let dir = if k & (1 << 31) != 0 {
+            PolicyDir::Egress
+        } else {
+            PolicyDir::Ingress
+        };
+        let class = PeerClass((k & 0x7fff_ffff) as u32);
+        let Some(s) = sets.get_mut(&sid) else {
+            return Err(corrupt(format!(
+                "a decision of policy set {} that does not exist",
+                sid.0
+            )));
+        };
+        let ports = if v == PORTS_ALL {
+            Ports::All
+        } else {
+            Ports::Ranges(portset(mem, &root.portsets, v).ok_or_else(|| {
+                corrupt(format!(
+                    "policy set {}: port set {v} is missing or loops",
+                    sid.0
+                ))
+            })?)
+        };
+        s.decisions.insert((dir, class), ports);
+    }
+    for (id, s) in sets {
+        policies
+            .entry(s.set.network)
+            .or_default()
+            .sets
+            .insert(id, Arc::new(s));
+    }
+    t.policies = policies
+        .into_iter()
+        .map(|(k, v)| (k, Arc::new(v)))
+        .collect();
     Ok(t)
+}
+
+/// Every Service record, by network id and port.
+fn read_services(
+    mem: Mem<'_>,
+    root: &RootRec,
+) -> Result<BTreeMap<u32, BTreeMap<ServicePort, Arc<ServiceInfo>>>, String> {
+    let mut out: BTreeMap<u32, BTreeMap<ServicePort, Arc<ServiceInfo>>> = BTreeMap::new();
+    for (key, &i) in HashTable::<ServiceKey, u32>::iter(mem, &root.services) {
+        let what = || format!("service {}:{}/{}", key.ip(), key.port, key.proto);
+        let rec = PagedArray::<ServiceRec>::get(mem, &root.service_recs, i)
+            .filter(|r| r.flags & ServiceRec::PRESENT != 0)
+            .ok_or_else(|| format!("{}: record {i} is missing", what()))?;
+        let mut backends = Vec::new();
+        for (k, b) in PagedArray::<BackendRec>::iter(mem, &rec.backends) {
+            let b = Backend::from_rec(b)
+                .filter(|_| k as usize == backends.len())
+                .ok_or_else(|| format!("{}: backend {k} is missing", what()))?;
+            backends.push(b);
+        }
+        let mut table = Vec::with_capacity(rec.table_len as usize);
+        for k in 0..rec.table_len {
+            let b = PagedArray::<u32>::get(mem, &rec.table, k)
+                .and_then(|b| b.checked_sub(1))
+                .filter(|&b| (b as usize) < backends.len())
+                .ok_or_else(|| format!("{}: lookup-table slot {k} is invalid", what()))?;
+            table.push(b);
+        }
+        let affinity_timeout_s =
+            (rec.flags & ServiceRec::AFFINITY != 0).then_some(rec.affinity_timeout_s);
+        out.entry(key.network).or_default().insert(
+            ServicePort {
+                addr: key.ip(),
+                protocol: key.proto,
+                port: key.port,
+            },
+            Arc::new(ServiceInfo {
+                affinity_timeout_s,
+                backends,
+                table,
+            }),
+        );
+    }
+    Ok(out)
+}
+
+/// The ranges of the port-set chain at `head`; None for a missing record or a chain longer than
+/// the readers follow.
+fn portset(mem: Mem<'_>, arr: &ArrayHdr, head: u32) -> Option<Vec<PortRange>> {
+    let mut out = Vec::new();
+    let mut i = head;
+    for _ in 0..MAX_PORTSET_CHAIN {
+        let r = PagedArray::<PortSetRec>::get(mem, arr, i)?;
+        out.extend(r.ranges().iter().map(|x| PortRange {
+            proto: x.proto,
+            lo: x.lo,
+            hi: x.hi,
+        }));
+        if r.next == 0 {
+            return Some(out);
+        }
+        i = r.next;
+    }
+    None
 }
 
 fn records<'a, T: lace_shared::pod::Pod>(

@@ -9,14 +9,21 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use lace_shared::policy::{PolicySetId, RouteFlags};
 use lace_shared::types::{
-    FdbEntry, FdbTarget, FloodTarget, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop,
-    NodeInfo, PortId, PortInfo, PortKind, Sid, SidBehavior,
+    FdbEntry, FdbTarget, FloodTarget, L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind,
+    NextHop, NodeInfo, PortId, PortInfo, PortKind, Sid, SidBehavior,
 };
 
 use super::encode::{encode_sid, gateway4, gateway6, gateway_mac, SidFunction};
-use super::{CompileConfig, Compiled, NetworkTables, NodeTables, Note, NoteKind};
+use super::policy::PolicyCompiler;
+use super::services::ServiceIndex;
+use super::{
+    stateful, CompileConfig, Compiled, NetworkTables, NodeTables, Note, NoteKind, Route,
+    ServicePort, HOST_GATEWAY4, HOST_GATEWAY6,
+};
 use crate::api::{Direction, NetworkType};
+use crate::source::NamespacedName;
 use crate::world::{AttachmentKey, EndpointModel, NetworkModel, NodeModel, World};
 
 /// What every per-network computation reads.
@@ -26,13 +33,58 @@ pub(super) struct Ctx<'a> {
     pub cfg: CompileConfig,
 }
 
+/// Objects grouped by the network they belong to, with each object's network: the shape of the
+/// compiler's indexes (endpoints, Services), so that a changed object names the networks to
+/// recompile.
+#[derive(Debug)]
+pub(super) struct ByNetwork<K, V> {
+    by_net: BTreeMap<String, BTreeMap<K, V>>,
+    net_of: BTreeMap<K, String>,
+}
+
+impl<K, V> Default for ByNetwork<K, V> {
+    fn default() -> Self {
+        ByNetwork {
+            by_net: BTreeMap::new(),
+            net_of: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Clone, V> ByNetwork<K, V> {
+    /// Adds `key` in network `net` (it must not be in the index).
+    pub fn insert(&mut self, net: String, key: K, value: V) {
+        self.net_of.insert(key.clone(), net.clone());
+        self.by_net.entry(net).or_default().insert(key, value);
+    }
+
+    /// Removes `key`; the network it was in.
+    pub fn remove(&mut self, key: &K) -> Option<String> {
+        let net = self.net_of.remove(key)?;
+        if let Some(m) = self.by_net.get_mut(&net) {
+            m.remove(key);
+            if m.is_empty() {
+                self.by_net.remove(&net);
+            }
+        }
+        Some(net)
+    }
+
+    /// The objects of network `net`.
+    pub fn of(&self, net: &str) -> Option<&BTreeMap<K, V>> {
+        self.by_net.get(net)
+    }
+
+    /// Every network with an object.
+    pub fn networks(&self) -> impl Iterator<Item = &String> {
+        self.by_net.keys()
+    }
+}
+
 /// Endpoints by network name: this node's ([`LocalIndex::build`]), or every node's endpoints
 /// of l2 networks ([`LocalIndex::build_l2`]), which every member node's tables hold.
 #[derive(Debug, Default)]
-pub(super) struct LocalIndex {
-    by_net: BTreeMap<String, BTreeMap<AttachmentKey, EndpointModel>>,
-    net_of: BTreeMap<AttachmentKey, String>,
-}
+pub(super) struct LocalIndex(ByNetwork<AttachmentKey, EndpointModel>);
 
 /// Which endpoints an index holds.
 #[derive(Debug, Clone, Copy)]
@@ -77,11 +129,7 @@ impl LocalIndex {
     }
 
     fn insert(&mut self, k: AttachmentKey, e: EndpointModel) {
-        self.net_of.insert(k.clone(), e.network.clone());
-        self.by_net
-            .entry(e.network.clone())
-            .or_default()
-            .insert(k, e);
+        self.0.insert(e.network.clone(), k, e);
     }
 
     /// Re-reads endpoint `key` from the world: (network it was a member of, network it is a
@@ -92,15 +140,7 @@ impl LocalIndex {
         members: Members<'_>,
         key: &AttachmentKey,
     ) -> (Option<String>, Option<String>) {
-        let old = self.net_of.remove(key);
-        if let Some(n) = &old {
-            if let Some(m) = self.by_net.get_mut(n) {
-                m.remove(key);
-                if m.is_empty() {
-                    self.by_net.remove(n);
-                }
-            }
-        }
+        let old = self.0.remove(key);
         let new = world
             .endpoints
             .get(key)
@@ -112,8 +152,15 @@ impl LocalIndex {
         (old, new)
     }
 
-    fn of(&self, net: &str) -> Option<&BTreeMap<AttachmentKey, EndpointModel>> {
-        self.by_net.get(net)
+    pub fn of(&self, net: &str) -> Option<&BTreeMap<AttachmentKey, EndpointModel>> {
+        self.0.of(net)
+    }
+
+    /// Every network with endpoints in the index, with them.
+    pub fn networks(
+        &self,
+    ) -> impl Iterator<Item = (&String, &BTreeMap<AttachmentKey, EndpointModel>)> {
+        self.0.by_net.iter()
     }
 }
 
@@ -141,7 +188,7 @@ fn ports_of<'a>(
 /// A network's route set on this node.
 #[derive(Debug, Default)]
 pub(super) struct RouteSet {
-    routes: BTreeMap<IpNet, NextHop>,
+    routes: BTreeMap<IpNet, Route>,
     notes: Vec<Note>,
 }
 
@@ -161,6 +208,8 @@ pub(super) struct Cache {
     pub index: LocalIndex,
     /// Every node's endpoints of l2 networks.
     pub l2: LocalIndex,
+    /// The Services, compiled, by network.
+    pub services: ServiceIndex,
     /// Route sets by network name (computed on demand).
     pub sets: BTreeMap<String, Arc<RouteSet>>,
     /// Programmed networks by name.
@@ -168,6 +217,8 @@ pub(super) struct Cache {
     /// Every port of `outs`, kept up to date by `compile_network` while no two networks claim
     /// one port id (None: rebuild in `assemble`).
     ports: Option<BTreeMap<PortId, PortInfo>>,
+    /// Kubernetes NetworkPolicy's tables.
+    pub policy: PolicyCompiler,
 }
 
 fn net_obj(name: &str) -> String {
@@ -183,42 +234,53 @@ fn host(a: IpAddr) -> IpNet {
 }
 
 /// The networks whose compiled tables depend on any of `dirty`: themselves and those that
-/// import them through routing policy.
+/// import them through routing policy (the sources of a policy toward one, and the destination
+/// of a policy from one: bidirectional, or one-way with its reply-only routes back).
 pub(super) fn importers(world: &World, dirty: &BTreeSet<String>) -> BTreeSet<String> {
     let mut out = dirty.clone();
     for p in &world.routing {
         if dirty.contains(&p.destination) {
             out.extend(p.sources.iter().cloned());
         }
-        if p.direction == Direction::Bidirectional && p.sources.iter().any(|s| dirty.contains(s)) {
+        if p.sources.iter().any(|s| dirty.contains(s)) {
             out.insert(p.destination.clone());
         }
     }
     out
 }
 
-/// A FIB under construction: first writer of a prefix wins, later different ones are noted.
+/// A FIB under construction: first writer of a prefix wins, later different ones are noted;
+/// the same next hop reached plainly and reply-only is plain (the path carries new
+/// connections either way).
 struct FibBuilder<'a> {
     net: &'a str,
-    routes: BTreeMap<IpNet, NextHop>,
+    routes: BTreeMap<IpNet, Route>,
     notes: Vec<Note>,
 }
 
 impl FibBuilder<'_> {
-    fn insert(&mut self, prefix: IpNet, nh: NextHop, origin: &dyn Fn() -> String) {
+    fn insert(&mut self, prefix: IpNet, route: impl Into<Route>, origin: &dyn Fn() -> String) {
         let prefix = prefix.trunc();
-        match self.routes.get(&prefix) {
+        let route = route.into();
+        match self.routes.get_mut(&prefix) {
             None => {
-                self.routes.insert(prefix, nh);
+                self.routes.insert(prefix, route);
             }
-            Some(kept) if *kept == nh => {}
+            Some(kept) if *kept == route => {}
+            Some(kept) if kept.nh == route.nh => {
+                if !route.flags.reply_only() {
+                    kept.flags = route.flags;
+                }
+            }
             Some(kept) => self.notes.push(Note {
                 kind: NoteKind::Conflict,
                 object: net_obj(self.net),
                 message: format!(
-                    "route {prefix}: {} wants {nh:?} but {kept:?} is already there; kept the \
-                     first. The address spaces overlap: give the networks disjoint subnets",
-                    origin()
+                    "route {prefix}: {} wants {:?} but {:?} is already there; kept the first. \
+                     The address spaces overlap: give the networks disjoint subnets",
+                    origin(),
+                    route.nh,
+                    kept.nh
                 ),
             }),
         }
@@ -227,10 +289,10 @@ impl FibBuilder<'_> {
 
 /// `routes` narrowed to `prefixes` (all of them when empty): a route inside a prefix stays; a
 /// prefix inside a route is added with the route's next hop.
-fn narrowed<'r>(
-    routes: &'r BTreeMap<IpNet, NextHop>,
+fn narrowed<'r, V: Copy>(
+    routes: &'r BTreeMap<IpNet, V>,
     prefixes: &'r [IpNet],
-) -> impl Iterator<Item = (IpNet, NextHop)> + 'r {
+) -> impl Iterator<Item = (IpNet, V)> + 'r {
     routes.iter().flat_map(move |(r, nh)| {
         let all = prefixes.is_empty().then_some((*r, *nh));
         let some = prefixes.iter().filter_map(move |p| {
@@ -260,14 +322,42 @@ fn overlaps(a: &NetworkModel, b: &NetworkModel) -> bool {
 }
 
 impl Cache {
-    pub fn new(index: LocalIndex, l2: LocalIndex) -> Cache {
+    pub fn new(index: LocalIndex, l2: LocalIndex, services: ServiceIndex) -> Cache {
         Cache {
             index,
             l2,
+            services,
             sets: BTreeMap::new(),
             outs: BTreeMap::new(),
             ports: None,
+            policy: PolicyCompiler::default(),
         }
+    }
+
+    /// The networks whose local endpoints the policy compiler covers: those with endpoints
+    /// here that are programmed (l3 and l2).
+    pub fn policy_networks(&self, world: &World) -> BTreeSet<String> {
+        self.index
+            .networks()
+            .map(|(n, _)| n)
+            .filter(|n| {
+                world
+                    .networks
+                    .get(*n)
+                    .is_some_and(|m| m.kind != NetworkType::External)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Compiles the policy tables from nothing.
+    pub fn build_policy(&mut self, world: &World, limits: super::policy::PolicyLimits) {
+        let wanted = self.policy_networks(world);
+        self.policy = PolicyCompiler::build(
+            world,
+            self.index.networks().filter(|(n, _)| wanted.contains(*n)),
+            limits,
+        );
     }
 
     /// Network `name`'s route set (l3 only; empty for other kinds or unknown networks).
@@ -423,13 +513,19 @@ impl Cache {
                 net.v6.map(|(p, _)| gateway6(p)),
             ),
         };
-        let info = NetworkInfo {
+        let mut info = NetworkInfo {
             kind,
             anonymous: net.anonymous,
             gateway_mac: gateway_mac(net.id),
             gateway4: g4,
             gateway6: g6,
             mtu: ctx.cfg.pod_mtu_of(kind),
+            stateful: false,
+            l2: if kind == NetworkKind::L2 {
+                net.l2.settings()
+            } else {
+                L2Settings::default()
+            },
         };
         let mut fib = FibBuilder {
             net: name,
@@ -438,6 +534,7 @@ impl Cache {
         };
         let mut sids = Vec::new();
         let mut l2 = L2Tables::default();
+        let mut services = BTreeMap::new();
         if kind == NetworkKind::L2 {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
                 fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
@@ -446,6 +543,7 @@ impl Cache {
             for (_, nh, a) in ports_of(self.index.of(name)) {
                 fib.insert(host(a), nh, &|| "a local endpoint".into());
             }
+            node_addresses(ctx.world, &mut fib);
             l2 = self.compile_l2(ctx, name, net, &info, &mut notes);
             for (f, b) in [
                 (SidFunction::EndDt2u, SidBehavior::EndDt2u(net.id)),
@@ -465,6 +563,7 @@ impl Cache {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
                 fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
             }
+            node_addresses(ctx.world, &mut fib);
             let own = self.set(ctx, name);
             notes.extend(own.notes.iter().cloned());
             if !net.anonymous {
@@ -472,7 +571,8 @@ impl Cache {
                     fib.insert(*p, *nh, &|| format!("the self-route of {name}"));
                 }
             }
-            self.import(ctx, name, net, &mut fib);
+            let reached = self.import(ctx, name, net, &mut fib);
+            services = self.place_services(name, net, &reached, &mut fib);
             // `plan` checked the locator length; network ids are never 0 after validation.
             match encode_sid(ctx.me.locator, SidFunction::EndDt46, net.id) {
                 Ok(s) => sids.push((s, SidBehavior::EndDt46(net.id))),
@@ -484,11 +584,13 @@ impl Cache {
             }
         }
         notes.append(&mut fib.notes);
+        info.stateful = stateful(self.policy.has_sets(name), &fib.routes);
         Some(NetOut {
             id: net.id,
             tables: Arc::new(NetworkTables {
                 info,
                 routes: fib.routes,
+                services,
                 neighbors: l2.neighbors,
                 fdb: l2.fdb,
                 flood: l2.flood,
@@ -502,7 +604,11 @@ impl Cache {
     /// The l2 tables of network `name` on this node: every endpoint's addresses → its MAC and
     /// the gateways → the gateway MAC (neighbor table, for the synthetic ARP/NDP answers); every
     /// endpoint's MAC → its local port or its node's End.DT2U SID (FDB); the local ports and
-    /// every other node hosting endpoints, at its End.DT2M SID (flood list).
+    /// every other node hosting endpoints, at its End.DT2M SID (flood list). Then control's
+    /// learning records ([`World::learned`], ADR 0019): a MAC several endpoints share (a
+    /// migrating VM's identity) goes to its record's active location, a learned MAC to where
+    /// it was last announced — both with the record's sequence number — and learned addresses
+    /// to their MAC, unless an endpoint or a gateway holds them.
     fn compile_l2(
         &self,
         ctx: &Ctx<'_>,
@@ -522,8 +628,14 @@ impl Cache {
         }
         let mut remote_nodes = BTreeMap::new();
         let mut local_ports = BTreeSet::new();
-        let members = self.l2.of(name).into_iter().flatten();
-        for (k, e) in members {
+        // Oldest endpoint first: of endpoints sharing a MAC without a record yet, the first
+        // holder (a migration's source) keeps it.
+        let mut members: Vec<(&AttachmentKey, &EndpointModel)> =
+            self.l2.of(name).into_iter().flatten().collect();
+        members.sort_by_key(|(_, e)| e.endpoint_id);
+        // Where each endpoint's frames go: (node, endpoint id) → FDB target.
+        let mut located: BTreeMap<(&str, u64), FdbTarget> = BTreeMap::new();
+        for (k, e) in &members {
             let who = || {
                 format!(
                     "endpoint {}/{} ({} {})",
@@ -568,24 +680,49 @@ impl Cache {
                     sid: unicast,
                 }
             };
-            let entry = FdbEntry {
-                target,
-                seq: 0,
-                learned: false,
+            located.insert((e.node.as_str(), e.endpoint_id), target);
+            // A record whose active endpoint is gone (not reconciled yet) places nothing.
+            let record = ctx
+                .world
+                .learned
+                .get(&(name.to_owned(), e.mac))
+                .filter(|r| {
+                    r.identity
+                        && members.iter().any(|(_, m)| {
+                            (m.node.as_str(), m.endpoint_id) == (r.node.as_str(), r.endpoint_id)
+                        })
+                });
+            let entry = match record {
+                // A shared identity: only its active location is in the FDB.
+                Some(r) if (r.node.as_str(), r.endpoint_id) != (e.node.as_str(), e.endpoint_id) => {
+                    None
+                }
+                Some(r) => Some(FdbEntry {
+                    target,
+                    seq: r.sequence,
+                    learned: true,
+                }),
+                None => Some(FdbEntry {
+                    target,
+                    seq: 0,
+                    learned: false,
+                }),
             };
-            match t.fdb.get(&e.mac) {
-                Some(kept) if *kept != entry => notes.push(Note {
+            match (entry, t.fdb.get(&e.mac)) {
+                (None, _) => {}
+                (Some(entry), Some(kept)) if *kept != entry => notes.push(Note {
                     kind: NoteKind::Conflict,
                     object: net_obj(name),
                     message: format!(
                         "MAC {} of {} is already another endpoint's; frames to it go to the \
-                         first",
+                         first (pods share a MAC and addresses through the \
+                         l2.lace-cni.io/identity annotation)",
                         e.mac,
                         who()
                     ),
                 }),
-                Some(_) => {}
-                None => {
+                (Some(_), Some(_)) => {}
+                (Some(entry), None) => {
                     t.fdb.insert(e.mac, entry);
                 }
             }
@@ -607,6 +744,7 @@ impl Cache {
                 }
             }
         }
+        self.learned_l2(ctx, name, &located, &mut t, notes);
         t.flood = local_ports
             .into_iter()
             .map(FloodTarget::Port)
@@ -619,15 +757,80 @@ impl Cache {
         t
     }
 
-    /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations.
-    fn import(&mut self, ctx: &Ctx<'_>, name: &str, net: &NetworkModel, fib: &mut FibBuilder<'_>) {
-        let world = ctx.world;
-        for p in &world.routing {
-            if p.direction == Direction::SourceToDestination {
-                // Not compiled at all (ADR 0007): without connection tracking, forward routes
-                // alone would open one-way traffic the policy does not allow.
+    /// The learned MACs of network `name` (not an endpoint's own): each at the endpoint where
+    /// it was last announced (`located`: every endpoint of the network by node and id), with
+    /// its sequence number, and its addresses.
+    fn learned_l2(
+        &self,
+        ctx: &Ctx<'_>,
+        name: &str,
+        located: &BTreeMap<(&str, u64), FdbTarget>,
+        t: &mut L2Tables,
+        notes: &mut Vec<Note>,
+    ) {
+        let range = (name.to_owned(), MacAddr([0; 6]))..=(name.to_owned(), MacAddr([0xff; 6]));
+        for ((_, mac), r) in ctx.world.learned.range(range).filter(|(_, r)| !r.identity) {
+            if t.fdb.contains_key(mac) {
+                // Control records a learned MAC only while no endpoint holds it.
                 continue;
             }
+            let Some(&target) = located.get(&(r.node.as_str(), r.endpoint_id)) else {
+                notes.push(Note {
+                    kind: NoteKind::Inconsistent,
+                    object: net_obj(name),
+                    message: format!(
+                        "learned MAC {mac} is at endpoint {} of node {}, which is not one of \
+                         the network's endpoints; left out until it is announced again",
+                        r.endpoint_id, r.node
+                    ),
+                });
+                continue;
+            };
+            t.fdb.insert(
+                *mac,
+                FdbEntry {
+                    target,
+                    seq: r.sequence,
+                    learned: true,
+                },
+            );
+            for a in &r.addresses {
+                match t.neighbors.get(a) {
+                    Some(kept) if kept != mac => notes.push(Note {
+                        kind: NoteKind::Conflict,
+                        object: net_obj(name),
+                        message: format!(
+                            "address {a} learned with MAC {mac} is held by MAC {kept}; ARP and \
+                             NDP answer with {kept}"
+                        ),
+                    }),
+                    Some(_) => {}
+                    None => {
+                        t.neighbors.insert(*a, *mac);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations, and
+    /// returns the networks whose Services `name` reaches through policy (each once, in policy
+    /// order).
+    fn import(
+        &mut self,
+        ctx: &Ctx<'_>,
+        name: &str,
+        net: &NetworkModel,
+        fib: &mut FibBuilder<'_>,
+    ) -> Vec<String> {
+        let world = ctx.world;
+        let mut reached: Vec<String> = Vec::new();
+        let mut reach = |n: &str| {
+            if !reached.iter().any(|r| r == n) {
+                reached.push(n.to_owned());
+            }
+        };
+        for p in &world.routing {
             let l3 = |n: &str| world.networks.get(n).filter(|m| m.kind == NetworkType::L3);
             if p.sources.iter().any(|s| s == name) {
                 if let Some(d) = l3(&p.destination) {
@@ -635,14 +838,21 @@ impl Cache {
                         fib.notes.push(overlap_note(&p.name, name, &p.destination));
                     }
                     let set = self.set(ctx, &p.destination);
-                    for (pfx, nh) in narrowed(&set.routes, &p.prefixes) {
-                        fib.insert(pfx, nh, &|| {
+                    for (pfx, r) in narrowed(&set.routes, &p.prefixes) {
+                        fib.insert(pfx, r, &|| {
                             format!("{} (toward {})", policy_obj(&p.name), p.destination)
                         });
                     }
+                    reach(&p.destination);
                 }
             }
-            if p.direction == Direction::Bidirectional && p.destination == name {
+            if p.destination == name {
+                // One way: the sources' routes carry only the replies of connections they
+                // opened (the flow table decides); both ways: anything.
+                let flags = match p.direction {
+                    Direction::Bidirectional => RouteFlags::NONE,
+                    Direction::SourceToDestination => RouteFlags::REPLY_ONLY,
+                };
                 for s in &p.sources {
                     if s == name {
                         continue;
@@ -652,14 +862,79 @@ impl Cache {
                         fib.notes.push(overlap_note(&p.name, name, s));
                     }
                     let set = self.set(ctx, s);
-                    for (pfx, nh) in set.routes.iter() {
-                        fib.insert(*pfx, *nh, &|| {
+                    for (pfx, r) in set.routes.iter() {
+                        let r = Route { flags, ..*r };
+                        fib.insert(*pfx, r, &|| {
                             format!("{} (back toward {s})", policy_obj(&p.name))
                         });
+                    }
+                    if p.direction == Direction::Bidirectional {
+                        reach(s);
                     }
                 }
             }
         }
+        reached
+    }
+
+    /// The ClusterIP routes and Service records of network `name`: its own Services (unless
+    /// it is anonymous), then those of the networks it reaches (`reached`, in policy order).
+    /// A ClusterIP another route or another Service already holds is a conflict note.
+    fn place_services(
+        &self,
+        name: &str,
+        net: &NetworkModel,
+        reached: &[String],
+        fib: &mut FibBuilder<'_>,
+    ) -> BTreeMap<ServicePort, Arc<lace_shared::policy::ServiceInfo>> {
+        let own = (!net.anonymous).then_some(name);
+        let mut owner: BTreeMap<std::net::IpAddr, &NamespacedName> = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        let nets = own.into_iter().chain(
+            reached
+                .iter()
+                .map(String::as_str)
+                .filter(|n| Some(*n) != own),
+        );
+        for svc_net in nets {
+            for (key, svc) in self.services.of(svc_net) {
+                let obj = || format!("Service {key}");
+                for &vip in &svc.vips {
+                    if let Some(other) = owner.get(&vip) {
+                        fib.notes.push(Note {
+                            kind: NoteKind::Conflict,
+                            object: obj(),
+                            message: format!(
+                                "ClusterIP {vip} is also Service {other}'s, which network \
+                                 {name} reaches first; this Service is not reachable there at \
+                                 that address. Give every Service its own ClusterIP"
+                            ),
+                        });
+                        continue;
+                    }
+                    let route = Route::from(NextHop::Service);
+                    fib.insert(host(vip), route, &|| format!("{} (ClusterIP)", obj()));
+                    if fib.routes.get(&host(vip)) != Some(&route) {
+                        // The conflict is noted; the address stays the other route's.
+                        continue;
+                    }
+                    owner.insert(vip, key);
+                    for (port, info) in svc.records.range(
+                        ServicePort {
+                            addr: vip,
+                            protocol: 0,
+                            port: 0,
+                        }..,
+                    ) {
+                        if port.addr != vip {
+                            break;
+                        }
+                        out.insert(*port, Arc::clone(info));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The node's tables from the cached per-network outputs, plus every note.
@@ -735,9 +1010,117 @@ impl Cache {
                 t.nodes.insert(n.id, node_info(n));
             }
         }
+        self.policy.assemble(world, &mut t);
+        notes.extend(self.policy.notes(world));
+        if let Some(h) = &world.host {
+            let (tables, port) = self.host_network(ctx, h, &mut notes);
+            t.networks.insert(NetworkId::HOST, Arc::new(tables));
+            if t.ports.insert(PortId::HOST, port).is_some() {
+                notes.push(Note {
+                    kind: NoteKind::Conflict,
+                    object: "the host interface".into(),
+                    message: format!(
+                        "port {} is an endpoint's too; the host interface took it",
+                        PortId::HOST.0
+                    ),
+                });
+            }
+        }
         notes.sort();
         notes.dedup();
         Compiled { tables: t, notes }
+    }
+}
+
+/// The node's own addresses, in a pod network's FIB: to the host port.
+fn node_addresses(world: &World, fib: &mut FibBuilder<'_>) {
+    if let Some(h) = &world.host {
+        let nh = NextHop::Local {
+            port: PortId::HOST,
+            mac: h.mac,
+        };
+        for a in &h.addresses {
+            fib.insert(host(*a), nh, &|| "the node's address".into());
+        }
+    }
+}
+
+impl Cache {
+    /// The host network and the host port (see the module docs of [`super`]).
+    fn host_network(
+        &self,
+        ctx: &Ctx<'_>,
+        h: &crate::world::HostModel,
+        notes: &mut Vec<Note>,
+    ) -> (NetworkTables, PortInfo) {
+        let mut fib = FibBuilder {
+            net: "(host)",
+            routes: BTreeMap::new(),
+            notes: Vec::new(),
+        };
+        for g in [IpAddr::V4(HOST_GATEWAY4), IpAddr::V6(HOST_GATEWAY6)] {
+            fib.insert(host(g), NextHop::Receive, &|| {
+                "the host network's gateway".into()
+            });
+        }
+        let me = NextHop::Local {
+            port: PortId::HOST,
+            mac: h.mac,
+        };
+        for a in &h.addresses {
+            fib.insert(host(*a), me, &|| "the node's address".into());
+        }
+        // Every programmed network's local endpoints (by network name: the first network of
+        // an address shared by two wins, and the other is noted).
+        for name in self.outs.keys() {
+            for (e, nh, a) in ports_of(self.index.of(name)) {
+                fib.insert(host(a), nh, &|| {
+                    format!(
+                        "endpoint {}/{} of Network {}",
+                        e.namespace, e.pod, e.network
+                    )
+                });
+            }
+        }
+        for ((net, node), blocks) in &ctx.world.allocations {
+            if *node == ctx.me.name && self.outs.contains_key(net) {
+                for b in blocks {
+                    fib.insert(*b, NextHop::Unreachable, &|| {
+                        format!("this node's block of Network {net}")
+                    });
+                }
+            }
+        }
+        notes.append(&mut fib.notes);
+        let tables = NetworkTables {
+            info: NetworkInfo {
+                kind: NetworkKind::L3,
+                anonymous: false,
+                gateway_mac: gateway_mac(NetworkId::HOST),
+                gateway4: Some(HOST_GATEWAY4),
+                gateway6: Some(HOST_GATEWAY6),
+                mtu: ctx.cfg.host_mtu(),
+                // The node's own traffic: never tracked, its pods' policies let it in.
+                stateful: false,
+                l2: L2Settings::default(),
+            },
+            routes: fib.routes,
+            neighbors: BTreeMap::new(),
+            fdb: BTreeMap::new(),
+            flood: Vec::new(),
+            services: BTreeMap::new(),
+        };
+        let port = PortInfo {
+            kind: PortKind::Host,
+            network: NetworkId::HOST,
+            mac: h.mac,
+            ipv4: None,
+            ipv6: None,
+            endpoint: h.endpoint,
+            iface: h.iface,
+            policy: PolicySetId::NONE,
+        };
+        (tables, port)
     }
 }
 
@@ -777,6 +1160,7 @@ fn port_info(net: NetworkId, e: &EndpointModel) -> PortInfo {
         ipv6,
         endpoint: e.endpoint_id,
         iface: e.host_iface,
+        policy: PolicySetId::NONE,
     }
 }
 
@@ -826,18 +1210,8 @@ fn global_notes(world: &World, index: &LocalIndex) -> Vec<Note> {
                 Some(_) => {}
             }
         }
-        if p.direction == Direction::SourceToDestination {
-            notes.push(Note {
-                kind: NoteKind::Unsupported,
-                object: policy_obj(&p.name),
-                message: "direction sourceToDestination is not supported yet (its replies need \
-                          connection tracking in the forwarder); the policy opens nothing, use \
-                          bidirectional for now"
-                    .into(),
-            });
-        }
     }
-    for net in index.by_net.keys() {
+    for net in index.0.networks() {
         if !world.networks.contains_key(net) {
             notes.push(Note {
                 kind: NoteKind::Inconsistent,
@@ -905,7 +1279,8 @@ mod tests {
         assert_eq!(of(&["b"]), ["a", "b"]);
         assert_eq!(of(&["a"]), ["a", "b"]);
         assert_eq!(of(&["d"]), ["c", "d"]);
-        assert_eq!(of(&["c"]), ["c"]);
+        // One way: the destination holds the source's routes (reply-only) too.
+        assert_eq!(of(&["c"]), ["c", "d"]);
         assert_eq!(of(&["x"]), ["x"]);
     }
 }

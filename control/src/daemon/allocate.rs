@@ -190,6 +190,7 @@ mod tests {
             network: "backend".into(),
             node: node.into(),
             pod: pod(c),
+            identity: None,
         })
     }
 
@@ -240,7 +241,7 @@ mod tests {
         assert_eq!(lease(&out.answers[2]).node, "b");
         let renewed = lease(&out.answers[3]);
         assert_eq!(renewed.addresses, l1.addresses);
-        assert!(renewed.endpoint_id > lease(&out.answers[2]).endpoint_id);
+        assert!(renewed.endpoint_id > l2.endpoint_id, "node a's next id");
         // Another node's lease is not released by this node's DEL, nor another pod's by a DEL
         // naming another UID; this node's is.
         assert_eq!(out.answers[4], IpamAnswer::Released(None));

@@ -1,172 +1,1415 @@
 //! The allocation state kept in the API server (Kubernetes mode): [`ClusterState`], an
-//! [`IpamStore`](super::control::IpamStore) whose writes are optimistic-concurrency updates of
-//! one object, so that several nodes' controls never hand out the same network id, node id,
-//! locator, block, address, MAC or endpoint id (ADR 0015).
+//! [`IpamStore`](super::control::IpamStore) that keeps one object per allocation and takes
+//! each with optimistic concurrency, so that many nodes' controls never hand out the same
+//! network id, node id, locator, block, address, MAC or endpoint id (ADR 0015).
 //!
-//! The state ([`crate::ipam::IpamState`], the same document the standalone state file holds)
-//! lives in the ConfigMap `lace-ipam` (key `state.json`) of control's namespace.
+//! | what | object | taken by |
+//! |---|---|---|
+//! | network ids, node ids and locators, the id counters, each node's endpoint-id reservation | the *ledger*: ConfigMap `lace-ipam` (key `ledger.json`) of control's namespace | a write conditional on its resourceVersion |
+//! | a node's blocks of an l3 network | `Allocation` `<network>.<first block>` | create-if-absent (the name is the block) |
+//! | an l2 address | `Neighbor` `<network>.<address>` | create-if-absent (the name is the address) |
+//! | a pod's endpoint: addresses (l3: from its node's block, one writer), MAC, port, endpoint id | `NetworkEndpoint` in the pod's namespace, owned by the Pod | its node's control only |
 //!
-//! - [`ClusterState::open`] reads it (absent: a first start, an empty state) — a restarted
-//!   control re-reads everything and reallocates nothing.
-//! - `mutate(f)` runs `f` on the state as last read and writes the result with the
-//!   resourceVersion it was read at (create-if-absent the first time). `409 Conflict` /
-//!   `AlreadyExists` means another control wrote in between: the state is read again and `f`
-//!   runs again on it — so two controls' allocations are serialised by the API server, never
-//!   merged blindly.
-//! - `refresh` reads the object and reloads the state when its resourceVersion moved.
-//! - A content that does not parse or contradicts the configuration is an error naming the
-//!   object, never replaced by an empty state.
+//! - [`ClusterState::open`] reads everything through watches and waits for their first lists,
+//!   so a restarted control re-reads its state and reallocates nothing. A ledger still in the
+//!   single-object form of earlier versions (key `state.json`) is migrated first: every block,
+//!   claim and endpoint is written as its object, then the ledger replaces the old state in one
+//!   conditional write; an older control then refuses the ConfigMap instead of writing it.
+//! - `mutate(f)` runs `f` (the pure allocate step) on a copy of this control's view with a
+//!   journal ([`Ipam::start_journal`]) and writes the objects of the records it touched: the
+//!   ledger first, then claims (blocks, l2 addresses), then endpoints, then what was released.
+//!   A `409` — the ledger moved, a block, address or name was taken by another node — means the
+//!   view was stale: the object is read, the view rebuilt, and `f` runs again. Objects already
+//!   written stay (they are this control's, and `f` finds them: an ADD of the same attachment
+//!   returns its lease).
+//! - Each control writes only its own node's blocks, claims and endpoints; other nodes' are
+//!   read. Endpoint ids are reserved in the ledger [`ENDPOINT_CHUNK`] at a time, before any
+//!   endpoint uses them, so a restart never hands one out twice.
+//! - `refresh` applies what the watches delivered: another node's block or l2 endpoint, a
+//!   network or node registered elsewhere. Endpoints are watched for this node and for l2
+//!   networks only (`lace-cni.io/node`, `lace-cni.io/l2` labels): an l3 endpoint of another node
+//!   matters to no one here, so a control's memory grows with its node and the l2 networks, not
+//!   with the cluster.
+//! - An object that contradicts the view (a block taken twice, an endpoint of a network
+//!   recreated since) is left out and logged, never repaired; a ledger that does not parse is
+//!   an error naming the object.
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use crate::ipam::{Ipam, IpamConfig, IpamError, IpamState};
-use crate::source::kubernetes::KubernetesConfig;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ObjectMeta, PostParams, Preconditions,
+};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use crate::api::{Allocation, AllocationSpec, Neighbor, NeighborSpec, NetworkEndpoint};
+use crate::api::{NetworkEndpointSpec, NetworkType};
+use crate::ipam::{
+    allocation_name, allocation_spec, endpoint_name, neighbor_name, neighbor_spec, BlockRecord,
+    Dirty, EndpointLease, Ipam, IpamConfig, IpamError, IpamState, L2_LABEL, NETWORK_LABEL,
+    NODE_LABEL,
+};
+use crate::source::kubernetes::{KubernetesConfig, TaggedEvent, WatchThread};
 
 use super::control::IpamStore;
 use super::state::StateError;
 
-/// The object's name.
+/// The ledger's ConfigMap.
 pub const OBJECT: &str = "lace-ipam";
-/// The key of the state in its `data`.
-pub const KEY: &str = "state.json";
+/// The key of the ledger in its `data`.
+pub const LEDGER_KEY: &str = "ledger.json";
+/// The key of the whole state of versions before per-object allocations (migrated at open).
+pub const LEGACY_KEY: &str = "state.json";
+/// Endpoint ids a node reserves in the ledger at a time.
+pub const ENDPOINT_CHUNK: u32 = 1024;
+/// How long [`ClusterState::open`] waits for the first lists.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The state in the API server, and this control's copy of it.
-#[derive(Debug)]
+/// What each watch is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Watch {
+    Ledger,
+    Allocations,
+    Claims,
+    MyEndpoints,
+    L2Endpoints,
+}
+
+impl Watch {
+    const ALL: [Watch; 5] = [
+        Watch::Ledger,
+        Watch::Allocations,
+        Watch::Claims,
+        Watch::MyEndpoints,
+        Watch::L2Endpoints,
+    ];
+}
+
+/// A watch's event, from the watch thread.
+type WatchEvent = TaggedEvent<Watch>;
+
+/// An object as last seen: identity and spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stored<S> {
+    uid: String,
+    rv: String,
+    labels: BTreeMap<String, String>,
+    spec: S,
+}
+
+/// Every object the view is built from.
+#[derive(Debug, Default)]
+struct Records {
+    /// The ledger and its resourceVersion; None: no ConfigMap yet.
+    ledger: Option<(IpamState, String)>,
+    blocks: BTreeMap<String, Stored<AllocationSpec>>,
+    claims: BTreeMap<String, Stored<NeighborSpec>>,
+    endpoints: BTreeMap<(String, String), Stored<NetworkEndpointSpec>>,
+    /// Objects this control deleted whose deletion the watch has not delivered yet: (kind,
+    /// namespace, name) → uid. An event for that uid is older than the deletion.
+    deleted: BTreeMap<(Watch, String, String), String>,
+}
+
+/// How a write went.
+enum Written {
+    Done,
+    /// Another writer came first (the object was read into the records): `f` runs again.
+    Conflict,
+}
+
+/// `s` as a label value: itself when it is one (at most 63 characters), else `h-` and a hash.
+pub fn label_value(s: &str) -> String {
+    let ok = s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        s.to_owned()
+    } else {
+        format!("h-{:016x}", crate::ipam::fnv64(&[s.as_bytes()]))
+    }
+}
+
+/// The state in the API server, and this control's view of it.
 pub struct ClusterState {
-    runtime: tokio::runtime::Runtime,
-    api: Api<ConfigMap>,
+    node: String,
     namespace: String,
     config: IpamConfig,
+    runtime: tokio::runtime::Runtime,
+    client: kube::Client,
+    ledger_api: Api<ConfigMap>,
+    records: Records,
     ipam: Ipam,
-    /// The resourceVersion `ipam` was read or written at; `None`: the object does not exist.
-    version: Option<String>,
-    /// Writes that met a conflict and were redone (for tests and figures).
+    /// This node's endpoint-id reservation as the ledger holds it.
+    reserved: u32,
+    /// This node's Node uid (owner of its blocks and claims), once found.
+    node_uid: Option<String>,
+    events: mpsc::Receiver<WatchEvent>,
+    /// Relists in progress: the objects listed so far.
+    relisting: BTreeMap<Watch, Vec<DynamicObject>>,
+    watches: Option<WatchThread>,
+    /// Objects left out of the view, and why (logged once each).
+    left_out: BTreeMap<String, String>,
+    /// Writes redone after a conflict since this store was opened.
     conflicts: u64,
 }
 
+impl std::fmt::Debug for ClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterState")
+            .field("node", &self.node)
+            .field("namespace", &self.namespace)
+            .field("leases", &self.ipam.leases().count())
+            .field("conflicts", &self.conflicts)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ar_of(w: Watch) -> ApiResource {
+    match w {
+        Watch::Ledger => ApiResource::erase::<ConfigMap>(&()),
+        Watch::Allocations => ApiResource::erase::<Allocation>(&()),
+        Watch::Claims => ApiResource::erase::<Neighbor>(&()),
+        Watch::MyEndpoints | Watch::L2Endpoints => ApiResource::erase::<NetworkEndpoint>(&()),
+    }
+}
+
+fn kind_name(w: Watch) -> &'static str {
+    match w {
+        Watch::Ledger => "ConfigMap",
+        Watch::Allocations => "Allocation",
+        Watch::Claims => "Neighbor",
+        Watch::MyEndpoints | Watch::L2Endpoints => "NetworkEndpoint",
+    }
+}
+
+/// The status of an API error, if it is one.
+pub(crate) fn status(e: &kube::Error) -> Option<(u16, &str)> {
+    match e {
+        kube::Error::Api(s) => Some((s.code, s.reason.as_str())),
+        _ => None,
+    }
+}
+
 impl ClusterState {
-    /// Connects as `kube` says and reads the state from `namespace` (empty when the object
-    /// does not exist yet). The client runs on this store's own runtime.
+    /// Connects as `kube` says (for node `kube.node`), migrates a single-object state if there
+    /// is one, and reads everything (waiting up to [`SYNC_TIMEOUT`] for the first lists).
     pub fn open(
         kube: &KubernetesConfig,
         namespace: &str,
         config: IpamConfig,
     ) -> Result<ClusterState, StateError> {
+        let err = |op: &'static str, reason: String| StateError::Api {
+            object: format!("namespace {namespace}"),
+            op,
+            reason,
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| StateError::Api {
-                namespace: namespace.to_owned(),
-                op: "start the client runtime",
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| err("start the client runtime", e.to_string()))?;
         let client = runtime
             .block_on(crate::source::kubernetes::client(kube))
-            .map_err(|e| StateError::Api {
-                namespace: namespace.to_owned(),
-                op: "connect",
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| err("connect", e.to_string()))?;
+        let (tx, rx) = mpsc::channel();
         let mut s = ClusterState {
-            api: Api::namespaced(client, namespace),
-            runtime,
+            node: kube.node.clone(),
             namespace: namespace.to_owned(),
             config,
+            ledger_api: Api::namespaced(client.clone(), namespace),
+            client,
+            runtime,
+            records: Records::default(),
             ipam: Ipam::new(config)?,
-            version: None,
+            reserved: 1,
+            node_uid: None,
+            events: rx,
+            relisting: BTreeMap::new(),
+            watches: None,
+            left_out: BTreeMap::new(),
             conflicts: 0,
         };
-        s.reload()?;
+        s.migrate()?;
+        s.start_watches(kube, tx)?;
+        s.sync()?;
+        s.collect_claims();
         Ok(s)
-    }
-
-    fn api_error(&self, op: &'static str, e: &kube::Error) -> StateError {
-        StateError::Api {
-            namespace: self.namespace.clone(),
-            op,
-            reason: e.to_string(),
-        }
-    }
-
-    /// Reads the object; whether it changed since last read or written.
-    fn reload(&mut self) -> Result<bool, StateError> {
-        let got = self.runtime.block_on(self.api.get_opt(OBJECT));
-        let cm = got.map_err(|e| self.api_error("get", &e))?;
-        let Some(cm) = cm else {
-            let changed = self.version.is_some();
-            if changed {
-                self.ipam = Ipam::new(self.config)?;
-                self.version = None;
-            }
-            return Ok(changed);
-        };
-        let version = cm.metadata.resource_version.clone();
-        if version == self.version {
-            return Ok(false);
-        }
-        let corrupt = |reason: String| StateError::ApiCorrupt {
-            namespace: self.namespace.clone(),
-            reason,
-        };
-        let text = cm
-            .data
-            .as_ref()
-            .and_then(|d| d.get(KEY))
-            .ok_or_else(|| corrupt(format!("data.{KEY} is missing")))?;
-        let state: IpamState =
-            serde_json::from_str(text).map_err(|e| corrupt(format!("data.{KEY}: {e}")))?;
-        self.ipam = Ipam::from_state(&state, self.config)
-            .map_err(|e| corrupt(format!("data.{KEY}: {e}")))?;
-        self.version = version;
-        Ok(true)
-    }
-
-    /// Writes `ipam` conditionally on the version it was derived from; `Ok(false)` on a
-    /// conflict (nothing written).
-    fn write(&mut self, ipam: &Ipam) -> Result<bool, StateError> {
-        let json = serde_json::to_string(&ipam.to_state()).map_err(|e| StateError::ApiCorrupt {
-            namespace: self.namespace.clone(),
-            reason: format!("cannot serialise the state: {e}"),
-        })?;
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(OBJECT.into());
-        cm.metadata.resource_version = self.version.clone();
-        cm.data = Some([(KEY.to_owned(), json)].into());
-        let pp = PostParams {
-            field_manager: Some("lace-control".into()),
-            ..PostParams::default()
-        };
-        let result = match &self.version {
-            None => self.runtime.block_on(self.api.create(&pp, &cm)),
-            Some(_) => self.runtime.block_on(self.api.replace(OBJECT, &pp, &cm)),
-        };
-        match result {
-            Ok(written) => {
-                self.version = written.metadata.resource_version;
-                Ok(true)
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(self.api_error(
-                if self.version.is_none() {
-                    "create"
-                } else {
-                    "update"
-                },
-                &e,
-            )),
-        }
     }
 
     /// Writes redone after a conflict since this store was opened.
     pub fn conflicts(&self) -> u64 {
         self.conflicts
     }
+
+    fn api_error(&self, object: String, op: &'static str, e: &kube::Error) -> StateError {
+        StateError::Api {
+            object,
+            op,
+            reason: e.to_string(),
+        }
+    }
+
+    fn ledger_object(&self) -> String {
+        format!("ConfigMap {}/{OBJECT}", self.namespace)
+    }
+
+    fn corrupt(&self, reason: String) -> StateError {
+        StateError::ApiCorrupt {
+            object: self.ledger_object(),
+            reason,
+        }
+    }
+
+    fn api(&self, w: Watch, namespace: Option<&str>) -> Api<DynamicObject> {
+        let ar = ar_of(w);
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    // ---- watches ------------------------------------------------------------------------------
+
+    /// Starts the watch thread: a client of its own (a client's connections live on the
+    /// runtime that made it), every watch, their events sent to this store.
+    fn start_watches(
+        &mut self,
+        kube: &KubernetesConfig,
+        tx: mpsc::Sender<WatchEvent>,
+    ) -> Result<(), StateError> {
+        let namespace = self.namespace.clone();
+        let me = label_value(&self.node);
+        let watches = move |client: &kube::Client| {
+            Watch::ALL
+                .into_iter()
+                .map(|w| {
+                    let ar = ar_of(w);
+                    let api: Api<DynamicObject> = match w {
+                        Watch::Ledger => Api::namespaced_with(client.clone(), &namespace, &ar),
+                        _ => Api::all_with(client.clone(), &ar),
+                    };
+                    let cfg = match w {
+                        Watch::Ledger => {
+                            watcher::Config::default().fields(&format!("metadata.name={OBJECT}"))
+                        }
+                        Watch::MyEndpoints => {
+                            watcher::Config::default().labels(&format!("{NODE_LABEL}={me}"))
+                        }
+                        Watch::L2Endpoints => {
+                            watcher::Config::default().labels(&format!("{L2_LABEL}=true"))
+                        }
+                        Watch::Allocations | Watch::Claims => watcher::Config::default(),
+                    };
+                    (w, api, cfg)
+                })
+                .collect()
+        };
+        let thread = WatchThread::spawn("ipam-watch", kube, Watch::Ledger, watches, move |e| {
+            tx.send(e).is_ok()
+        })
+        .map_err(|e| StateError::Api {
+            object: self.ledger_object(),
+            op: "start the watch thread",
+            reason: e.to_string(),
+        })?;
+        self.watches = Some(thread);
+        Ok(())
+    }
+
+    /// Applies watch events until every watch has listed once.
+    fn sync(&mut self) -> Result<(), StateError> {
+        let deadline = Instant::now() + SYNC_TIMEOUT;
+        let mut listed = BTreeSet::new();
+        let mut last_error = BTreeMap::new();
+        while listed.len() < Watch::ALL.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (w, e) = match self.events.recv_timeout(left) {
+                Ok(e) => e,
+                Err(_) => {
+                    let missing: Vec<String> = Watch::ALL
+                        .iter()
+                        .filter(|w| !listed.contains(*w))
+                        .map(|w| {
+                            format!(
+                                "{}{}",
+                                kind_name(*w),
+                                last_error
+                                    .get(w)
+                                    .map_or(String::new(), |e| format!(" ({e})"))
+                            )
+                        })
+                        .collect();
+                    return Err(StateError::Api {
+                        object: missing.join(", "),
+                        op: "list",
+                        reason: format!(
+                            "no complete list within {} s; are the lace CRDs installed \
+                             (kubectl apply -f deploy/crds) and may lace-control list and watch \
+                             them?",
+                            SYNC_TIMEOUT.as_secs()
+                        ),
+                    });
+                }
+            };
+            match e {
+                Ok(watcher::Event::InitDone) => {
+                    listed.insert(w);
+                    self.handle(w, watcher::Event::InitDone)?;
+                }
+                Ok(e) => {
+                    self.handle(w, e)?;
+                }
+                Err(e) => {
+                    last_error.insert(w, e);
+                }
+            }
+        }
+        self.rebuild()?;
+        Ok(())
+    }
+
+    /// Takes one watch event into the records; whether the view must be rebuilt (a relist or
+    /// a ledger change) — other changes were applied to the view already.
+    fn handle(&mut self, w: Watch, e: watcher::Event<DynamicObject>) -> Result<bool, StateError> {
+        match e {
+            watcher::Event::Init => {
+                self.relisting.insert(w, Vec::new());
+                Ok(false)
+            }
+            watcher::Event::InitApply(o) => {
+                self.relisting.entry(w).or_default().push(o);
+                Ok(false)
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relisting.remove(&w).unwrap_or_default();
+                self.replace(w, listed)?;
+                Ok(true)
+            }
+            watcher::Event::Apply(o) => self.apply(w, &o),
+            watcher::Event::Delete(o) => Ok(self.forget(w, &o)),
+        }
+    }
+
+    /// A relist: the records of `w`'s scope become `listed`.
+    fn replace(&mut self, w: Watch, listed: Vec<DynamicObject>) -> Result<(), StateError> {
+        self.records.deleted.retain(|(k, _, _), _| *k != w);
+        let me = label_value(&self.node);
+        match w {
+            Watch::Ledger => self.records.ledger = None,
+            Watch::Allocations => self.records.blocks.clear(),
+            Watch::Claims => self.records.claims.clear(),
+            Watch::MyEndpoints => self
+                .records
+                .endpoints
+                .retain(|_, e| e.labels.get(NODE_LABEL) != Some(&me)),
+            Watch::L2Endpoints => self
+                .records
+                .endpoints
+                .retain(|_, e| e.labels.get(L2_LABEL).map(String::as_str) != Some("true")),
+        }
+        for o in &listed {
+            self.store(w, o)?;
+        }
+        Ok(())
+    }
+
+    /// Stores object `o` of watch `w` in the records (ignoring what this control deleted);
+    /// what it replaced, if anything.
+    fn store(&mut self, w: Watch, o: &DynamicObject) -> Result<Option<Change>, StateError> {
+        let meta = &o.metadata;
+        let (ns, name) = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        let uid = meta.uid.clone().unwrap_or_default();
+        if self
+            .records
+            .deleted
+            .get(&(kind_of(w), ns.clone(), name.clone()))
+            == Some(&uid)
+        {
+            return Ok(None);
+        }
+        let rv = meta.resource_version.clone().unwrap_or_default();
+        let labels = meta.labels.clone().unwrap_or_default();
+        let spec = o.data.get("spec").cloned().unwrap_or_default();
+        match w {
+            Watch::Ledger => {
+                let text = o
+                    .data
+                    .get("data")
+                    .and_then(|d| d.get(LEDGER_KEY))
+                    .and_then(|t| t.as_str());
+                let Some(text) = text else {
+                    if o.data.get("data").and_then(|d| d.get(LEGACY_KEY)).is_some() {
+                        return Err(self.corrupt(format!(
+                            "it holds data.{LEGACY_KEY} of an older lace-control that wrote it \
+                             after this one started; restart lace-control to migrate it"
+                        )));
+                    }
+                    return Err(self.corrupt(format!("data.{LEDGER_KEY} is missing")));
+                };
+                let ledger: IpamState = serde_json::from_str(text)
+                    .map_err(|e| self.corrupt(format!("data.{LEDGER_KEY}: {e}")))?;
+                if self.records.ledger.as_ref().is_some_and(|(_, v)| *v == rv) {
+                    return Ok(None);
+                }
+                self.records.ledger = Some((ledger, rv));
+                Ok(Some(Change::Ledger))
+            }
+            Watch::Allocations => {
+                let spec: AllocationSpec = match serde_json::from_value(spec) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.leave_out(format!("Allocation {name}"), e.to_string());
+                        return Ok(None);
+                    }
+                };
+                let new = Stored {
+                    uid,
+                    rv,
+                    labels,
+                    spec,
+                };
+                let old = self.records.blocks.insert(name.clone(), new.clone());
+                if old.as_ref() == Some(&new) {
+                    return Ok(None);
+                }
+                Ok(Some(Change::Block(old.map(|o| o.spec), new.spec)))
+            }
+            Watch::Claims => {
+                let spec: NeighborSpec = match serde_json::from_value(spec) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.leave_out(format!("Neighbor {name}"), e.to_string());
+                        return Ok(None);
+                    }
+                };
+                let new = Stored {
+                    uid,
+                    rv,
+                    labels,
+                    spec,
+                };
+                let old = self.records.claims.insert(name.clone(), new.clone());
+                if old.as_ref() == Some(&new) {
+                    return Ok(None);
+                }
+                Ok(Some(Change::Claim(old.map(|o| o.spec), Some(new.spec))))
+            }
+            Watch::MyEndpoints | Watch::L2Endpoints => {
+                let spec: NetworkEndpointSpec = match serde_json::from_value(spec) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.leave_out(format!("NetworkEndpoint {ns}/{name}"), e.to_string());
+                        return Ok(None);
+                    }
+                };
+                let new = Stored {
+                    uid,
+                    rv,
+                    labels,
+                    spec,
+                };
+                let old = self
+                    .records
+                    .endpoints
+                    .insert((ns.clone(), name.clone()), new.clone());
+                if old.as_ref() == Some(&new) {
+                    return Ok(None);
+                }
+                Ok(Some(Change::Endpoint(
+                    ns,
+                    old.map(|o| Box::new(o.spec)),
+                    Some(Box::new(new.spec)),
+                )))
+            }
+        }
+    }
+
+    /// A watch's added or changed object: stored, and applied to the view.
+    fn apply(&mut self, w: Watch, o: &DynamicObject) -> Result<bool, StateError> {
+        match self.store(w, o)? {
+            None => Ok(false),
+            Some(Change::Ledger) => Ok(true),
+            Some(c) => {
+                self.apply_change(c);
+                Ok(false)
+            }
+        }
+    }
+
+    /// A watch's deleted object: forgotten (if it is the one recorded) and taken out of the
+    /// view; whether the view must be rebuilt.
+    fn forget(&mut self, w: Watch, o: &DynamicObject) -> bool {
+        let ns = o.metadata.namespace.clone().unwrap_or_default();
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let uid = o.metadata.uid.clone().unwrap_or_default();
+        let key = (kind_of(w), ns.clone(), name.clone());
+        if self.records.deleted.get(&key) == Some(&uid) {
+            self.records.deleted.remove(&key);
+        }
+        match w {
+            Watch::Ledger => self.records.ledger.take().is_some(),
+            Watch::Allocations => {
+                if self.records.blocks.get(&name).is_some_and(|s| s.uid == uid) {
+                    if let Some(old) = self.records.blocks.remove(&name) {
+                        self.apply_change(Change::BlockGone(old.spec));
+                    }
+                }
+                false
+            }
+            Watch::Claims => {
+                if self.records.claims.get(&name).is_some_and(|s| s.uid == uid) {
+                    if let Some(old) = self.records.claims.remove(&name) {
+                        self.apply_change(Change::Claim(Some(old.spec), None));
+                    }
+                }
+                false
+            }
+            Watch::MyEndpoints | Watch::L2Endpoints => {
+                let k = (ns.clone(), name);
+                if self.records.endpoints.get(&k).is_some_and(|s| s.uid == uid) {
+                    if let Some(old) = self.records.endpoints.remove(&k) {
+                        self.apply_change(Change::Endpoint(ns, Some(Box::new(old.spec)), None));
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    fn leave_out(&mut self, what: String, why: String) {
+        if self.left_out.get(&what) != Some(&why) {
+            tracing::warn!("{what} is left out of the allocation state: {why}");
+            self.left_out.insert(what, why);
+        }
+    }
+
+    // ---- the view -------------------------------------------------------------------------------
+
+    /// One record's change applied to the view; what does not fit is left out (and retried at
+    /// the next rebuild).
+    fn apply_change(&mut self, c: Change) {
+        match c {
+            Change::Ledger => {}
+            Change::Block(old, new) => {
+                if let Some(old) = old {
+                    for b in block_records(&old) {
+                        self.ipam.remove_block(&b);
+                    }
+                }
+                for b in block_records(&new) {
+                    if let Err(e) = self.ipam.insert_block(&b) {
+                        self.leave_out(
+                            format!("Allocation of {} {}", b.network, b.prefix),
+                            e.to_string(),
+                        );
+                    }
+                }
+            }
+            Change::BlockGone(old) => {
+                for b in block_records(&old) {
+                    self.ipam.remove_block(&b);
+                }
+            }
+            Change::Claim(old, new) => {
+                if let Some((n, a)) = old.as_ref().and_then(claim_of) {
+                    // Still claimed by another object of the same address (a learned entry
+                    // beside an endpoint's): kept.
+                    let others = self
+                        .records
+                        .claims
+                        .values()
+                        .any(|c| claim_of(&c.spec) == Some((n.clone(), a)));
+                    if !others {
+                        self.ipam.set_claim(&n, a, false);
+                    }
+                }
+                if let Some((n, a)) = new.as_ref().and_then(claim_of) {
+                    self.ipam.set_claim(&n, a, true);
+                }
+            }
+            Change::Endpoint(ns, old, new) => {
+                if let Some(old) = old {
+                    let key = crate::world::AttachmentKey {
+                        container_id: old.container_id.clone(),
+                        ifname: old.interface.clone(),
+                    };
+                    if self
+                        .ipam
+                        .lease(&key)
+                        .is_some_and(|l| l.endpoint_id == old.endpoint_id)
+                    {
+                        self.ipam.release(&key);
+                    }
+                }
+                if let Some(new) = new {
+                    let what = format!(
+                        "NetworkEndpoint of container {} ({ns}/{})",
+                        new.container_id, new.pod
+                    );
+                    match self
+                        .ipam
+                        .lease_record(&ns, &new)
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| self.ipam.insert_lease(&r, false).map_err(|e| e.to_string()))
+                    {
+                        Ok(()) => {
+                            self.left_out.remove(&what);
+                        }
+                        Err(e) => self.leave_out(what, e),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds the view from the records: the ledger, every block, claim and endpoint. This
+    /// node's endpoint counter never goes back.
+    fn rebuild(&mut self) -> Result<(), StateError> {
+        let mut ipam = match &self.records.ledger {
+            Some((l, _)) => Ipam::from_ledger(l, self.config)
+                .map_err(|e| self.corrupt(format!("data.{LEDGER_KEY}: {e}")))?,
+            None => Ipam::new(self.config)?,
+        };
+        self.reserved = self
+            .records
+            .ledger
+            .as_ref()
+            .and_then(|(l, _)| l.next_endpoint(&self.node))
+            .unwrap_or(1);
+        let local = self.ipam.next_endpoint(&self.node).unwrap_or(1);
+        ipam.skip_endpoints_to(&self.node, local.max(self.reserved));
+        self.ipam = ipam;
+        self.left_out.clear();
+        let blocks: Vec<AllocationSpec> = self
+            .records
+            .blocks
+            .values()
+            .map(|b| b.spec.clone())
+            .collect();
+        for b in blocks {
+            self.apply_change(Change::Block(None, b));
+        }
+        let claims: Vec<NeighborSpec> = self
+            .records
+            .claims
+            .values()
+            .map(|c| c.spec.clone())
+            .collect();
+        for c in claims {
+            self.apply_change(Change::Claim(None, Some(c)));
+        }
+        // This node's endpoints first: a clash leaves out another node's, never one whose
+        // interface is plugged in here.
+        let me = label_value(&self.node);
+        let mut endpoints: Vec<(String, NetworkEndpointSpec, bool)> = self
+            .records
+            .endpoints
+            .iter()
+            .map(|((ns, _), e)| {
+                (
+                    ns.clone(),
+                    e.spec.clone(),
+                    e.labels.get(NODE_LABEL) == Some(&me),
+                )
+            })
+            .collect();
+        endpoints.sort_by_key(|(_, _, mine)| !mine);
+        for (ns, e, _) in endpoints {
+            self.apply_change(Change::Endpoint(ns, None, Some(Box::new(e))));
+        }
+        Ok(())
+    }
+
+    /// Applies every event the watches delivered; whether the view changed.
+    fn drain(&mut self) -> Result<bool, StateError> {
+        let mut changed = false;
+        let mut rebuild = false;
+        while let Ok((w, e)) = self.events.try_recv() {
+            match e {
+                Ok(e) => {
+                    let before = self.ipam.generation();
+                    rebuild |= self.handle(w, e)?;
+                    changed |= self.ipam.generation() != before;
+                }
+                Err(e) => tracing::warn!("{} watch: {e}; retrying with backoff", kind_name(w)),
+            }
+        }
+        if rebuild {
+            self.rebuild()?;
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// Deletes this node's claims that back no lease of the view (left by a write that failed
+    /// between the claim and its endpoint).
+    fn collect_claims(&mut self) {
+        let me = label_value(&self.node);
+        let held: BTreeSet<(String, IpAddr)> = self
+            .ipam
+            .leases()
+            .filter(|l| l.node == self.node)
+            .flat_map(|l| {
+                l.addresses
+                    .iter()
+                    .map(move |a| (l.network.clone(), a.address))
+            })
+            .collect();
+        let stale: Vec<(String, String)> = self
+            .records
+            .claims
+            .iter()
+            .filter(|(_, c)| c.labels.get(NODE_LABEL) == Some(&me) && !c.spec.learned)
+            .filter(|(_, c)| claim_of(&c.spec).is_none_or(|k| !held.contains(&k)))
+            .map(|(name, c)| (name.clone(), c.uid.clone()))
+            .collect();
+        for (name, uid) in stale {
+            tracing::info!("Neighbor {name}: claimed by this node for no endpoint; deleting it");
+            if let Err(e) = self.delete(Watch::Claims, None, &name, &uid) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
+    // ---- writes ---------------------------------------------------------------------------------
+
+    /// This node's Node uid, looked up once it exists.
+    fn node_owner(&mut self) -> Vec<serde_json::Value> {
+        if self.node_uid.is_none() {
+            let api: Api<Node> = Api::all(self.client.clone());
+            if let Ok(Some(n)) = self.runtime.block_on(api.get_opt(&self.node)) {
+                self.node_uid = n.metadata.uid;
+            }
+        }
+        self.node_uid
+            .iter()
+            .map(|uid| json!({"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}))
+            .collect()
+    }
+
+    fn labels(&self, network: &str, l2: bool) -> serde_json::Value {
+        let mut labels = serde_json::Map::new();
+        labels.insert(NODE_LABEL.into(), label_value(&self.node).into());
+        labels.insert(NETWORK_LABEL.into(), label_value(network).into());
+        if l2 {
+            labels.insert(L2_LABEL.into(), "true".into());
+        }
+        labels.into()
+    }
+
+    fn object(
+        &self,
+        w: Watch,
+        namespace: Option<&str>,
+        name: &str,
+        labels: serde_json::Value,
+        owners: Vec<serde_json::Value>,
+        spec: serde_json::Value,
+    ) -> Result<DynamicObject, StateError> {
+        let ar = ar_of(w);
+        let mut v = json!({
+            "apiVersion": ar.api_version,
+            "kind": ar.kind,
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+        });
+        if let Some(ns) = namespace {
+            v["metadata"]["namespace"] = ns.into();
+        }
+        if !owners.is_empty() {
+            v["metadata"]["ownerReferences"] = owners.into();
+        }
+        serde_json::from_value(v).map_err(|e| StateError::Api {
+            object: format!("{} {name}", ar.kind),
+            op: "build",
+            reason: e.to_string(),
+        })
+    }
+
+    fn pp() -> PostParams {
+        PostParams {
+            field_manager: Some(super::api_status::FIELD_MANAGER.into()),
+            ..PostParams::default()
+        }
+    }
+
+    /// Creates `o`; an object of that name already there is read into the records and its
+    /// spec returned.
+    fn create(
+        &mut self,
+        w: Watch,
+        o: &DynamicObject,
+    ) -> Result<Option<serde_json::Value>, StateError> {
+        let ns = o.metadata.namespace.clone();
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let api = self.api(w, ns.as_deref());
+        match self.runtime.block_on(api.create(&Self::pp(), o)) {
+            Ok(made) => {
+                self.store(w, &made)?;
+                Ok(None)
+            }
+            Err(e) if status(&e) == Some((409, "AlreadyExists")) => {
+                let there = self
+                    .runtime
+                    .block_on(api.get_opt(&name))
+                    .map_err(|e| self.api_error(format!("{} {name}", kind_name(w)), "get", &e))?;
+                match there {
+                    Some(t) => {
+                        self.records
+                            .deleted
+                            .remove(&(kind_of(w), ns.unwrap_or_default(), name));
+                        self.store(w, &t)?;
+                        Ok(Some(t.data.get("spec").cloned().unwrap_or_default()))
+                    }
+                    // Deleted in between: the next round creates it.
+                    None => Ok(Some(serde_json::Value::Null)),
+                }
+            }
+            Err(e) => Err(self.api_error(format!("{} {name}", kind_name(w)), "create", &e)),
+        }
+    }
+
+    /// Deletes `name` if it is still the object `uid`; gone already is done.
+    fn delete(
+        &mut self,
+        w: Watch,
+        namespace: Option<&str>,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), StateError> {
+        let api = self.api(w, namespace);
+        let dp = DeleteParams {
+            preconditions: (!uid.is_empty()).then(|| Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.runtime.block_on(api.delete(name, &dp)) {
+            Ok(_) => {}
+            Err(e) if matches!(status(&e), Some((404, _))) => {}
+            // Another object of that name now (ours was deleted and the name taken again).
+            Err(e) if matches!(status(&e), Some((409, _))) => {}
+            Err(e) => return Err(self.api_error(format!("{} {name}", kind_name(w)), "delete", &e)),
+        }
+        let ns = namespace.unwrap_or_default().to_owned();
+        self.records
+            .deleted
+            .insert((kind_of(w), ns.clone(), name.to_owned()), uid.to_owned());
+        // Out of the records and the view at once (the watch's deletion is then no change).
+        let change = match w {
+            Watch::Allocations => self
+                .records
+                .blocks
+                .remove(name)
+                .map(|b| Change::BlockGone(b.spec)),
+            Watch::Claims => self
+                .records
+                .claims
+                .remove(name)
+                .map(|c| Change::Claim(Some(c.spec), None)),
+            Watch::MyEndpoints | Watch::L2Endpoints => self
+                .records
+                .endpoints
+                .remove(&(ns.clone(), name.to_owned()))
+                .map(|e| Change::Endpoint(ns, Some(Box::new(e.spec)), None)),
+            Watch::Ledger => None,
+        };
+        if let Some(c) = change {
+            self.apply_change(c);
+        }
+        Ok(())
+    }
+
+    /// Writes the ledger of `next`, with this node's reservation `reserve`, conditionally on
+    /// the version it was read at.
+    fn write_ledger(&mut self, next: &Ipam, reserve: u32) -> Result<Written, StateError> {
+        let ledger = next.ledger().with_next_endpoint(&self.node, reserve);
+        let json = serde_json::to_string(&ledger)
+            .map_err(|e| self.corrupt(format!("cannot serialise the ledger: {e}")))?;
+        let mut cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(OBJECT.into()),
+                namespace: Some(self.namespace.clone()),
+                resource_version: self.records.ledger.as_ref().map(|(_, v)| v.clone()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        cm.data = Some([(LEDGER_KEY.to_owned(), json)].into());
+        let result = match &cm.metadata.resource_version {
+            None => self
+                .runtime
+                .block_on(self.ledger_api.create(&Self::pp(), &cm)),
+            Some(_) => self
+                .runtime
+                .block_on(self.ledger_api.replace(OBJECT, &Self::pp(), &cm)),
+        };
+        match result {
+            Ok(written) => {
+                let rv = written.metadata.resource_version.unwrap_or_default();
+                self.records.ledger = Some((ledger, rv));
+                self.reserved = reserve;
+                Ok(Written::Done)
+            }
+            Err(e) if matches!(status(&e), Some((409, _))) => {
+                self.read_ledger()?;
+                Ok(Written::Conflict)
+            }
+            Err(e) => Err(self.api_error(self.ledger_object(), "write", &e)),
+        }
+    }
+
+    /// Reads the ledger into the records (after a conflict).
+    fn read_ledger(&mut self) -> Result<(), StateError> {
+        let got = self
+            .runtime
+            .block_on(self.ledger_api.get_opt(OBJECT))
+            .map_err(|e| self.api_error(self.ledger_object(), "get", &e))?;
+        match got {
+            None => self.records.ledger = None,
+            Some(cm) => {
+                let o: DynamicObject = serde_json::from_value(
+                    serde_json::to_value(&cm).map_err(|e| self.corrupt(e.to_string()))?,
+                )
+                .map_err(|e| self.corrupt(e.to_string()))?;
+                self.records.ledger = None;
+                self.store(Watch::Ledger, &o)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what `next` changed of the records `dirty` names (see the module docs).
+    fn write(&mut self, next: &Ipam, dirty: &BTreeSet<Dirty>) -> Result<Written, StateError> {
+        let local = next.next_endpoint(&self.node).unwrap_or(1);
+        if dirty.contains(&Dirty::Ledger) || local > self.reserved {
+            let reserve = if local > self.reserved {
+                local.saturating_add(ENDPOINT_CHUNK)
+            } else {
+                self.reserved
+            };
+            if let Written::Conflict = self.write_ledger(next, reserve)? {
+                return Ok(Written::Conflict);
+            }
+        }
+        let me = self.node.clone();
+        // Blocks taken, then l2 addresses claimed, then endpoints made or changed.
+        for d in dirty {
+            if let Dirty::Blocks { network, node } = d {
+                if *node != me {
+                    continue;
+                }
+                let (old, new) = (
+                    self.ipam.node_blocks(network, node),
+                    next.node_blocks(network, node),
+                );
+                if !new.is_empty() && old != new {
+                    if let Written::Conflict = self.create_blocks(network, &new)? {
+                        return Ok(Written::Conflict);
+                    }
+                }
+            }
+        }
+        let leases: Vec<(Option<EndpointLease>, Option<EndpointLease>)> = dirty
+            .iter()
+            .filter_map(|d| match d {
+                Dirty::Lease(k) => Some((self.ipam.lease(k).cloned(), next.lease(k).cloned())),
+                _ => None,
+            })
+            .filter(|(old, new)| old.as_ref().or(new.as_ref()).is_some_and(|l| l.node == me))
+            .collect();
+        for (old, new) in &leases {
+            let Some(new) = new else { continue };
+            if next.network_kind(&new.network) == Some(NetworkType::L2) {
+                for a in &new.addresses {
+                    let held = old
+                        .as_ref()
+                        .is_some_and(|o| o.addresses.iter().any(|x| x.address == a.address));
+                    if !held {
+                        if let Written::Conflict = self.claim(new, a.address)? {
+                            return Ok(Written::Conflict);
+                        }
+                    }
+                }
+            }
+            if old.as_ref() != Some(new) {
+                if let Written::Conflict = self.put_endpoint(next, new)? {
+                    return Ok(Written::Conflict);
+                }
+            }
+        }
+        // Then what was released: endpoints, their claims, blocks given back.
+        for (old, new) in &leases {
+            let Some(old) = old else { continue };
+            if new.is_none() {
+                let name = endpoint_name(old);
+                let key = (old.pod.namespace.clone(), name.clone());
+                let uid = self
+                    .records
+                    .endpoints
+                    .get(&key)
+                    .map(|e| e.uid.clone())
+                    .unwrap_or_default();
+                self.delete(Watch::MyEndpoints, Some(&old.pod.namespace), &name, &uid)?;
+            }
+            if self.ipam.network_kind(&old.network) == Some(NetworkType::L2) {
+                for a in &old.addresses {
+                    let kept = new
+                        .as_ref()
+                        .is_some_and(|n| n.addresses.iter().any(|x| x.address == a.address));
+                    if !kept {
+                        let name = neighbor_name(&old.network, a.address);
+                        let uid = self
+                            .records
+                            .claims
+                            .get(&name)
+                            .map(|c| c.uid.clone())
+                            .unwrap_or_default();
+                        self.delete(Watch::Claims, None, &name, &uid)?;
+                    }
+                }
+            }
+        }
+        for d in dirty {
+            if let Dirty::Blocks { network, node } = d {
+                let old = self.ipam.node_blocks(network, node);
+                if *node == me && !old.is_empty() && next.node_blocks(network, node).is_empty() {
+                    let name = allocation_name(network, &old);
+                    let uid = self
+                        .records
+                        .blocks
+                        .get(&name)
+                        .map(|b| b.uid.clone())
+                        .unwrap_or_default();
+                    self.delete(Watch::Allocations, None, &name, &uid)?;
+                }
+            }
+        }
+        Ok(Written::Done)
+    }
+
+    fn create_blocks(
+        &mut self,
+        network: &str,
+        blocks: &[ipnet::IpNet],
+    ) -> Result<Written, StateError> {
+        let name = allocation_name(network, blocks);
+        let spec = allocation_spec(network, &self.node, blocks);
+        let owners = self.node_owner();
+        let o = self.object(
+            Watch::Allocations,
+            None,
+            &name,
+            self.labels(network, false),
+            owners,
+            serde_json::to_value(&spec).unwrap_or_default(),
+        )?;
+        match self.create(Watch::Allocations, &o)? {
+            None => Ok(Written::Done),
+            Some(there)
+                if serde_json::from_value::<AllocationSpec>(there.clone()).ok() == Some(spec) =>
+            {
+                Ok(Written::Done)
+            }
+            Some(_) => Ok(Written::Conflict),
+        }
+    }
+
+    fn claim(&mut self, l: &EndpointLease, a: IpAddr) -> Result<Written, StateError> {
+        let name = neighbor_name(&l.network, a);
+        let spec = neighbor_spec(l, a);
+        let owners = self.node_owner();
+        let o = self.object(
+            Watch::Claims,
+            None,
+            &name,
+            self.labels(&l.network, true),
+            owners,
+            serde_json::to_value(&spec).unwrap_or_default(),
+        )?;
+        match self.create(Watch::Claims, &o)? {
+            None => Ok(Written::Done),
+            // Ours (made by a write that failed before its endpoint): adopted.
+            Some(_)
+                if self.records.claims.get(&name).is_some_and(|c| {
+                    c.spec == spec && c.labels.get(NODE_LABEL) == Some(&label_value(&self.node))
+                }) =>
+            {
+                Ok(Written::Done)
+            }
+            Some(_) => Ok(Written::Conflict),
+        }
+    }
+
+    fn put_endpoint(&mut self, next: &Ipam, l: &EndpointLease) -> Result<Written, StateError> {
+        let name = endpoint_name(l);
+        let ns = l.pod.namespace.clone();
+        let spec = next.endpoint_spec(l);
+        let owners: Vec<serde_json::Value> = (!l.pod.uid.is_empty())
+            .then(
+                || json!({"apiVersion": "v1", "kind": "Pod", "name": l.pod.name, "uid": l.pod.uid}),
+            )
+            .into_iter()
+            .collect();
+        let l2 = next.network_kind(&l.network) == Some(NetworkType::L2);
+        let mut o = self.object(
+            Watch::MyEndpoints,
+            Some(&ns),
+            &name,
+            self.labels(&l.network, l2),
+            owners,
+            serde_json::to_value(&spec).unwrap_or_default(),
+        )?;
+        let existing = self
+            .records
+            .endpoints
+            .get(&(ns.clone(), name.clone()))
+            .cloned();
+        let what = format!("NetworkEndpoint {ns}/{name}");
+        match existing {
+            None => match self.create(Watch::MyEndpoints, &o)? {
+                None => Ok(Written::Done),
+                Some(there) => {
+                    let there: Option<NetworkEndpointSpec> = serde_json::from_value(there).ok();
+                    match there {
+                        Some(t) if t == spec => Ok(Written::Done),
+                        Some(t)
+                            if t.container_id == spec.container_id
+                                && t.interface == spec.interface =>
+                        {
+                            // A stale version of this attachment's object: replaced below on
+                            // the next round, from the records.
+                            Ok(Written::Conflict)
+                        }
+                        Some(t) => Err(StateError::Api {
+                            object: what,
+                            op: "create",
+                            reason: format!(
+                                "the name is taken by container {} interface {}'s endpoint",
+                                t.container_id, t.interface
+                            ),
+                        }),
+                        None => Ok(Written::Conflict),
+                    }
+                }
+            },
+            Some(e) if e.spec == spec => Ok(Written::Done),
+            Some(e) => {
+                o.metadata.resource_version = Some(e.rv.clone());
+                let api = self.api(Watch::MyEndpoints, Some(&ns));
+                match self.runtime.block_on(api.replace(&name, &Self::pp(), &o)) {
+                    Ok(made) => {
+                        self.store(Watch::MyEndpoints, &made)?;
+                        Ok(Written::Done)
+                    }
+                    Err(err) if matches!(status(&err), Some((409 | 404, _))) => {
+                        match self.runtime.block_on(api.get_opt(&name)) {
+                            Ok(Some(t)) => {
+                                self.store(Watch::MyEndpoints, &t)?;
+                            }
+                            Ok(None) => {
+                                self.records.endpoints.remove(&(ns, name));
+                            }
+                            Err(e) => return Err(self.api_error(what, "get", &e)),
+                        }
+                        Ok(Written::Conflict)
+                    }
+                    Err(err) => Err(self.api_error(what, "update", &err)),
+                }
+            }
+        }
+    }
+
+    // ---- migration ------------------------------------------------------------------------------
+
+    /// Migrates a single-object state (`data.state.json`) to objects (see the module docs).
+    fn migrate(&mut self) -> Result<(), StateError> {
+        let mut written: BTreeSet<(Watch, String, String)> = BTreeSet::new();
+        loop {
+            let Some(cm) = self
+                .runtime
+                .block_on(self.ledger_api.get_opt(OBJECT))
+                .map_err(|e| self.api_error(self.ledger_object(), "get", &e))?
+            else {
+                return Ok(());
+            };
+            let Some(text) = cm.data.as_ref().and_then(|d| d.get(LEGACY_KEY)).cloned() else {
+                return Ok(());
+            };
+            let state: IpamState = serde_json::from_str(&text)
+                .map_err(|e| self.corrupt(format!("data.{LEGACY_KEY}: {e}")))?;
+            let old = Ipam::from_state(&state, self.config)
+                .map_err(|e| self.corrupt(format!("data.{LEGACY_KEY}: {e}")))?;
+            tracing::info!(
+                "migrating the allocation state of {} to one object per allocation: {} blocks, \
+                 {} endpoints",
+                self.ledger_object(),
+                state.blocks().len(),
+                state.leases().len()
+            );
+            let mut now = BTreeSet::new();
+            let mut namespaces = BTreeMap::new();
+            for l in old.leases() {
+                if !namespaces.contains_key(&l.pod.namespace) {
+                    let api: Api<k8s_openapi::api::core::v1::Namespace> =
+                        Api::all(self.client.clone());
+                    let there = self
+                        .runtime
+                        .block_on(api.get_opt(&l.pod.namespace))
+                        .map_err(|e| {
+                            self.api_error(format!("Namespace {}", l.pod.namespace), "get", &e)
+                        })?
+                        .is_some();
+                    namespaces.insert(l.pod.namespace.clone(), there);
+                }
+            }
+            for ((network, node), blocks) in old.allocations() {
+                let name = allocation_name(&network, &blocks);
+                let o = self.object(
+                    Watch::Allocations,
+                    None,
+                    &name,
+                    self.labels(&network, false),
+                    Vec::new(),
+                    serde_json::to_value(allocation_spec(&network, &node, &blocks))
+                        .unwrap_or_default(),
+                )?;
+                // Present already: written by an earlier attempt, the same block.
+                self.create(Watch::Allocations, &o)?;
+                now.insert((Watch::Allocations, String::new(), name));
+            }
+            for l in old.leases() {
+                if namespaces.get(&l.pod.namespace) != Some(&true) {
+                    tracing::warn!(
+                        "not migrating the endpoint of pod {} (container {}): its namespace is \
+                         gone, and the pod with it",
+                        l.pod,
+                        l.key.container_id
+                    );
+                    continue;
+                }
+                let l2 = old.network_kind(&l.network) == Some(NetworkType::L2);
+                let labels = |s: &Self| {
+                    let mut v = s.labels(&l.network, l2);
+                    v[NODE_LABEL] = label_value(&l.node).into();
+                    v
+                };
+                if l2 {
+                    for a in &l.addresses {
+                        let name = neighbor_name(&l.network, a.address);
+                        let o = self.object(
+                            Watch::Claims,
+                            None,
+                            &name,
+                            labels(self),
+                            Vec::new(),
+                            serde_json::to_value(neighbor_spec(l, a.address)).unwrap_or_default(),
+                        )?;
+                        self.create(Watch::Claims, &o)?;
+                        now.insert((Watch::Claims, String::new(), name));
+                    }
+                }
+                let name = endpoint_name(l);
+                let owners: Vec<serde_json::Value> = (!l.pod.uid.is_empty())
+                    .then(|| json!({"apiVersion": "v1", "kind": "Pod", "name": l.pod.name, "uid": l.pod.uid}))
+                    .into_iter()
+                    .collect();
+                let o = self.object(
+                    Watch::MyEndpoints,
+                    Some(&l.pod.namespace),
+                    &name,
+                    labels(self),
+                    owners,
+                    serde_json::to_value(old.endpoint_spec(l)).unwrap_or_default(),
+                )?;
+                self.create(Watch::MyEndpoints, &o)?;
+                now.insert((Watch::MyEndpoints, l.pod.namespace.clone(), name));
+            }
+            written.extend(now.iter().cloned());
+            let ledger = serde_json::to_string(&old.ledger())
+                .map_err(|e| self.corrupt(format!("cannot serialise the ledger: {e}")))?;
+            let mut next = cm.clone();
+            next.data = Some([(LEDGER_KEY.to_owned(), ledger)].into());
+            match self
+                .runtime
+                .block_on(self.ledger_api.replace(OBJECT, &Self::pp(), &next))
+            {
+                Ok(_) => {
+                    // Objects of an earlier attempt that the state no longer holds (another
+                    // control released them in between).
+                    for (w, ns, name) in written.difference(&now) {
+                        let ns = (!ns.is_empty()).then_some(ns.as_str());
+                        let api = self.api(*w, ns);
+                        let _ = self
+                            .runtime
+                            .block_on(api.delete(name, &DeleteParams::default()));
+                    }
+                    self.records = Records::default();
+                    tracing::info!("migrated {}", self.ledger_object());
+                    return Ok(());
+                }
+                // Changed meanwhile (an older control wrote, or another migrated): again.
+                Err(e) if matches!(status(&e), Some((409, _))) => continue,
+                Err(e) => return Err(self.api_error(self.ledger_object(), "write", &e)),
+            }
+        }
+    }
+}
+
+/// A record's change, for the view.
+#[derive(Debug)]
+enum Change {
+    Ledger,
+    Block(Option<AllocationSpec>, AllocationSpec),
+    BlockGone(AllocationSpec),
+    Claim(Option<NeighborSpec>, Option<NeighborSpec>),
+    Endpoint(
+        String,
+        Option<Box<NetworkEndpointSpec>>,
+        Option<Box<NetworkEndpointSpec>>,
+    ),
+}
+
+/// The kind a watch's objects are deleted under (both endpoint watches are one kind).
+fn kind_of(w: Watch) -> Watch {
+    match w {
+        Watch::L2Endpoints => Watch::MyEndpoints,
+        other => other,
+    }
+}
+
+fn block_records(s: &AllocationSpec) -> Vec<BlockRecord> {
+    s.prefixes
+        .iter()
+        .filter_map(|p| p.parse().ok())
+        .map(|prefix| BlockRecord {
+            network: s.network.clone(),
+            node: s.node.clone(),
+            prefix,
+        })
+        .collect()
+}
+
+fn claim_of(s: &NeighborSpec) -> Option<(String, IpAddr)> {
+    Some((s.network.clone(), s.address.parse().ok()?))
 }
 
 impl IpamStore for ClusterState {
     fn refresh(&mut self) -> Result<bool, StateError> {
-        self.reload()
+        let changed = self.drain()?;
+        if changed {
+            self.collect_claims();
+        }
+        Ok(changed)
     }
 
     fn read<R>(&self, f: impl FnOnce(&Ipam) -> R) -> R {
@@ -177,20 +1420,32 @@ impl IpamStore for ClusterState {
         &mut self,
         mut f: impl FnMut(&mut Ipam) -> Result<R, IpamError>,
     ) -> Result<R, StateError> {
+        self.drain()?;
         loop {
             let mut next = self.ipam.clone();
-            let before = next.generation();
+            next.start_journal();
             let out = f(&mut next)?;
-            if next.generation() == before {
+            let dirty = next.take_journal();
+            let local = next.next_endpoint(&self.node).unwrap_or(1);
+            if dirty.is_empty() && local <= self.reserved {
                 return Ok(out);
             }
-            if self.write(&next)? {
-                self.ipam = next;
-                return Ok(out);
+            match self.write(&next, &dirty) {
+                Ok(Written::Done) => {
+                    self.ipam = next;
+                    return Ok(out);
+                }
+                Ok(Written::Conflict) => {
+                    // Another control wrote first: the view again, with what it wrote.
+                    self.conflicts += 1;
+                    self.rebuild()?;
+                }
+                Err(e) => {
+                    // What was written stays in the records; the view follows them.
+                    self.rebuild()?;
+                    return Err(e);
+                }
             }
-            // Another control wrote first: start again from what it wrote.
-            self.conflicts += 1;
-            self.reload()?;
         }
     }
 }

@@ -120,6 +120,15 @@ pub struct RunArgs {
     /// ConfigMap `lace-ipam`), the same for every node.
     #[arg(long, value_name = "NAMESPACE", default_value = "lace-system")]
     pub namespace: String,
+    /// Give the node's own network stack an interface into its pods (ADR 0023): a veth pair
+    /// `NAME` / `NAME-fw` in the host's namespace, with routes to this node's pods through
+    /// it; the forwarder attaches `NAME-fw`. Needs CAP_NET_ADMIN. At most 12 characters.
+    #[arg(long, value_name = "NAME")]
+    pub host_interface: Option<String>,
+    /// The network namespace the host interface lives in (a path such as
+    /// `/var/run/netns/NAME`); default: control's own (the host's, on a node).
+    #[arg(long, value_name = "PATH", requires = "host_interface")]
+    pub host_netns: Option<PathBuf>,
 }
 
 /// `--source`.
@@ -154,6 +163,16 @@ pub struct StatusArgs {
 /// A flag value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// `--host-interface` is not a usable interface name.
+    #[error(
+        "--host-interface {value:?}: use 1-{} characters without '/', ':' or whitespace (the \
+         forwarder's end is the name with -fw appended), e.g. lace-host",
+        super::host::MAX_NAME
+    )]
+    HostInterface {
+        /// The value given.
+        value: String,
+    },
     /// `--kubeconfig` without `--source kubernetes`.
     #[error(
         "--kubeconfig is only used with --source kubernetes; add --source kubernetes or drop it"
@@ -385,6 +404,8 @@ pub struct RunConfig {
     pub source: SourceConfig,
     /// Kubernetes mode: the namespace of the allocation state.
     pub namespace: String,
+    /// The host interface to keep, and its namespace (None: control's own).
+    pub host_interface: Option<(String, Option<PathBuf>)>,
 }
 
 impl RunConfig {
@@ -459,6 +480,14 @@ impl RunConfig {
                 })
             }
         };
+        if let Some(name) = &a.host_interface {
+            if name.len() > super::host::MAX_NAME || lace_shared::types::IfName::new(name).is_err()
+            {
+                return Err(ConfigError::HostInterface {
+                    value: name.clone(),
+                });
+            }
+        }
         if socket.file_name().is_none() {
             return Err(ConfigError::Socket {
                 path: socket,
@@ -478,6 +507,7 @@ impl RunConfig {
             pod_wait: Duration::from_millis(a.pod_wait_ms),
             source,
             namespace: a.namespace.clone(),
+            host_interface: a.host_interface.clone().map(|n| (n, a.host_netns.clone())),
         })
     }
 
@@ -485,6 +515,7 @@ impl RunConfig {
     pub fn compile(&self) -> crate::compile::CompileConfig {
         crate::compile::CompileConfig {
             underlay_mtu: self.underlay_mtu,
+            ..Default::default()
         }
     }
 }

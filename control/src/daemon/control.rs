@@ -163,6 +163,8 @@ pub enum Event {
     Cni(CniCall),
     /// Time passed (the loop makes these itself when idle; tests send them).
     Tick,
+    /// The learn intake: the forwarder's l2 learning reports, or the shared records changed.
+    Learn(crate::learn::intake::Wake),
     /// Finish the batch and return.
     Stop,
 }
@@ -304,6 +306,10 @@ pub struct Control<S: IpamStore, R: StatusSink> {
     status: StatusFile,
     logged: BTreeMap<(String, String, String), (String, String)>,
     logged_problems: BTreeSet<String>,
+    /// The node's host interface, when control keeps one (ADR 0023).
+    host: Option<super::host::HostInterface>,
+    host_error: Option<String>,
+    learning: Option<super::learning::Learning>,
 }
 
 /// An error answer for a failed change of the shared state.
@@ -411,7 +417,24 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             status: StatusFile::default(),
             logged: BTreeMap::new(),
             logged_problems: BTreeSet::new(),
+            host: None,
+            host_error: None,
+            learning: None,
         }
+    }
+
+    /// Learns l2 MACs (ADR 0019): the forwarder's reports arrive as [`Event::Learn`], the
+    /// records live in `learning`'s store.
+    pub fn with_learning(mut self, learning: super::learning::Learning) -> Self {
+        self.learning = Some(learning);
+        self
+    }
+
+    /// The same loop, keeping the node's host interface: its port in the tables, its routes
+    /// equal to the host network's destinations.
+    pub fn with_host(mut self, host: super::host::HostInterface) -> Self {
+        self.host = Some(host);
+        self
     }
 
     /// The core (tests, diagnostics).
@@ -426,6 +449,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
 
     /// Runs until [`Event::Stop`] or until every sender is gone: one batch per wake-up.
     pub fn run(&mut self, events: &Receiver<Event>) {
+        let mut trim = super::heap::IdleTrim::default();
         loop {
             let timeout = self
                 .parked
@@ -434,8 +458,17 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 .min()
                 .map_or(self.cfg.tick, |d| d.min(self.cfg.tick));
             let first = match events.recv_timeout(timeout) {
-                Ok(e) => e,
-                Err(RecvTimeoutError::Timeout) => Event::Tick,
+                Ok(e) => {
+                    trim.woke(true);
+                    e
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if trim.woke(false) {
+                        // Idle after work: what the work freed goes back to the system.
+                        super::heap::release_free_memory();
+                    }
+                    Event::Tick
+                }
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             let mut batch = vec![first];
@@ -465,6 +498,11 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 }
                 Event::Cni(c) => calls.push_back((c.request, c.reply)),
                 Event::Tick => tick = true,
+                Event::Learn(w) => {
+                    if let Some(l) = &mut self.learning {
+                        l.wake(w);
+                    }
+                }
                 Event::Stop => keep_running = false,
             }
         }
@@ -504,7 +542,17 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             self.core.plan();
         }
         let parked = std::mem::take(&mut self.parked);
-        if !(observed || refreshed || self.full || !calls.is_empty() || !parked.is_empty()) {
+        let retry_host = self.host_error.is_some();
+        // Learning ages its records with the ticks, and acts on the forwarder's reports.
+        let learn = self.learning.as_ref().is_some_and(|l| tick || l.pending());
+        if !(observed
+            || refreshed
+            || self.full
+            || retry_host
+            || learn
+            || !calls.is_empty()
+            || !parked.is_empty())
+        {
             return keep_running;
         }
 
@@ -607,15 +655,22 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         }
 
         // ---- world, diff, compile, publish ----
+        let host_port = self.host.as_ref().map(super::host::HostInterface::port);
         let changes = {
             let (core, marks) = (&mut self.core, &self.marks);
             self.store.read(|ipam| {
                 core.build(BuildInputs {
                     ipam,
                     attached: marks.keys(),
+                    host: host_port,
                 })
             })
         };
+        let mut changes = changes;
+        if let Some(l) = &mut self.learning {
+            let learned = l.step(self.core.world(), tick);
+            changes.extend(self.core.set_learned(learned));
+        }
         let changes = if self.full {
             vec![Change::All]
         } else {
@@ -625,6 +680,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             self.compile(&changes);
         }
         self.published.set(self.writer.generation());
+        self.sync_host();
 
         // ---- report ----
         self.report();
@@ -778,8 +834,8 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 .filter(|l| !l.pod.uid_differs(&pod))
                 .map(|l| l.network.clone())
         });
-        let (network, fresh) = match existing {
-            Some(n) => (n, false),
+        let (network, fresh, identity) = match existing {
+            Some(n) => (n, false, None),
             None => {
                 let binding = match self.core.pod(&pod) {
                     PodLookup::NotObserved if now < deadline => {
@@ -814,7 +870,9 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                     format!(" (NetworkBindingPolicy {p}, spec.rules[{r}])")
                 });
                 match binding.binding {
-                    Binding::Network(n) if self.core.network_usable(&n) => (n, true),
+                    Binding::Network(n) if self.core.network_usable(&n) => {
+                        (n, true, binding.identity.clone())
+                    }
                     Binding::Network(n) => {
                         pending.push(Pending::Now(
                             reply,
@@ -878,11 +936,19 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             ));
             return;
         }
+        if let Some(Err(e)) = identity.as_deref().map(crate::learn::check_identity) {
+            pending.push(Pending::Now(
+                reply,
+                Answer::error(ErrorCode::InvalidArgs, format!("{who}: {e}"), ""),
+            ));
+            return;
+        }
         requests.push(IpamRequest::Allocate(AllocateRequest {
             key,
             network: network.clone(),
             node,
             pod,
+            identity,
         }));
         pending.push(Pending::Allocate {
             reply,
@@ -1135,6 +1201,28 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         }
     }
 
+    /// Makes the host interface's routes those of the published host network.
+    fn sync_host(&mut self) {
+        let Some(host) = &mut self.host else {
+            return;
+        };
+        let wanted = crate::compile::host_routes(self.compiler.last());
+        match host.sync(&wanted) {
+            Ok(()) => {
+                if self.host_error.take().is_some() {
+                    tracing::info!("host interface {}: routes in place again", host.name());
+                }
+            }
+            Err(e) => {
+                let e = e.to_string();
+                if self.host_error.as_deref() != Some(&e) {
+                    tracing::error!("{e}; the host cannot reach some pods, retrying");
+                }
+                self.host_error = Some(e);
+            }
+        }
+    }
+
     fn report(&mut self) {
         let now = now_rfc3339();
         let status = {
@@ -1147,6 +1235,12 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             self.store
                 .read(|ipam| report(core, ipam, marks.keys(), tables, &now, prev))
         };
+        let mut status = status;
+        if let Some(l) = &self.learning {
+            status.learned = l.entries();
+            status.learning = Some(l.stats().clone());
+            status.learning_error = l.error().map(str::to_owned);
+        }
         for (kind, list) in [
             (
                 "Network",

@@ -24,6 +24,13 @@
 //!   why, `Ready` says it serves the last good spec, and the status shows the spec in force.
 //! - A routing policy is compiled only when it validates, its networks exist and are valid, its
 //!   prefixes lie inside the destination, and [`routing_support`] accepts it.
+//! - A Service is programmed when its spec has ClusterIPs ([`crate::service::parse`]), it is
+//!   bound to an l3 network, and its ClusterIPs are its own (not another Service's, not inside
+//!   a network's subnet); an invalid or conflicting spec leaves the one it was last programmed
+//!   with in force, and a newcomer never takes a programmed Service's ClusterIP. Its
+//!   backends come from its EndpointSlices, or — standalone, without slices — from its
+//!   selector and lace's endpoints ([`ServiceEndpoints`]). Every Service shows why it is or is
+//!   not programmed, and which pods a named target port skipped ([`Core::service_conditions`]).
 //! - A pod is bound once, when control first observes it, with the policies valid then; a
 //!   decision that binds nothing ([`Binding::NoMatch`]) is retried when the pod policies change
 //!   (there is no binding to keep). The lease made at ADD then carries the network for good.
@@ -31,13 +38,16 @@
 //!   the one it replaced are released ([`Core::ipam_actions`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicySpec;
 
 use crate::api::validate::{
-    parse_network, routing_model, routing_support, validate_binding_policy, Errors, NotSupported,
-    ValidNetwork,
+    network_policy_model, parse_network, routing_model, routing_support, validate_binding_policy,
+    Errors, NotSupported, ValidNetwork,
 };
 use crate::api::{
     Condition, MatchKind, NetworkBindingPolicy, NetworkRoutingPolicySpec, NetworkSpec, NetworkType,
@@ -46,11 +56,16 @@ use crate::bind::{Binding, BindingPolicies, ContinuousBindings};
 use crate::compile::Change;
 use crate::diff::changed_keys;
 use crate::ipam::{Ipam, IpamError, NetworkDef, PodRef};
+use crate::netpol::{BoundPolicy, ContainerPort, PolicyModel};
+use crate::service::{self, Parsed, ServiceError, ServiceSpec, SERVICE_NAME_LABEL};
 use crate::source::{
     Consequence, NamespacedName, ObjectKind, ObjectRef, Objects, Origin, Problem, ProblemKind,
     SourceEvent,
 };
-use crate::world::{AttachmentKey, EndpointModel, NetworkModel, NodeModel, RoutingModel, World};
+use crate::world::{
+    AttachmentKey, EndpointModel, NetworkModel, NodeModel, PodModel, RoutingModel, ServiceModel,
+    ServicePortModel, World,
+};
 
 use super::allocate::{AllocOutcome, IpamActions};
 
@@ -64,6 +79,20 @@ pub const ADDRESSES_AVAILABLE: &str = "AddressesAvailable";
 pub const ACCEPTED: &str = "Accepted";
 /// Condition type: the compiler implements what the routing policy asks.
 pub const SUPPORTED: &str = "Supported";
+/// Condition type: the Service's ClusterIPs are in the tables.
+pub const PROGRAMMED: &str = "Programmed";
+/// Condition type: every backend pod has the Service's named target ports.
+pub const TARGET_PORTS_RESOLVED: &str = "TargetPortsResolved";
+
+/// Where a Service's backends come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceEndpoints {
+    /// Its EndpointSlices only (Kubernetes mode: the EndpointSlice controller writes them).
+    Slices,
+    /// Its EndpointSlices if there are any, else its selector over lace's endpoints
+    /// (standalone mode: nothing writes slices unless the directory has them).
+    SlicesOrSelector,
+}
 
 /// Builds a condition (no transition time: the reporter keeps or sets it).
 pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
@@ -112,18 +141,24 @@ impl From<&ValidNetwork> for NetworkDef {
 
 /// One object validated: the spec it was validated for and the verdict.
 #[derive(Debug, Clone)]
-struct Checked<S, T> {
+struct Checked<S, T, E = Errors> {
     spec: S,
-    verdict: Result<T, Errors>,
+    verdict: Result<T, E>,
 }
 
-/// Every Network and NetworkRoutingPolicy validated, cached by spec.
+/// Every Network, NetworkRoutingPolicy, Service and Kubernetes NetworkPolicy validated, cached by
+/// spec.
 #[derive(Debug, Default)]
 pub struct Plan {
     networks: BTreeMap<String, Checked<NetworkSpec, ValidNetwork>>,
     routing: BTreeMap<String, Checked<NetworkRoutingPolicySpec, RoutingModel>>,
+    services: BTreeMap<NamespacedName, ServiceChecked>,
+    network_policies: BTreeMap<NamespacedName, Checked<NetworkPolicySpec, PolicyModel>>,
     validations: u64,
 }
+
+type ServiceChecked =
+    Checked<Option<k8s_openapi::api::core::v1::ServiceSpec>, Parsed, Vec<ServiceError>>;
 
 impl Plan {
     /// Validates what changed in `objects` since the last call (see the module docs).
@@ -158,6 +193,37 @@ impl Plan {
                 },
             );
         }
+        self.services
+            .retain(|k, _| objects.services.contains_key(k));
+        for (key, svc) in &objects.services {
+            if self.services.get(key).is_some_and(|c| c.spec == svc.spec) {
+                continue;
+            }
+            self.validations += 1;
+            self.services.insert(
+                key.clone(),
+                Checked {
+                    spec: svc.spec.clone(),
+                    verdict: service::parse(key, svc),
+                },
+            );
+        }
+        self.network_policies
+            .retain(|k, _| objects.network_policies.contains_key(k));
+        for (key, np) in &objects.network_policies {
+            let spec = np.spec.clone().unwrap_or_default();
+            if self
+                .network_policies
+                .get(key)
+                .is_some_and(|c| c.spec == spec)
+            {
+                continue;
+            }
+            self.validations += 1;
+            let verdict = network_policy_model(&key.namespace, &key.name, &spec);
+            self.network_policies
+                .insert(key.clone(), Checked { spec, verdict });
+        }
     }
 
     /// The parsed network `name`, if it is valid.
@@ -185,6 +251,9 @@ pub struct PodBinding {
     pub uid: String,
     /// Expression evaluations that failed on the pod.
     pub errors: Vec<String>,
+    /// The pod's sticky l2 identity: its [`crate::learn::IDENTITY_ANNOTATION`] as written
+    /// (checked when the pod is attached).
+    pub identity: Option<String>,
     /// The pod policies' versions the decision was made with (a `NoMatch` is retried when
     /// they change).
     fingerprint: Vec<u64>,
@@ -199,6 +268,17 @@ pub enum PodLookup {
     Bound(PodBinding),
 }
 
+/// The node's host interface as the loop made it: the port's identity (ADR 0023).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPort {
+    /// The forwarder's end.
+    pub iface: lace_shared::types::IfName,
+    /// The host end's MAC.
+    pub mac: lace_shared::types::MacAddr,
+    /// The port's endpoint id.
+    pub endpoint: u64,
+}
+
 /// The inputs of [`Core::build`] that live outside the core.
 #[derive(Debug, Clone, Copy)]
 pub struct BuildInputs<'a> {
@@ -206,6 +286,8 @@ pub struct BuildInputs<'a> {
     pub ipam: &'a Ipam,
     /// This node's attached leases.
     pub attached: &'a BTreeSet<AttachmentKey>,
+    /// This node's host interface, if it has one.
+    pub host: Option<HostPort>,
 }
 
 /// The core's state (see the module docs).
@@ -223,6 +305,11 @@ pub struct Core {
     policy_reports: Vec<ObjectReport>,
     services: ContinuousBindings,
     network_policies: ContinuousBindings,
+    service_endpoints: ServiceEndpoints,
+    service_conditions: BTreeMap<NamespacedName, Vec<Condition>>,
+    /// The spec each programmed Service was last programmed with: in force while a later one
+    /// is invalid or conflicts.
+    services_in_force: BTreeMap<NamespacedName, ServiceSpec>,
     pods: BTreeMap<NamespacedName, PodBinding>,
     ensured: BTreeMap<String, Ensured>,
     exhausted: BTreeMap<String, String>,
@@ -244,12 +331,22 @@ impl Core {
             policy_reports: Vec::new(),
             services: ContinuousBindings::new(MatchKind::Service),
             network_policies: ContinuousBindings::new(MatchKind::NetworkPolicy),
+            service_endpoints: ServiceEndpoints::SlicesOrSelector,
+            service_conditions: BTreeMap::new(),
+            services_in_force: BTreeMap::new(),
             pods: BTreeMap::new(),
             ensured: BTreeMap::new(),
             exhausted: BTreeMap::new(),
             world: World::default(),
             reports: Vec::new(),
         }
+    }
+
+    /// The same core taking Services' backends from `from` (the default is
+    /// [`ServiceEndpoints::SlicesOrSelector`], standalone mode's).
+    pub fn with_service_endpoints(mut self, from: ServiceEndpoints) -> Core {
+        self.service_endpoints = from;
+        self
     }
 
     /// This node.
@@ -287,6 +384,7 @@ impl Core {
     pub fn observe(&mut self, event: SourceEvent) {
         match event {
             SourceEvent::Snapshot(s) => {
+                let s = *s;
                 self.synced = true;
                 self.objects = s.objects;
                 self.origins = s.origins;
@@ -357,8 +455,11 @@ impl Core {
         self.pods.retain(|k, _| objects.pods.contains_key(k));
         for (key, pod) in &objects.pods {
             let uid = pod_uid(pod);
+            let identity = pod_identity(pod);
             let decided = self.pods.get(key).is_some_and(|b| {
-                b.uid == uid && (b.binding != Binding::NoMatch || b.fingerprint == fingerprint)
+                b.uid == uid
+                    && b.identity.as_deref() == identity
+                    && (b.binding != Binding::NoMatch || b.fingerprint == fingerprint)
             });
             if decided {
                 continue;
@@ -377,6 +478,7 @@ impl Core {
                     node: pod_node(pod),
                     uid: uid.to_owned(),
                     errors: d.errors.iter().map(ToString::to_string).collect(),
+                    identity: identity.map(str::to_owned),
                     fingerprint: fingerprint.clone(),
                 },
             );
@@ -495,10 +597,25 @@ impl Core {
     /// Steps 4 and 5: builds the world and every object's conditions, keeps them, and returns
     /// the compiler's changes from the previous world.
     pub fn build(&mut self, inputs: BuildInputs<'_>) -> Vec<Change> {
-        let built = build_world(self, inputs);
+        let mut built = build_world(self, inputs);
+        // The learning records are set apart ([`Core::set_learned`]), after the endpoints.
+        built.world.learned = std::mem::take(&mut self.world.learned);
         let changes = world_changes(&self.world, &built.world);
         self.world = built.world;
         self.reports = built.reports;
+        self.service_conditions = built.services;
+        self.services_in_force = built.services_in_force;
+        changes
+    }
+
+    /// Step 5b: the MACs control's learning records place (ADR 0019), decided against the
+    /// world [`Core::build`] made; returns the networks to recompile.
+    pub fn set_learned(
+        &mut self,
+        learned: BTreeMap<(String, lace_shared::types::MacAddr), crate::world::LearnedModel>,
+    ) -> Vec<Change> {
+        let changes = learned_changes(&self.world.learned, &learned);
+        self.world.learned = learned;
         changes
     }
 
@@ -550,6 +667,48 @@ impl Core {
                 invalid(ObjectKind::NetworkBindingPolicy, name, &e, false);
             }
         }
+        for (key, c) in &self.plan.services {
+            if let Err(errors) = &c.verdict {
+                let r = ObjectRef {
+                    kind: ObjectKind::Service,
+                    namespace: Some(key.namespace.clone()),
+                    name: key.name.clone(),
+                };
+                out.push(Problem {
+                    origin: self.origins.get(&r).cloned(),
+                    object: Some(r),
+                    kind: ProblemKind::Invalid {
+                        errors: errors.iter().map(ToString::to_string).collect(),
+                    },
+                    consequence: if self.services_in_force.contains_key(key) {
+                        Consequence::LastValidInForce
+                    } else {
+                        Consequence::Skipped
+                    },
+                });
+            }
+        }
+        for (key, c) in &self.plan.network_policies {
+            if let Err(e) = &c.verdict {
+                let r = ObjectRef {
+                    kind: ObjectKind::NetworkPolicy,
+                    namespace: Some(key.namespace.clone()),
+                    name: key.name.clone(),
+                };
+                out.push(Problem {
+                    origin: self.origins.get(&r).cloned(),
+                    object: Some(r),
+                    kind: ProblemKind::Invalid {
+                        errors: e.messages(),
+                    },
+                    consequence: if self.world.network_policies.contains_key(key) {
+                        Consequence::LastValidInForce
+                    } else {
+                        Consequence::Skipped
+                    },
+                });
+            }
+        }
         out
     }
 
@@ -563,9 +722,39 @@ impl Core {
         &self.services
     }
 
+    /// Service `namespace/name`'s conditions as last built: `Valid`, then `Programmed` and
+    /// `TargetPortsResolved` when it got that far.
+    pub fn service_conditions(&self, namespace: &str, name: &str) -> &[Condition] {
+        self.service_conditions
+            .get(&NamespacedName::new(namespace, name))
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// Every Kubernetes NetworkPolicy's binding.
     pub fn network_policy_bindings(&self) -> &ContinuousBindings {
         &self.network_policies
+    }
+}
+
+/// A pod's labels and named container ports (ports of an unknown protocol or outside
+/// 1..=65535 name nothing a policy can use).
+fn pod_model(pod: &Pod) -> PodModel {
+    let ports = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            Some(ContainerPort {
+                name: p.name.clone()?,
+                proto: crate::netpol::protocol_number(p.protocol.as_deref().unwrap_or("TCP"))?,
+                port: u16::try_from(p.container_port).ok().filter(|&n| n > 0)?,
+            })
+        })
+        .collect();
+    PodModel {
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        ports,
     }
 }
 
@@ -578,6 +767,14 @@ fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
+fn pod_identity(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(crate::learn::IDENTITY_ANNOTATION)
+        .map(String::as_str)
+}
+
 /// An object as binding sees it: unstructured, with its namespace and name set.
 fn unstructured<T: serde::Serialize>(object: &T, key: &NamespacedName) -> serde_json::Value {
     let mut v = serde_json::to_value(object).unwrap_or_default();
@@ -588,13 +785,17 @@ fn unstructured<T: serde::Serialize>(object: &T, key: &NamespacedName) -> serde_
     v
 }
 
-/// The world and the conditions of networks, routing policies and nodes.
+/// The world and the conditions of networks, routing policies, nodes and Services.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Built {
     /// The compiler's input.
     pub world: World,
     /// Networks, routing policies and nodes, in that order, each sorted by name.
     pub reports: Vec<ObjectReport>,
+    /// Every Service's conditions.
+    pub services: BTreeMap<NamespacedName, Vec<Condition>>,
+    /// The spec each programmed Service is programmed with.
+    pub services_in_force: BTreeMap<NamespacedName, ServiceSpec>,
 }
 
 /// Builds the world from the plan and IPAM (see the module docs for what is left out and why).
@@ -798,7 +999,388 @@ fn build_world(core: &Core, cx: BuildInputs<'_>) -> Built {
             },
         );
     }
-    Built { world, reports }
+
+    // ---- what Kubernetes NetworkPolicy reads ----
+    for (key, pod) in &core.objects.pods {
+        world.pods.insert(key.clone(), pod_model(pod));
+    }
+    for (name, ns) in &core.objects.namespaces {
+        world
+            .namespaces
+            .insert(name.clone(), ns.metadata.labels.clone().unwrap_or_default());
+    }
+    for key in core.objects.network_policies.keys() {
+        let model = match core.plan.network_policies.get(key).map(|c| &c.verdict) {
+            Some(Ok(m)) => Some(m.clone()),
+            // Invalid now: its last valid version stays in force.
+            _ => core
+                .world
+                .network_policies
+                .get(key)
+                .map(|b| b.model.clone()),
+        };
+        let Some(model) = model else { continue };
+        let network = core
+            .network_policies
+            .binding(&key.namespace, &key.name)
+            .and_then(|b| b.network())
+            .map(str::to_owned);
+        world
+            .network_policies
+            .insert(key.clone(), BoundPolicy { model, network });
+    }
+    world.host = cx.host.map(|h| crate::world::HostModel {
+        iface: h.iface,
+        mac: h.mac,
+        endpoint: h.endpoint,
+        addresses: core
+            .objects
+            .nodes
+            .get(&core.node)
+            .map(|n| n.internal_addresses())
+            .unwrap_or_default(),
+    });
+    let (services, services_in_force) = build_services(core, &mut world);
+    Built {
+        world,
+        reports,
+        services,
+        services_in_force,
+    }
+}
+
+/// The Services of the world (see the module docs), every Service's conditions and the spec
+/// each programmed one is programmed with.
+///
+/// A Service whose spec is invalid, or whose ClusterIPs conflict, keeps the spec it was last
+/// programmed with (if that one does not conflict). Services keeping their ClusterIPs are
+/// placed first, so a newcomer never takes a working Service's address.
+fn build_services(
+    core: &Core,
+    world: &mut World,
+) -> (
+    BTreeMap<NamespacedName, Vec<Condition>>,
+    BTreeMap<NamespacedName, ServiceSpec>,
+) {
+    let mut out = BTreeMap::new();
+    let mut in_force = BTreeMap::new();
+    let mut slices: BTreeMap<NamespacedName, Vec<&EndpointSlice>> = BTreeMap::new();
+    for (k, s) in &core.objects.endpoint_slices {
+        if let Some(svc) = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        {
+            slices
+                .entry(NamespacedName::new(&k.namespace, svc))
+                .or_default()
+                .push(s);
+        }
+    }
+    let mut by_pod: BTreeMap<(String, String), Vec<&EndpointModel>> = BTreeMap::new();
+    for e in world.endpoints.values() {
+        by_pod
+            .entry((e.namespace.clone(), e.pod.clone()))
+            .or_default()
+            .push(e);
+    }
+    let mut candidates = Vec::new();
+    for key in core.objects.services.keys() {
+        let mut conds = Vec::new();
+        let spec = service_spec(core, key, &mut conds);
+        let incumbent = spec.is_some_and(|(s, _)| {
+            core.services_in_force
+                .get(key)
+                .is_some_and(|last| last.cluster_ips == s.cluster_ips)
+        });
+        candidates.push((key, spec, conds, incumbent));
+    }
+    // Stable: within each group, by namespace and name.
+    candidates.sort_by_key(|c| !c.3);
+    let mut taken: BTreeMap<IpAddr, &NamespacedName> = BTreeMap::new();
+    let mut models = BTreeMap::new();
+    for (key, spec, mut conds, _) in candidates {
+        let model = spec.and_then(|(spec, last_good)| {
+            let network = service_network(core, key, world, &mut conds)?;
+            let clashes = cluster_ip_clashes(spec, &taken, world);
+            let (spec, last_good) = match core.services_in_force.get(key) {
+                Some(last)
+                    if !clashes.is_empty()
+                        && last != spec
+                        && cluster_ip_clashes(last, &taken, world).is_empty() =>
+                {
+                    conds.push(condition(
+                        PROGRAMMED,
+                        true,
+                        "LastGoodSpec",
+                        format!(
+                            "{}; the spec last programmed stays in force (ClusterIPs {})",
+                            clashes.join("; "),
+                            ips(last)
+                        ),
+                    ));
+                    (last, true)
+                }
+                _ if !clashes.is_empty() => {
+                    conds.push(condition(
+                        PROGRAMMED,
+                        false,
+                        "ClusterIPConflict",
+                        format!(
+                            "{}; give the Service a ClusterIP of its own, outside every \
+                             network's subnets (the cluster's service range)",
+                            clashes.join("; ")
+                        ),
+                    ));
+                    return None;
+                }
+                _ => (spec, last_good),
+            };
+            for ip in &spec.cluster_ips {
+                taken.insert(*ip, key);
+            }
+            in_force.insert(key.clone(), spec.clone());
+            let ns_slices = slices.get(key).map(Vec::as_slice).unwrap_or(&[]);
+            let (backends, unresolved) = match core.service_endpoints {
+                _ if !ns_slices.is_empty() => {
+                    (service::backends_from_slices(spec, ns_slices), Vec::new())
+                }
+                ServiceEndpoints::SlicesOrSelector => service::backends_from_selector(
+                    spec,
+                    &key.namespace,
+                    &network,
+                    &core.objects.pods,
+                    &by_pod,
+                ),
+                ServiceEndpoints::Slices => (vec![Vec::new(); spec.ports.len()], Vec::new()),
+            };
+            let ports: Vec<ServicePortModel> = spec
+                .ports
+                .iter()
+                .zip(backends)
+                .map(|(p, backends)| ServicePortModel {
+                    name: p.name.clone(),
+                    protocol: p.protocol,
+                    port: p.port,
+                    backends,
+                })
+                .collect();
+            let summary: Vec<String> = spec
+                .ports
+                .iter()
+                .zip(&ports)
+                .map(|(p, m)| match service::in_use(&m.backends).len() {
+                    0 => format!(
+                        "{} rejects connections: no backend is ready, or serving while \
+                         terminating",
+                        p.label()
+                    ),
+                    n => format!("{}: {n} backends in use", p.label()),
+                })
+                .collect();
+            let programmed = format!(
+                "ClusterIPs {} in network {network}; {}",
+                ips(spec),
+                summary.join("; ")
+            );
+            // A conflicting spec's condition is already there; an invalid one's is this.
+            if !conds.iter().any(|c| c.type_ == PROGRAMMED) {
+                conds.push(if last_good {
+                    condition(
+                        PROGRAMMED,
+                        true,
+                        "LastGoodSpec",
+                        format!(
+                            "the last valid spec is in force until the errors are fixed: \
+                             {programmed}"
+                        ),
+                    )
+                } else {
+                    condition(PROGRAMMED, true, "Programmed", programmed)
+                });
+            }
+            conds.push(target_ports_condition(&unresolved));
+            Some(ServiceModel {
+                network,
+                cluster_ips: spec.cluster_ips.clone(),
+                affinity_timeout_s: spec.affinity_timeout_s,
+                ports,
+            })
+        });
+        if let Some(m) = model {
+            models.insert(key.clone(), m);
+        }
+        out.insert(key.clone(), conds);
+    }
+    world.services = models;
+    (out, in_force)
+}
+
+fn ips(spec: &ServiceSpec) -> String {
+    spec.cluster_ips
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why `spec`'s ClusterIPs cannot be programmed: one taken by another Service, or inside a
+/// network's subnet (it would shadow an address).
+fn cluster_ip_clashes(
+    spec: &ServiceSpec,
+    taken: &BTreeMap<IpAddr, &NamespacedName>,
+    world: &World,
+) -> Vec<String> {
+    let mut clashes = Vec::new();
+    for ip in &spec.cluster_ips {
+        if let Some(other) = taken.get(ip) {
+            clashes.push(format!("ClusterIP {ip} is already Service {other}'s"));
+        }
+        for n in world.networks.values() {
+            let subnets = n.v4.map(|(p, _)| IpNet::V4(p)).into_iter();
+            let subnets = subnets
+                .chain(n.v6.map(|(p, _)| IpNet::V6(p)))
+                .chain(n.external.iter().copied());
+            for p in subnets.filter(|p| p.contains(ip)) {
+                clashes.push(format!(
+                    "ClusterIP {ip} lies inside Network {}'s {p}, where it would shadow an \
+                     address",
+                    n.name
+                ));
+            }
+        }
+    }
+    clashes
+}
+
+/// Service `key`'s spec in force and whether it is the last good one (`Valid` pushed; a
+/// `Programmed=False` too when there is nothing to program).
+fn service_spec<'a>(
+    core: &'a Core,
+    key: &NamespacedName,
+    conds: &mut Vec<Condition>,
+) -> Option<(&'a ServiceSpec, bool)> {
+    match core.plan.services.get(key).map(|c| &c.verdict) {
+        Some(Ok(Parsed::Vip(spec))) => {
+            conds.push(condition(VALID, true, "Valid", "the spec is valid"));
+            Some((spec, false))
+        }
+        Some(Ok(Parsed::NoVip(why))) => {
+            conds.push(condition(VALID, true, "Valid", "the spec is valid"));
+            conds.push(condition(PROGRAMMED, false, why.reason(), why.message()));
+            None
+        }
+        Some(Err(errors)) => {
+            let msgs: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            conds.push(condition(VALID, false, "Invalid", msgs.join("; ")));
+            match core.services_in_force.get(key) {
+                Some(spec) => Some((spec, true)),
+                None => {
+                    conds.push(condition(
+                        PROGRAMMED,
+                        false,
+                        "Invalid",
+                        "not programmed: fix the errors in the Valid condition",
+                    ));
+                    None
+                }
+            }
+        }
+        None => None,
+    }
+}
+
+/// The l3 network Service `key` is bound to (a `Programmed=False` pushed when there is none).
+fn service_network(
+    core: &Core,
+    key: &NamespacedName,
+    world: &World,
+    conds: &mut Vec<Condition>,
+) -> Option<String> {
+    let binding = core.services.binding(&key.namespace, &key.name);
+    let not = |reason: &str, msg: String| condition(PROGRAMMED, false, reason, msg);
+    let network = match binding {
+        Some(Binding::Network(n)) => n,
+        Some(Binding::ExplicitlyUnbound) => {
+            conds.push(not(
+                "NotBound",
+                "a binding policy leaves the Service unbound on purpose; it has no network to \
+                 be reached in"
+                    .into(),
+            ));
+            return None;
+        }
+        _ => {
+            conds.push(not(
+                "NotBound",
+                "no NetworkBindingPolicy binds the Service to a network (matchKind service); \
+                 add a rule that does"
+                    .into(),
+            ));
+            return None;
+        }
+    };
+    match world.networks.get(network) {
+        None => {
+            conds.push(not(
+                "UnknownNetwork",
+                format!("bound to network {network}, which is not a valid Network (yet)"),
+            ));
+            None
+        }
+        Some(n) if n.kind != NetworkType::L3 => {
+            conds.push(not(
+                "UnsupportedNetwork",
+                format!(
+                    "bound to network {network}, an {} network; Services are supported on l3 \
+                     networks only",
+                    n.kind.as_str()
+                ),
+            ));
+            None
+        }
+        Some(_) => Some(network.clone()),
+    }
+}
+
+/// `TargetPortsResolved`: whether every selected pod had the named target ports.
+fn target_ports_condition(unresolved: &[service::Unresolved]) -> Condition {
+    if unresolved.is_empty() {
+        return condition(
+            TARGET_PORTS_RESOLVED,
+            true,
+            "Resolved",
+            "every backend has the target ports",
+        );
+    }
+    let mut by_port: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for u in unresolved {
+        by_port
+            .entry((u.port.as_str(), u.target.as_str()))
+            .or_default()
+            .push(u.pod.as_str());
+    }
+    let parts: Vec<String> = by_port
+        .iter()
+        .map(|((port, target), pods)| {
+            format!(
+                "port {port}: targetPort {target:?} is no container port of pod{} {}",
+                if pods.len() == 1 { "" } else { "s" },
+                pods.join(", ")
+            )
+        })
+        .collect();
+    condition(
+        TARGET_PORTS_RESOLVED,
+        false,
+        "NamedPortUnresolved",
+        format!(
+            "{}; those pods are not backends of that port: name the container port (with the \
+             port's protocol) or use a number",
+            parts.join("; ")
+        ),
+    )
 }
 
 /// Cross-object checks of a valid routing policy: its networks exist (and are valid) and its
@@ -939,7 +1521,44 @@ pub fn world_changes(old: &World, new: &World) -> Vec<Change> {
     if old.routing != new.routing {
         out.push(Change::Routing);
     }
+    out.extend(
+        changed_keys(&old.services, &new.services)
+            .into_iter()
+            .map(Change::Service),
+    );
+    out.extend(
+        changed_keys(&old.pods, &new.pods)
+            .into_iter()
+            .map(Change::Pod),
+    );
+    out.extend(
+        changed_keys(&old.namespaces, &new.namespaces)
+            .into_iter()
+            .map(Change::Namespace),
+    );
+    out.extend(
+        changed_keys(&old.network_policies, &new.network_policies)
+            .into_iter()
+            .map(Change::NetworkPolicy),
+    );
+    if old.host != new.host {
+        // Every programmed network routes the node's addresses to it.
+        out.push(Change::All);
+    }
+    out.extend(learned_changes(&old.learned, &new.learned));
     out
+}
+
+/// A network whose learned MACs changed is recompiled (every member node holds them all).
+fn learned_changes(
+    old: &BTreeMap<(String, lace_shared::types::MacAddr), crate::world::LearnedModel>,
+    new: &BTreeMap<(String, lace_shared::types::MacAddr), crate::world::LearnedModel>,
+) -> Vec<Change> {
+    let networks: BTreeSet<String> = changed_keys(old, new)
+        .into_iter()
+        .map(|(network, _)| network)
+        .collect();
+    networks.into_iter().map(Change::Network).collect()
 }
 
 #[cfg(test)]
@@ -1050,11 +1669,11 @@ spec: {podSelector: {}}
 
     fn snapshot(docs: &[&str]) -> SourceEvent {
         let (objects, problems) = objects_from_yaml(&docs.join("---\n"));
-        SourceEvent::Snapshot(Snapshot {
+        SourceEvent::Snapshot(Box::new(Snapshot {
             objects,
             problems,
             origins: BTreeMap::new(),
-        })
+        }))
     }
 
     /// observe → plan → allocate (in memory) → build, as one batch of the loop.
@@ -1068,7 +1687,11 @@ spec: {podSelector: {}}
         let actions = core.ipam_actions(ipam);
         let out = allocate(ipam, &actions, requests);
         core.absorb(&out);
-        let changes = core.build(BuildInputs { ipam, attached });
+        let changes = core.build(BuildInputs {
+            ipam,
+            attached,
+            host: None,
+        });
         (changes, out.answers)
     }
 
@@ -1103,6 +1726,7 @@ spec: {podSelector: {}}
                 name: c.into(),
                 uid: String::new(),
             },
+            identity: None,
         })
     }
 
@@ -1307,6 +1931,7 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
                 name: "web".into(),
                 uid: "uid-1".into(),
             },
+            identity: None,
         });
         batch(&mut core, &mut ipam, &BTreeSet::new(), &[request]);
         assert_eq!(ipam.lease(&key("w1")).unwrap().pod.uid, "uid-1");
@@ -1342,7 +1967,7 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         core.observe(snapshot(&[NETWORKS]));
         batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
         assert!(core.ipam_actions(&ipam).is_empty(), "IPAM holds it all");
-        core.observe(SourceEvent::Snapshot(Snapshot::default()));
+        core.observe(SourceEvent::Snapshot(Box::default()));
         core.plan();
         let a = core.ipam_actions(&ipam);
         assert_eq!(a.remove_networks, ["backend", "flat", "frontend"]);
@@ -1354,7 +1979,7 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         let (objects, _) = objects_from_yaml(NETWORKS);
         let mut core = Core::new("node-a");
         // The initial list (empty), then one watch event per object.
-        core.observe(SourceEvent::Snapshot(Snapshot::default()));
+        core.observe(SourceEvent::Snapshot(Box::default()));
         for n in objects.networks.values() {
             core.observe(SourceEvent::Applied(crate::source::Object::Network(
                 Box::new(n.clone()),
@@ -1464,6 +2089,107 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
             }),
             PodLookup::NotObserved
         ));
+    }
+
+    /// NetworkPolicies reach the world with their binding, pods with labels and named ports,
+    /// namespaces with labels; an invalid update keeps the last valid version in force and is
+    /// a problem naming the field; an invalid new policy is left out.
+    #[test]
+    fn network_policies_reach_the_world_bound_and_validated() {
+        const OBJECTS: &str = r#"
+apiVersion: lace-cni.io/v1alpha1
+kind: NetworkBindingPolicy
+metadata: {name: policies-in-backend}
+spec:
+  matchKind: [networkpolicy]
+  rules:
+  - network: backend
+    selector: {matchLabels: {tier: backend}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {team: blue}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec:
+  nodeName: node-a
+  containers: [{name: app, image: x, ports: [{name: http, containerPort: 8080}, {name: dns, containerPort: 53, protocol: UDP}, {containerPort: 9}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: shop, labels: {tier: backend}}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8, except: [10.1.0.0/16]}}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: anywhere, namespace: shop}
+spec: {podSelector: {}, policyTypes: [Egress]}
+"#;
+        let mut core = Core::new("node-a");
+        let mut ipam = new_ipam();
+        core.observe(snapshot(&[NETWORKS, OBJECTS]));
+        let (changes, _) = batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        let key = crate::source::NamespacedName::new("shop", "web");
+        let w = core.world();
+        assert_eq!(w.network_policies[&key].network.as_deref(), Some("backend"));
+        let anywhere = crate::source::NamespacedName::new("shop", "anywhere");
+        assert_eq!(w.network_policies[&anywhere].network, None);
+        assert!(w.network_policies[&anywhere].model.ingress.is_none());
+        let pod = &w.pods[&key];
+        assert_eq!(pod.labels["app"], "web");
+        assert_eq!(
+            pod.ports
+                .iter()
+                .map(|p| (p.name.as_str(), p.proto, p.port))
+                .collect::<Vec<_>>(),
+            [("http", 6, 8080), ("dns", 17, 53)],
+            "named ports only, protocol TCP by default"
+        );
+        assert_eq!(w.namespaces["shop"]["team"], "blue");
+        for c in [
+            Change::Pod(key.clone()),
+            Change::Namespace("shop".into()),
+            Change::NetworkPolicy(key.clone()),
+        ] {
+            assert!(changes.contains(&c), "{c:?} not in {changes:?}");
+        }
+        let good = w.network_policies[&key].clone();
+        // An invalid update: the last valid version stays, the problem names the field.
+        let bad = OBJECTS.replace("except: [10.1.0.0/16]", "except: [192.168.0.0/16]");
+        core.observe(snapshot(&[NETWORKS, &bad]));
+        let (changes, _) = batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(core.world().network_policies[&key], good);
+        let problems: Vec<String> = core.problems().iter().map(ToString::to_string).collect();
+        assert!(
+            problems.iter().any(|p| p.starts_with("NetworkPolicy shop/web: ")
+                && p.contains("spec.ingress[0].from[0].ipBlock.except[0] \"192.168.0.0/16\" is not strictly inside ipBlock.cidr 10.0.0.0/8")
+                && p.ends_with("its last valid version stays in force until it is fixed")),
+            "{problems:?}"
+        );
+        // A new invalid policy is skipped.
+        let new_bad = format!(
+            "{bad}---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
+             metadata: {{name: fresh, namespace: shop}}\n\
+             spec: {{podSelector: {{}}, ingress: [{{ports: [{{port: 0}}]}}]}}\n"
+        );
+        core.observe(snapshot(&[NETWORKS, &new_bad]));
+        batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        let fresh = crate::source::NamespacedName::new("shop", "fresh");
+        assert!(!core.world().network_policies.contains_key(&fresh));
+        let problems: Vec<String> = core.problems().iter().map(ToString::to_string).collect();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("NetworkPolicy shop/fresh: ")
+                    && p.contains("spec.ingress[0].ports[0].port 0 is outside 1..=65535")
+                    && p.ends_with("the object is skipped")),
+            "{problems:?}"
+        );
     }
 
     #[test]

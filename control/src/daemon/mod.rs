@@ -32,6 +32,9 @@ pub mod cluster_state;
 pub mod config;
 pub mod control;
 pub mod core;
+pub mod heap;
+pub mod host;
+pub mod learning;
 pub mod report;
 pub mod server;
 pub mod state;
@@ -51,8 +54,12 @@ use crate::source::kubernetes;
 use crate::source::standalone::StandaloneSource;
 use crate::source::SourceError;
 
+use crate::learn::intake::{self, Intake, StoreSignal};
+use crate::learn::kube::ObjectStore;
+use crate::learn::store::FileStore;
 use config::{RunConfig, SourceConfig};
 use control::{Control, Event, LoopConfig, Published};
+use learning::Learning;
 use state::{AttachedMarks, SharedState, StateError};
 use status::{StatusError, StatusFile, StatusFileSink};
 
@@ -107,6 +114,12 @@ pub enum DaemonError {
     /// Signals could not be set up.
     #[error("signals: {0}")]
     Signals(nix::Error),
+    /// The host interface could not be made.
+    #[error(transparent)]
+    Host(#[from] host::HostError),
+    /// The learned MACs' store could not be opened.
+    #[error(transparent)]
+    Learned(#[from] crate::learn::store::LearnStoreError),
 }
 
 /// The daemon, opened: its loop and what the connection threads need.
@@ -115,6 +128,8 @@ pub struct Daemon {
     cfg: RunConfig,
     control: Loop,
     published: Arc<Published>,
+    /// What tells the learn intake thread that another control changed the learned MACs.
+    learned_signal: StoreSignal,
 }
 
 /// The loop with the allocation store of its mode: the shared state file (standalone) or the
@@ -131,6 +146,11 @@ impl Daemon {
     /// Opens the state directory (created if absent), the state, the marks and the tables.
     /// Nothing is published until [`Daemon::run`].
     pub fn open(cfg: RunConfig) -> Result<Daemon, DaemonError> {
+        // Threads inherit the signal mask: block the stop signals before any is started (the
+        // Kubernetes store's watch thread), so that only `run`'s signal thread takes them.
+        stop_signals()
+            .thread_block()
+            .map_err(DaemonError::Signals)?;
         let p = &cfg.paths;
         std::fs::create_dir_all(&p.state_dir).map_err(|source| DaemonError::StateDir {
             path: p.state_dir.clone(),
@@ -156,34 +176,84 @@ impl Daemon {
             tick: POLL,
             compile: cfg.compile(),
         };
-        let core = core::Core::new(&p.node);
+        // Kubernetes mode: the EndpointSlice controller writes every Service's slices, and
+        // other nodes' pods are not watched; standalone: slices if the directory has them, else
+        // the selector over lace's own endpoints.
+        let core = match &cfg.source {
+            SourceConfig::Standalone { .. } => core::Core::new(&p.node),
+            SourceConfig::Kubernetes(_) => {
+                core::Core::new(&p.node).with_service_endpoints(core::ServiceEndpoints::Slices)
+            }
+        };
         let sink = StatusFileSink::new(p.status_file());
-        let control = match &cfg.source {
-            SourceConfig::Standalone { .. } => Loop::Standalone(Box::new(Control::new(
-                core,
-                loop_config,
-                SharedState::open(&p.state, &p.lock_file(), cfg.ipam)?,
-                marks,
-                compiler,
-                writer,
-                sink,
-                published.clone(),
-            ))),
-            SourceConfig::Kubernetes(k) => Loop::Kubernetes(Box::new(Control::new(
-                core,
-                loop_config,
-                cluster_state::ClusterState::open(k, &cfg.namespace, cfg.ipam)?,
-                marks,
-                compiler,
-                writer,
-                api_status::ApiStatusSink::new(k, sink)?,
-                published.clone(),
-            ))),
+        let host = match &cfg.host_interface {
+            Some((name, netns)) => Some(host::HostInterface::open(
+                name,
+                netns.as_deref(),
+                &p.node,
+                cfg.compile().host_mtu(),
+            )?),
+            None => None,
+        };
+        fn kept<S: control::IpamStore, R: status::StatusSink>(
+            c: Control<S, R>,
+            host: Option<host::HostInterface>,
+        ) -> Box<Control<S, R>> {
+            Box::new(match host {
+                Some(h) => c.with_host(h),
+                None => c,
+            })
+        }
+        let (control, learned_signal) = match &cfg.source {
+            SourceConfig::Standalone { .. } => {
+                let learned = FileStore::path_for(&p.state);
+                let store = FileStore::open(&learned)?;
+                (
+                    Loop::Standalone(kept(
+                        Control::new(
+                            core,
+                            loop_config,
+                            SharedState::open(&p.state, &p.lock_file(), cfg.ipam)?,
+                            marks,
+                            compiler,
+                            writer,
+                            sink,
+                            published.clone(),
+                        )
+                        .with_learning(Learning::new(Box::new(store), &p.node)),
+                        host,
+                    )),
+                    StoreSignal::File(learned),
+                )
+            }
+            SourceConfig::Kubernetes(k) => {
+                // The learned MACs as FDBEntry and Neighbor objects (ADR 0032).
+                let store = ObjectStore::open(k)?;
+                let signal = StoreSignal::Counter(store.changes());
+                (
+                    Loop::Kubernetes(kept(
+                        Control::new(
+                            core,
+                            loop_config,
+                            cluster_state::ClusterState::open(k, &cfg.namespace, cfg.ipam)?,
+                            marks,
+                            compiler,
+                            writer,
+                            api_status::ApiStatusSink::new(k, &cfg.namespace, sink)?,
+                            published.clone(),
+                        )
+                        .with_learning(Learning::new(Box::new(store), &p.node)),
+                        host,
+                    )),
+                    signal,
+                )
+            }
         };
         Ok(Daemon {
             cfg,
             control,
             published,
+            learned_signal,
         })
     }
 
@@ -201,9 +271,7 @@ impl Daemon {
         };
         // Block the stop signals in every thread (threads inherit the mask) and wait for them
         // in one: no async-signal-safety concerns, no unsafe.
-        let mut set = nix::sys::signal::SigSet::empty();
-        set.add(nix::sys::signal::Signal::SIGTERM);
-        set.add(nix::sys::signal::Signal::SIGINT);
+        let set = stop_signals();
         set.thread_block().map_err(DaemonError::Signals)?;
         let (tx, rx) = mpsc::channel();
         {
@@ -241,6 +309,16 @@ impl Daemon {
             }
         };
         spawned.map_err(|e| socket_err(format!("cannot start the source thread: {e}")))?;
+        {
+            // The forwarder's learn rings, and the shared records' change signal.
+            let tx = tx.clone();
+            intake::spawn(
+                Intake::new(&self.cfg.paths.forwarder_status()),
+                self.learned_signal.clone(),
+                move |w| tx.send(Event::Learn(w)).is_ok(),
+            )
+            .map_err(|e| socket_err(format!("cannot start the learn intake thread: {e}")))?;
+        }
         let listener = server::bind(&self.cfg.socket)?;
         tracing::info!(
             node = %self.cfg.paths.node,
@@ -272,6 +350,14 @@ impl Daemon {
         tracing::info!("stopped (the forwarder keeps the tables)");
         Ok(())
     }
+}
+
+/// SIGTERM and SIGINT.
+fn stop_signals() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGTERM);
+    set.add(nix::sys::signal::Signal::SIGINT);
+    set
 }
 
 /// `lace-control status`: the status file and the forwarder's port states, rendered.

@@ -5,14 +5,16 @@
 //!   change is refused), with `status.id` and conditions; a refused change is named in the
 //!   `Valid` condition in the user's words.
 //! - Every pod, service and Kubernetes NetworkPolicy shows its binding and the rule that
-//!   decided it, before any CNI ADD.
+//!   decided it, before any CNI ADD; every Service also shows whether its ClusterIPs are
+//!   programmed, and why not (its conditions; Kubernetes mode writes no Events yet, so the
+//!   status file is where a Service's errors are).
 //! - Every problem — decode errors of the source and validation errors of the objects — is in
 //!   one list, each with its file, document and field.
 //! - A condition's `lastTransitionTime` moves only when its status changes (from `previous`).
 
 use std::collections::BTreeSet;
 
-use crate::api::{AllocationSpec, Condition, NetworkEndpointSpec, NetworkStatus};
+use crate::api::{Condition, NetworkStatus};
 use crate::bind::{Binding, ContinuousBindings};
 use crate::ipam::Ipam;
 use crate::world::AttachmentKey;
@@ -56,6 +58,7 @@ fn continuous(b: &ContinuousBindings) -> Vec<BindingEntry> {
             node: None,
             binding: binding_text(binding),
             decided_by: None,
+            conditions: Vec::new(),
         })
         .collect()
 }
@@ -142,22 +145,9 @@ pub fn report(
     for l in ipam.leases().filter(|l| l.node == core.node()) {
         let ep = status::Object::new(
             "NetworkEndpoint",
-            format!("{}-{}", l.pod.name, l.key.ifname),
+            crate::ipam::endpoint_name(l),
             Some(l.pod.namespace.clone()),
-            NetworkEndpointSpec {
-                network: l.network.clone(),
-                pod: l.pod.name.clone(),
-                node: l.node.clone(),
-                interface: l.key.ifname.clone(),
-                container_id: l.key.container_id.clone(),
-                addresses: l
-                    .addresses
-                    .iter()
-                    .map(|a| format!("{}/{}", a.address, host_len(&a.address)))
-                    .collect(),
-                mac: l.mac.to_string(),
-                host_interface: Some(l.host_iface.as_str().to_owned()),
-            },
+            ipam.endpoint_spec(l),
         );
         s.network_endpoints.push(EndpointEntry {
             object: ep,
@@ -166,17 +156,12 @@ pub fn report(
             endpoint_id: l.endpoint_id,
         });
     }
-    for spec in ipam.allocation_specs() {
-        let name = format!("{}-{}", spec.network, spec.node);
+    for ((network, node), blocks) in ipam.allocations() {
         s.allocations.push(status::Object::new(
             "Allocation",
-            name,
+            crate::ipam::allocation_name(&network, &blocks),
             None,
-            AllocationSpec {
-                network: spec.network,
-                node: spec.node,
-                prefixes: spec.prefixes,
-            },
+            crate::ipam::allocation_spec(&network, &node, &blocks),
         ));
     }
     // A pod with a lease is bound to its lease's network, whatever the policies say now.
@@ -200,9 +185,25 @@ pub fn report(
                 .decided_by
                 .as_ref()
                 .map(|(p, r)| format!("{p} spec.rules[{r}]")),
+            conditions: Vec::new(),
         });
     }
     s.services = continuous(core.service_bindings());
+    // Kubernetes mode has no Event writer yet: a Service's errors are these conditions, in the
+    // status file. Once one exists, each condition here that turns False (a changed
+    // `lastTransitionTime` with status False: Valid/Invalid, Programmed/<reason>,
+    // TargetPortsResolved/NamedPortUnresolved) is one Warning Event regarding the Service, its
+    // reason and message the condition's.
+    for e in &mut s.services {
+        let mut conds = core.service_conditions(&e.namespace, &e.name).to_vec();
+        let before = previous
+            .services
+            .iter()
+            .find(|p| p.namespace == e.namespace && p.name == e.name)
+            .map_or(&[][..], |p| p.conditions.as_slice());
+        status::stamp_transitions(&mut conds, before, now);
+        e.conditions = conds;
+    }
     s.network_policies = continuous(core.network_policy_bindings());
     s.notes = tables.notes.to_vec();
     s.problems = core.problems().iter().map(ToString::to_string).collect();

@@ -66,12 +66,13 @@ pub enum StateError {
     },
     /// The allocation state in the API server could not be read or written (Kubernetes mode).
     #[error(
-        "allocation state (ConfigMap {namespace}/lace-ipam): cannot {op}: {reason}; check that \
-         the API server is reachable and that lace-control may get, create and update it"
+        "allocation state in the API server ({object}): cannot {op}: {reason}; check that the \
+         API server is reachable and that lace-control may read, watch and write it (the \
+         lace-node ClusterRole and Role)"
     )]
     Api {
-        /// Control's namespace.
-        namespace: String,
+        /// The object or kind, e.g. `ConfigMap lace-system/lace-ipam`.
+        object: String,
         /// What was being done.
         op: &'static str,
         /// The error.
@@ -79,13 +80,13 @@ pub enum StateError {
     },
     /// The allocation state in the API server is not a state this build can read.
     #[error(
-        "allocation state (ConfigMap {namespace}/lace-ipam) is not a valid lace-control state \
+        "allocation state in the API server ({object}) is not a valid lace-control state \
          ({reason}); restore it from a backup — deleting it makes control hand out addresses \
          and ids that may still be in use"
     )]
     ApiCorrupt {
-        /// Control's namespace.
-        namespace: String,
+        /// The object.
+        object: String,
         /// What is wrong.
         reason: String,
     },
@@ -341,6 +342,7 @@ mod tests {
                 name: c.into(),
                 uid: String::new(),
             },
+            identity: None,
         }
     }
 

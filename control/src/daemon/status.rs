@@ -20,8 +20,12 @@
 //! networkEndpoints: [NetworkEndpoint objects of this node's pods (apiVersion, kind, metadata, spec) + attached: bool]
 //! allocations:      [Allocation objects: every node's blocks]
 //! pods:             [{namespace, name, node, binding, decidedBy}]  # bound once, when observed
-//! services:         [{namespace, name, binding, decidedBy}]        # bound continuously
+//! services:         [{namespace, name, binding, decidedBy, conditions: [Valid, Programmed, TargetPortsResolved]}]  # bound continuously
 //! networkPolicies:  [{namespace, name, binding, decidedBy}]        # bound continuously
+//! learned:          [{network, mac, origin: learned|identity, node, endpoint, pending,
+//!                     sequence, addresses, lastSeen}]  # l2 MACs control's learning places
+//! learning:         {reports, lost, ignored, learned, moved, forgotten, refused}
+//! learningError: "…"                                # why the learned MACs cannot be saved
 //! notes:            ["Conflict: NetworkRoutingPolicy x: …"]  # the compiler's notes
 //! problems:         ["…"]   # every decode and validation error, with file, document and field
 //! error: "…"                                        # why the tables could not be compiled, if so
@@ -134,6 +138,9 @@ pub struct BindingEntry {
     /// The policy and rule that decided, e.g. `tiers spec.rules[1]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
+    /// Services: `Valid`, `Programmed`, `TargetPortsResolved`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// The whole file.
@@ -185,6 +192,15 @@ pub struct StatusFile {
     /// Why the node's tables could not be compiled or applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// l2 MACs control's learning records place: learned ones and shared identities.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub learned: Vec<super::learning::LearnedEntry>,
+    /// The learning counters of this node's control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning: Option<super::learning::LearnStats>,
+    /// Why the learning records could not be read or saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning_error: Option<String>,
 }
 
 impl StatusFile {
@@ -337,17 +353,54 @@ pub fn render(s: &StatusFile, ports: Option<&PortStates>) -> String {
             ("networkpolicy", &s.network_policies),
         ] {
             for b in list {
+                let tail: Vec<String> = b
+                    .decided_by
+                    .as_deref()
+                    .map(|d| format!("(NetworkBindingPolicy {d})"))
+                    .into_iter()
+                    .chain((!b.conditions.is_empty()).then(|| conds_line(&b.conditions)))
+                    .collect();
                 let _ = writeln!(
                     o,
                     "  {kind:<14} {:<36} {:<10} {:<12} {}",
                     format!("{}/{}", b.namespace, b.name),
                     b.node.as_deref().unwrap_or(""),
                     b.binding,
-                    b.decided_by
-                        .as_deref()
-                        .map_or(String::new(), |d| format!("(NetworkBindingPolicy {d})"))
+                    tail.join(" ")
                 );
+                conds_details(&mut o, &b.conditions);
             }
+        }
+    }
+    if s.learning.is_some() || !s.learned.is_empty() {
+        let _ = writeln!(o, "\nLEARNED (l2)");
+        if let Some(e) = &s.learning_error {
+            let _ = writeln!(o, "  ERROR: {e}");
+        }
+        for l in &s.learned {
+            let _ = writeln!(
+                o,
+                "  {:<16} {} {:<8} at {}/{} seq {} {}{} (last seen {})",
+                l.network,
+                l.mac,
+                l.origin,
+                l.node,
+                l.endpoint,
+                l.sequence,
+                l.addresses.join(","),
+                l.pending
+                    .as_deref()
+                    .map_or(String::new(), |p| format!(" pending {p}")),
+                l.last_seen
+            );
+        }
+        if let Some(c) = &s.learning {
+            let _ = writeln!(
+                o,
+                "  reports {} (lost {}, ignored {}); learned {}, moved {}, forgotten {}, \
+                 addresses refused {}",
+                c.reports, c.lost, c.ignored, c.learned, c.moved, c.forgotten, c.refused
+            );
         }
     }
     for (title, list) in [("NOTES", &s.notes), ("PROBLEMS", &s.problems)] {

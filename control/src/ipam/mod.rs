@@ -4,16 +4,21 @@
 //!
 //! - **Network ids** (`status.id`) start at 1 and are never reused within the state's lifetime:
 //!   a persisted monotonic counter, so a deleted and recreated network gets a new id and no
-//!   stale table entry can ever match it. **Node ids** the same.
+//!   stale table entry can ever match it ([`NetworkId::HOST`] is skipped: it names the node's
+//!   host network in the tables). **Node ids** the same.
 //! - **Locators**: each node gets a `/locator_len` (≤ 64) of the configured cluster pool, the
 //!   lowest free one; stable per node name and never reused while the node exists.
 //! - **l3 (host-local)**: the subnet is cut into `hostLocalPrefixLength` blocks; a node gets the
 //!   lowest free block of each family the first time one of its pods needs it, and keeps it until
-//!   the node or the network is removed (routes do not churn with pods). A node has exactly one
+//!   the node or the network is removed (routes do not churn with pods). In a dual-stack network
+//!   the node's blocks have the same index in both families (the lowest index free in both), so
+//!   one block names the pair (the `Allocation` object of Kubernetes mode, ADR 0015). A node has exactly one
 //!   block per family: when it is full, ADD fails with [`IpamError::BlockExhausted`] — no second
 //!   block, because the node's gateway is the first address of *its* block and the forwarder
 //!   holds one gateway per family and network ([`lace_shared::types::NetworkInfo`]).
-//! - **l2 (global)**: addresses come straight from the subnet.
+//! - **l2 (global)**: addresses come straight from the subnet, skipping addresses claimed
+//!   elsewhere that this state holds no lease for ([`Ipam::set_claim`]: in Kubernetes mode, the
+//!   `Neighbor` claims of other nodes' allocations in flight, and learned addresses).
 //! - **Gateways and reserved addresses** are never handed to a pod: see [`PrefixLayout`]. Pod
 //!   addresses are the lowest free ones (a released address is the next one handed out).
 //! - **Dual stack**: one address per family the network has, all or nothing.
@@ -23,20 +28,34 @@
 //!   [`IpamError::AlreadyExists`] (CNI spec: an interface that exists with another
 //!   configuration). [`Ipam::release`] of an unknown key does nothing. A lease records its
 //!   pod's UID when the ADD carried one.
-//! - **Per attachment**: a forwarder port id (lowest free of 1..[`MAX_PORTS`] per node), a
-//!   host-side interface name `lace` + 8 hex digits of a hash of (container id, interface),
-//!   unique per node, and a locally administered unicast MAC `02:…` from a hash of (network id,
-//!   address), unique across the state. Gateways answer with [`gateway_mac`] (`06:…`), which can
-//!   never equal an endpoint's.
+//! - **Per attachment**: a forwarder port id (lowest free of 1..[`MAX_PORTS`] − 1 per node;
+//!   the highest id is the node's host interface, [`PortId::HOST`]), a host-side interface name
+//!   `lace` + 8 hex digits of a hash of (container id, interface), unique per node, and a locally
+//!   administered unicast MAC `02:…` from a hash of (network id, address), unique across the
+//!   state. Gateways answer with [`gateway_mac`] (`06:…`), which can never equal an endpoint's.
+//! - **Endpoint ids** are the node's id in the high 32 bits and a per-node counter in the low
+//!   ones: unique in the cluster, never reused on a node (the forwarder acknowledges a port by
+//!   endpoint id, so a recycled one could acknowledge an interface that is gone), and each node
+//!   takes them without asking anyone. Leases made before this scheme (a global counter below
+//!   2^32) keep theirs.
+//! - **Sticky identity (l2, ADR 0019)**: pods of one namespace and l2 network that carry the same
+//!   identity (the `l2.lace-cni.io/identity` annotation: a migrating VM's source and target
+//!   pods) share one set of addresses and one MAC — the first lease's; each still has its own
+//!   port, host interface and endpoint id. The addresses and MAC are given back with the last
+//!   lease of the identity. An identity on an l3 or external network is refused
+//!   ([`IpamError::IdentityNotL2`]): there an address belongs to one node's block.
 //!
 //! [`Ipam`] is plain data with `&mut self` methods; [`SharedIpam`] puts it behind a mutex and
 //! persists every change through [`crate::store::Store`] before answering, so concurrent ADDs
-//! never get the same address and a restart never reallocates one.
+//! never get the same address and a restart never reallocates one. With a journal
+//! ([`Ipam::start_journal`]) it also records which records a change touched ([`Dirty`]), so
+//! that a store of one object per record writes only those.
 //!
 //! Call sequence for a pod: [`Ipam::ensure_network`] and [`Ipam::ensure_node`] (from the
 //! sources), then per CNI call [`Ipam::allocate`] (ADD), [`Ipam::lease`] (CHECK),
 //! [`Ipam::release`] (DEL), [`Ipam::gc`] (GC).
 
+mod objects;
 mod pool;
 mod ranges;
 mod shared;
@@ -44,24 +63,30 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_shared::status::MAX_PORTS;
+#[cfg(doc)]
+use lace_shared::types::PortKind;
 use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId, PortId};
 use serde::{Deserialize, Serialize};
 
-use crate::api::{AllocationSpec, NetworkType};
+use crate::api::NetworkType;
 use crate::proto::ErrorCode;
 pub use crate::world::AttachmentKey;
 use crate::world::NetworkModel;
 
+pub use objects::{
+    allocation_name, allocation_spec, endpoint_name, fdb_entry_name, neighbor_name, neighbor_spec,
+    NotARecord, L2_LABEL, NETWORK_LABEL, NODE_LABEL,
+};
 use pool::{from_u128, to_u128, width, AddressPool};
 pub use pool::{gateway_of, PrefixLayout};
 use ranges::FreeRanges;
 pub use shared::SharedIpam;
-pub use state::IpamState;
+pub use state::{BlockRecord, IpamState, LeaseRecord};
 
 /// Where node locators come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,6 +179,8 @@ pub struct AllocateRequest {
     pub node: String,
     /// The pod.
     pub pod: PodRef,
+    /// The pod's sticky l2 identity (`l2.lace-cni.io/identity`), if it asks for one.
+    pub identity: Option<String>,
 }
 
 /// One address of a lease.
@@ -196,8 +223,20 @@ pub struct EndpointLease {
     pub port: PortId,
     /// The host-side interface name.
     pub host_iface: IfName,
-    /// A number unique among all leases ever made by this state (never reused).
+    /// Unique in the cluster, never reused on its node: the node id in the high 32 bits, a
+    /// per-node counter in the low ones (see the module docs).
     pub endpoint_id: u64,
+    /// The sticky l2 identity whose addresses and MAC the lease shares, if any.
+    pub identity: Option<String>,
+}
+
+impl EndpointLease {
+    /// Whether `self` holds `identity` of `network` for a pod of `namespace`.
+    fn holds_identity(&self, network: &str, namespace: &str, identity: &str) -> bool {
+        self.identity.as_deref() == Some(identity)
+            && self.network == network
+            && self.pod.namespace == namespace
+    }
 }
 
 /// A node's ids.
@@ -377,6 +416,22 @@ pub enum IpamError {
         /// What is wrong and what to do.
         fix: String,
     },
+    /// A pod asks for a sticky identity on a network where addresses cannot be shared.
+    #[error(
+        "pod {pod} asks for l2 identity {identity:?} (annotation l2.lace-cni.io/identity) on \
+         Network {network}, which is of type {kind}: only pods of an l2 network can share \
+         addresses and a MAC; remove the annotation or bind the pod to an l2 network"
+    )]
+    IdentityNotL2 {
+        /// The pod.
+        pod: String,
+        /// The identity.
+        identity: String,
+        /// The network.
+        network: String,
+        /// Its type.
+        kind: String,
+    },
     /// A saved state contradicts itself or the configuration.
     #[error(
         "saved IPAM state is inconsistent: {what}; restore the state file from a backup (starting \
@@ -401,6 +456,7 @@ impl IpamError {
             | IpamError::Immutable { .. }
             | IpamError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
             IpamError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            IpamError::IdentityNotL2 { .. } => ErrorCode::InvalidArgs,
             IpamError::BlockExhausted { .. }
             | IpamError::BlocksExhausted { .. }
             | IpamError::SubnetExhausted { .. }
@@ -429,8 +485,8 @@ pub fn gateway_mac(id: NetworkId) -> MacAddr {
     MacAddr([0x06, 0x00, b[0], b[1], b[2], b[3]])
 }
 
-/// The largest pod port id (`PortId(0)` is the uplink).
-const MAX_POD_PORT: u32 = MAX_PORTS - 1;
+/// The largest pod port id (`PortId(0)` is the uplink, [`PortId::HOST`] the host interface).
+const MAX_POD_PORT: u32 = MAX_PORTS - 2;
 /// Tries before giving up on a unique hash-derived name.
 const NAME_TRIES: u32 = 1024;
 
@@ -442,7 +498,7 @@ fn family_field(v6: bool) -> &'static str {
     }
 }
 
-fn fnv64(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv64(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for &b in *p {
@@ -469,7 +525,12 @@ enum FamilyIpam {
         nodes: BTreeMap<String, AddressPool>,
     },
     /// l2: one pool for the whole subnet.
-    Flat { pool: AddressPool },
+    Flat {
+        pool: AddressPool,
+        /// Addresses claimed elsewhere (another node's allocation in flight, a learned
+        /// address): never handed out, whether or not a lease here holds them.
+        claimed: HashSet<IpAddr>,
+    },
 }
 
 impl FamilyIpam {
@@ -501,7 +562,10 @@ impl FamilyIpam {
         }
         if kind == NetworkType::L2 {
             return AddressPool::new(subnet)
-                .map(|pool| FamilyIpam::Flat { pool })
+                .map(|pool| FamilyIpam::Flat {
+                    pool,
+                    claimed: HashSet::new(),
+                })
                 .ok_or_else(|| {
                     invalid(
                         if v6 {
@@ -567,7 +631,7 @@ impl FamilyIpam {
     fn is_v6(&self) -> bool {
         match self {
             FamilyIpam::Blocks { subnet, .. } => subnet.addr().is_ipv6(),
-            FamilyIpam::Flat { pool } => pool.layout.prefix.addr().is_ipv6(),
+            FamilyIpam::Flat { pool, .. } => pool.layout.prefix.addr().is_ipv6(),
         }
     }
 
@@ -587,41 +651,69 @@ impl FamilyIpam {
         Some((to_u128(p.network()) - to_u128(subnet.network())) >> (w - block_len))
     }
 
-    /// Takes the lowest free address for a pod on `node`.
-    fn allocate(&mut self, network: &str, node: &str) -> Result<LeaseAddress, IpamError> {
-        let v6 = self.is_v6();
-        let field = family_field(v6);
-        let pool = match self {
+    /// The block index a node without a block would get: the lowest free one at or above
+    /// `from` (None: l2, or no block left).
+    fn free_block_from(&self, from: u128) -> Option<u128> {
+        match self {
+            FamilyIpam::Blocks { blocks, .. } => blocks.lowest_free_from(from),
+            FamilyIpam::Flat { .. } => None,
+        }
+    }
+
+    /// Gives `node` block `i` of the subnet; false if it is taken or out of range.
+    fn take_block(&mut self, node: &str, i: u128) -> bool {
+        let FamilyIpam::Blocks {
+            subnet,
+            block_len,
+            blocks,
+            nodes,
+        } = self
+        else {
+            return false;
+        };
+        let prefix = Self::block_prefix(*subnet, *block_len, i);
+        // block_len < width was checked in build: a block always has a layout.
+        let Some(pool) = AddressPool::new(prefix) else {
+            return false;
+        };
+        if nodes.contains_key(node) || !blocks.take(i) {
+            return false;
+        }
+        nodes.insert(node.to_owned(), pool);
+        true
+    }
+
+    /// The error for a subnet with no block left for `node`.
+    fn blocks_exhausted(&self, network: &str, node: &str) -> IpamError {
+        match self {
             FamilyIpam::Blocks {
                 subnet,
                 block_len,
                 blocks,
-                nodes,
-            } => {
-                if !nodes.contains_key(node) {
-                    let Some(i) = blocks.take_lowest() else {
-                        return Err(IpamError::BlocksExhausted {
-                            network: network.to_owned(),
-                            node: node.to_owned(),
-                            field,
-                            subnet: *subnet,
-                            block_len: *block_len,
-                            blocks: blocks.taken(),
-                        });
-                    };
-                    let prefix = Self::block_prefix(*subnet, *block_len, i);
-                    // block_len < width was checked in build: a block always has a layout.
-                    let Some(pool) = AddressPool::new(prefix) else {
-                        blocks.free(i);
-                        return Err(IpamError::CorruptState {
-                            what: format!("Network {network}: block {prefix} has no layout"),
-                        });
-                    };
-                    nodes.insert(node.to_owned(), pool);
-                }
+                ..
+            } => IpamError::BlocksExhausted {
+                network: network.to_owned(),
+                node: node.to_owned(),
+                field: family_field(self.is_v6()),
+                subnet: *subnet,
+                block_len: *block_len,
+                blocks: blocks.taken(),
+            },
+            FamilyIpam::Flat { .. } => IpamError::CorruptState {
+                what: format!("Network {network}: an l2 subnet has no blocks"),
+            },
+        }
+    }
+
+    /// Takes the lowest free address for a pod on `node`, whose block (l3) exists.
+    fn allocate(&mut self, network: &str, node: &str) -> Result<LeaseAddress, IpamError> {
+        let v6 = self.is_v6();
+        let field = family_field(v6);
+        let (pool, claimed) = match self {
+            FamilyIpam::Blocks { nodes, .. } => {
                 let Some(pool) = nodes.get_mut(node) else {
                     return Err(IpamError::CorruptState {
-                        what: format!("Network {network}: node {node} lost its block"),
+                        what: format!("Network {network}: node {node} has no block"),
                     });
                 };
                 if pool.layout.capacity() == pool.taken() {
@@ -633,28 +725,32 @@ impl FamilyIpam {
                         capacity: pool.layout.capacity(),
                     });
                 }
-                pool
+                (pool, None)
             }
-            FamilyIpam::Flat { pool } => {
-                if pool.layout.capacity() == pool.taken() {
-                    return Err(IpamError::SubnetExhausted {
-                        network: network.to_owned(),
-                        node: node.to_owned(),
-                        field,
-                        subnet: pool.layout.prefix,
-                        capacity: pool.layout.capacity(),
-                    });
-                }
-                pool
-            }
+            FamilyIpam::Flat { pool, claimed } => (pool, Some(&*claimed)),
         };
         let layout = pool.layout;
-        let address = pool.take_lowest().ok_or_else(|| IpamError::CorruptState {
-            what: format!(
-                "Network {network}: {} counts a free address it lacks",
-                layout.prefix
-            ),
-        })?;
+        let address = match claimed {
+            None => pool.take_lowest(),
+            Some(claimed) => pool.take_lowest_not_in(claimed),
+        };
+        let Some(address) = address else {
+            return Err(match claimed {
+                None => IpamError::CorruptState {
+                    what: format!(
+                        "Network {network}: {} counts a free address it lacks",
+                        layout.prefix
+                    ),
+                },
+                Some(_) => IpamError::SubnetExhausted {
+                    network: network.to_owned(),
+                    node: node.to_owned(),
+                    field,
+                    subnet: layout.prefix,
+                    capacity: layout.capacity(),
+                },
+            });
+        };
         Ok(LeaseAddress {
             address,
             prefix: layout.prefix,
@@ -666,7 +762,7 @@ impl FamilyIpam {
     fn pool_mut(&mut self, node: &str) -> Option<&mut AddressPool> {
         match self {
             FamilyIpam::Blocks { nodes, .. } => nodes.get_mut(node),
-            FamilyIpam::Flat { pool } => Some(pool),
+            FamilyIpam::Flat { pool, .. } => Some(pool),
         }
     }
 
@@ -737,7 +833,43 @@ struct NodeState {
     ports: FreeRanges,
     /// Host-side interface names in use on the node.
     ifaces: HashSet<String>,
+    /// The low 32 bits of the node's next endpoint id (see [`endpoint_id`]).
+    next_endpoint: u32,
 }
+
+/// Endpoint id `seq` of node `node` (see the module docs).
+pub fn endpoint_id(node: NodeId, seq: u32) -> u64 {
+    u64::from(node.0) << 32 | u64::from(seq)
+}
+
+/// A record a change touched (see [`Ipam::start_journal`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Dirty {
+    /// The cluster-wide part: networks and their ids, nodes and their locators, the id
+    /// counters.
+    Ledger,
+    /// The blocks `node` holds of `network`.
+    Blocks {
+        /// The network.
+        network: String,
+        /// The node.
+        node: String,
+    },
+    /// One lease.
+    Lease(AttachmentKey),
+}
+
+/// The records changed since the journal started; equal to any other journal (it is
+/// bookkeeping, not state).
+#[derive(Debug, Clone, Default)]
+struct Journal(Option<BTreeSet<Dirty>>);
+
+impl PartialEq for Journal {
+    fn eq(&self, _: &Journal) -> bool {
+        true
+    }
+}
+impl Eq for Journal {}
 
 /// All ids and addresses control hands out (see the module docs for the guarantees).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -745,7 +877,6 @@ pub struct Ipam {
     config: IpamConfig,
     next_network_id: u32,
     next_node_id: u32,
-    next_endpoint_id: u64,
     networks: BTreeMap<String, NetState>,
     nodes: BTreeMap<String, NodeState>,
     /// Free locator indices of the pool.
@@ -753,8 +884,11 @@ pub struct Ipam {
     leases: BTreeMap<AttachmentKey, EndpointLease>,
     /// Endpoint MACs in use (as u64).
     macs: HashSet<u64>,
+    /// Endpoint ids in use.
+    endpoint_ids: HashSet<u64>,
     /// Bumped by every change: [`SharedIpam`] saves only when it moved.
     generation: u64,
+    journal: Journal,
 }
 
 impl Ipam {
@@ -785,14 +919,32 @@ impl Ipam {
             config,
             next_network_id: 1,
             next_node_id: 1,
-            next_endpoint_id: 1,
             networks: BTreeMap::new(),
             nodes: BTreeMap::new(),
             locators: FreeRanges::new(max),
             leases: BTreeMap::new(),
             macs: HashSet::new(),
+            endpoint_ids: HashSet::new(),
             generation: 0,
+            journal: Journal::default(),
         })
+    }
+
+    /// Starts recording which records every later change touches (see [`Ipam::take_journal`]).
+    pub fn start_journal(&mut self) {
+        self.journal.0.get_or_insert_with(BTreeSet::new);
+    }
+
+    /// The records changed since [`Ipam::start_journal`] (empty when it was not started); the
+    /// journal stops.
+    pub fn take_journal(&mut self) -> BTreeSet<Dirty> {
+        self.journal.0.take().unwrap_or_default()
+    }
+
+    fn touch(&mut self, d: Dirty) {
+        if let Some(j) = &mut self.journal.0 {
+            j.insert(d);
+        }
     }
 
     /// The locator configuration.
@@ -843,15 +995,18 @@ impl Ipam {
             }
             return Ok(n.id);
         }
-        let id = NetworkId(self.next_network_id);
-        let next = self
-            .next_network_id
-            .checked_add(1)
-            .ok_or(IpamError::IdsExhausted { what: "network" })?;
+        let mut id = NetworkId(self.next_network_id);
+        if id == NetworkId::HOST {
+            id = NetworkId(id.0 + 1);
+        }
+        let next =
+            id.0.checked_add(1)
+                .ok_or(IpamError::IdsExhausted { what: "network" })?;
         let state = NetState::build(name, id, def)?;
         self.networks.insert(name.to_owned(), state);
         self.next_network_id = next;
         self.generation += 1;
+        self.touch(Dirty::Ledger);
         Ok(id)
     }
 
@@ -862,14 +1017,41 @@ impl Ipam {
             return Vec::new();
         }
         let released = self.release_where(|l| l.network == name);
+        for node in self.blocks_of_network(name) {
+            self.touch(Dirty::Blocks {
+                network: name.to_owned(),
+                node,
+            });
+        }
         self.networks.remove(name);
         self.generation += 1;
+        self.touch(Dirty::Ledger);
         released
     }
 
     /// The `status.id` of a network.
     pub fn network_id(&self, name: &str) -> Option<NetworkId> {
         self.networks.get(name).map(|n| n.id)
+    }
+
+    /// The type of a network.
+    pub fn network_kind(&self, name: &str) -> Option<NetworkType> {
+        self.networks.get(name).map(|n| n.def.kind)
+    }
+
+    /// The on-link prefix and gateway of pod address `a` of `network` on `node`: its node's
+    /// block (l3) or the subnet (l2).
+    pub fn on_link(&self, network: &str, node: &str, a: IpAddr) -> Option<(IpNet, IpAddr)> {
+        let net = self.networks.get(network)?;
+        net.families.iter().find_map(|f| {
+            let layout = match f {
+                FamilyIpam::Blocks { nodes, .. } => nodes.get(node)?.layout,
+                FamilyIpam::Flat { pool, .. } => pool.layout,
+            };
+            layout
+                .is_pod_address(a)
+                .then_some((layout.prefix, layout.gateway))
+        })
     }
 
     /// Every network's `status.id`.
@@ -913,9 +1095,11 @@ impl Ipam {
                 locator,
                 ports: FreeRanges::new(u128::from(MAX_POD_PORT - 1)),
                 ifaces: HashSet::new(),
+                next_endpoint: 1,
             },
         );
         self.generation += 1;
+        self.touch(Dirty::Ledger);
         Ok(NodeEntry { id, locator })
     }
 
@@ -944,6 +1128,22 @@ impl Ipam {
         };
         let locator = node.locator;
         let released = self.release_where(|l| l.node == name);
+        let networks: Vec<String> = self
+            .networks
+            .iter()
+            .filter(|(_, n)| {
+                n.families.iter().any(
+                    |f| matches!(f, FamilyIpam::Blocks { nodes, .. } if nodes.contains_key(name)),
+                )
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for network in networks {
+            self.touch(Dirty::Blocks {
+                network,
+                node: name.to_owned(),
+            });
+        }
         for net in self.networks.values_mut() {
             for f in &mut net.families {
                 f.remove_node(name);
@@ -954,7 +1154,21 @@ impl Ipam {
         }
         self.nodes.remove(name);
         self.generation += 1;
+        self.touch(Dirty::Ledger);
         released
+    }
+
+    /// The nodes holding blocks of `network`.
+    fn blocks_of_network(&self, network: &str) -> Vec<String> {
+        let mut out = BTreeSet::new();
+        if let Some(net) = self.networks.get(network) {
+            for f in &net.families {
+                if let FamilyIpam::Blocks { nodes, .. } = f {
+                    out.extend(nodes.keys().cloned());
+                }
+            }
+        }
+        out.into_iter().collect()
     }
 
     /// A node's ids.
@@ -999,10 +1213,6 @@ impl Ipam {
                 ),
             });
         }
-        let endpoint_id = self.next_endpoint_id;
-        let next_endpoint = endpoint_id
-            .checked_add(1)
-            .ok_or(IpamError::IdsExhausted { what: "endpoint" })?;
         let net = self
             .networks
             .get_mut(&req.network)
@@ -1020,11 +1230,72 @@ impl Ipam {
             .ok_or_else(|| IpamError::UnknownNode {
                 node: req.node.clone(),
             })?;
+        let seq = node.next_endpoint;
+        let next_endpoint = seq
+            .checked_add(1)
+            .ok_or(IpamError::IdsExhausted { what: "endpoint" })?;
+        let endpoint_id = endpoint_id(node.id, seq);
+        // A sticky identity: the addresses and MAC of the lease that holds it already.
+        let shared = match &req.identity {
+            Some(identity) if net.def.kind != NetworkType::L2 => {
+                return Err(IpamError::IdentityNotL2 {
+                    pod: req.pod.to_string(),
+                    identity: identity.clone(),
+                    network: req.network.clone(),
+                    kind: net.def.kind.to_string(),
+                })
+            }
+            Some(identity) => self
+                .leases
+                .values()
+                .find(|l| l.holds_identity(&req.network, &req.pod.namespace, identity))
+                .map(|l| (l.addresses.clone(), l.mac)),
+            None => None,
+        };
         let host_iface = unique_iface(&req.key, &node.ifaces)?;
+        if take_blocks(net, &req.network, &req.node)? {
+            self.touch(Dirty::Blocks {
+                network: req.network.clone(),
+                node: req.node.clone(),
+            });
+        }
+        // Re-borrowed: `touch` needed the whole state.
+        let (Some(net), Some(node)) = (
+            self.networks.get_mut(&req.network),
+            self.nodes.get_mut(&req.node),
+        ) else {
+            return Err(IpamError::CorruptState {
+                what: format!("Network {} or node {} vanished", req.network, req.node),
+            });
+        };
         let port_index = node.ports.take_lowest().ok_or(IpamError::PortsExhausted {
             node: req.node.clone(),
             max: MAX_POD_PORT,
         })?;
+        if let Some((addresses, mac)) = shared {
+            // port_index ≤ MAX_POD_PORT - 1 < u32::MAX.
+            let port = PortId(u32::try_from(port_index).unwrap_or(MAX_POD_PORT - 1) + 1);
+            node.ifaces.insert(host_iface.as_str().to_owned());
+            node.next_endpoint = next_endpoint;
+            self.endpoint_ids.insert(endpoint_id);
+            let lease = EndpointLease {
+                key: req.key.clone(),
+                network: req.network.clone(),
+                network_id: net.id,
+                node: req.node.clone(),
+                pod: req.pod.clone(),
+                addresses,
+                mac,
+                port,
+                host_iface,
+                endpoint_id,
+                identity: req.identity.clone(),
+            };
+            self.leases.insert(req.key.clone(), lease.clone());
+            self.generation += 1;
+            self.touch(Dirty::Lease(req.key.clone()));
+            return Ok(lease);
+        }
         let mut addresses = Vec::with_capacity(net.families.len());
         for i in 0..net.families.len() {
             match net.families[i].allocate(&req.network, &req.node) {
@@ -1051,8 +1322,9 @@ impl Ipam {
         // port_index ≤ MAX_POD_PORT - 1 < u32::MAX.
         let port = PortId(u32::try_from(port_index).unwrap_or(MAX_POD_PORT - 1) + 1);
         node.ifaces.insert(host_iface.as_str().to_owned());
+        node.next_endpoint = next_endpoint;
         self.macs.insert(mac.to_u64());
-        self.next_endpoint_id = next_endpoint;
+        self.endpoint_ids.insert(endpoint_id);
         let lease = EndpointLease {
             key: req.key.clone(),
             network: req.network.clone(),
@@ -1064,9 +1336,11 @@ impl Ipam {
             port,
             host_iface,
             endpoint_id,
+            identity: req.identity.clone(),
         };
         self.leases.insert(req.key.clone(), lease.clone());
         self.generation += 1;
+        self.touch(Dirty::Lease(req.key.clone()));
         Ok(lease)
     }
 
@@ -1081,13 +1355,23 @@ impl Ipam {
         let Some(lease) = self.leases.get_mut(key) else {
             return Ok(None);
         };
-        let id = self.next_endpoint_id;
-        self.next_endpoint_id = id
+        let node = self
+            .nodes
+            .get_mut(&lease.node)
+            .ok_or_else(|| IpamError::UnknownNode {
+                node: lease.node.clone(),
+            })?;
+        let seq = node.next_endpoint;
+        node.next_endpoint = seq
             .checked_add(1)
             .ok_or(IpamError::IdsExhausted { what: "endpoint" })?;
-        lease.endpoint_id = id;
+        self.endpoint_ids.remove(&lease.endpoint_id);
+        lease.endpoint_id = endpoint_id(node.id, seq);
+        self.endpoint_ids.insert(lease.endpoint_id);
+        let lease = lease.clone();
         self.generation += 1;
-        Ok(Some(lease.clone()))
+        self.touch(Dirty::Lease(key.clone()));
+        Ok(Some(lease))
     }
 
     /// DEL: releases the lease of `key` and returns it; None (and no change) when there is
@@ -1096,6 +1380,7 @@ impl Ipam {
         let lease = self.leases.remove(key)?;
         self.give_back(&lease);
         self.generation += 1;
+        self.touch(Dirty::Lease(key.clone()));
         Some(lease)
     }
 
@@ -1118,8 +1403,22 @@ impl Ipam {
         keys.iter().filter_map(|k| self.release(k)).collect()
     }
 
-    /// Returns what a removed lease held.
+    /// Returns what a removed lease held: its addresses and MAC only when no other lease shares
+    /// them (a sticky identity's last lease).
     fn give_back(&mut self, l: &EndpointLease) {
+        if let Some(node) = self.nodes.get_mut(&l.node) {
+            node.ports.free(u128::from(l.port.0.saturating_sub(1)));
+            node.ifaces.remove(l.host_iface.as_str());
+        }
+        if let Some(identity) = &l.identity {
+            let shared = self
+                .leases
+                .values()
+                .any(|o| o.holds_identity(&l.network, &l.pod.namespace, identity));
+            if shared {
+                return;
+            }
+        }
         if let Some(net) = self.networks.get_mut(&l.network) {
             for a in &l.addresses {
                 for f in &mut net.families {
@@ -1129,11 +1428,8 @@ impl Ipam {
                 }
             }
         }
-        if let Some(node) = self.nodes.get_mut(&l.node) {
-            node.ports.free(u128::from(l.port.0.saturating_sub(1)));
-            node.ifaces.remove(l.host_iface.as_str());
-        }
         self.macs.remove(&l.mac.to_u64());
+        self.endpoint_ids.remove(&l.endpoint_id);
     }
 
     /// CHECK: the lease of `key`.
@@ -1178,18 +1474,47 @@ impl Ipam {
         }
         out
     }
+}
 
-    /// The `Allocation` resources (Kubernetes mode): one per (node, network) holding blocks.
-    pub fn allocation_specs(&self) -> Vec<AllocationSpec> {
-        self.allocations()
-            .into_iter()
-            .map(|((network, node), prefixes)| AllocationSpec {
-                network,
-                node,
-                prefixes: prefixes.iter().map(ToString::to_string).collect(),
-            })
-            .collect()
+/// Gives `node` its blocks of `net` if it has none yet: the lowest index free in every
+/// family of blocks (one index names the node's blocks); a family where the node has a block
+/// already (a state from before blocks were paired) keeps it. Whether a block was taken.
+fn take_blocks(net: &mut NetState, network: &str, node: &str) -> Result<bool, IpamError> {
+    let missing: Vec<usize> = net
+        .families
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| matches!(f, FamilyIpam::Blocks { nodes, .. } if !nodes.contains_key(node)))
+        .map(|(i, _)| i)
+        .collect();
+    let Some(&first) = missing.first() else {
+        return Ok(false);
+    };
+    let mut at = 0;
+    let index = loop {
+        let Some(i) = net.families[first].free_block_from(at) else {
+            return Err(net.families[first].blocks_exhausted(network, node));
+        };
+        let mut agreed = i;
+        for &k in &missing[1..] {
+            let Some(j) = net.families[k].free_block_from(agreed) else {
+                return Err(net.families[k].blocks_exhausted(network, node));
+            };
+            agreed = agreed.max(j);
+        }
+        if agreed == i {
+            break i;
+        }
+        at = agreed;
+    };
+    for &k in &missing {
+        if !net.families[k].take_block(node, index) {
+            return Err(IpamError::CorruptState {
+                what: format!("Network {network}: block {index} for node {node} is not free"),
+            });
+        }
     }
+    Ok(true)
 }
 
 /// `lace` + 8 hex digits of a hash of the key, salted until unique among `taken`.

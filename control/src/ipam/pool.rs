@@ -130,6 +130,25 @@ impl AddressPool {
         ))
     }
 
+    /// Takes the lowest free pod address that is not in `skip` (claimed elsewhere).
+    pub(crate) fn take_lowest_not_in(
+        &mut self,
+        skip: &std::collections::HashSet<IpAddr>,
+    ) -> Option<IpAddr> {
+        let first = to_u128(self.layout.first);
+        let v6 = self.layout.first.is_ipv6();
+        let mut from = 0;
+        loop {
+            let i = self.free.lowest_free_from(from)?;
+            let a = from_u128(first + i, v6);
+            if !skip.contains(&a) {
+                self.free.take(i);
+                return Some(a);
+            }
+            from = i.checked_add(1)?;
+        }
+    }
+
     /// Takes `a`; false if it is not a free pod address of this prefix.
     pub(crate) fn take(&mut self, a: IpAddr) -> bool {
         self.layout.is_pod_address(a) && self.free.take(to_u128(a) - to_u128(self.layout.first))
@@ -216,5 +235,25 @@ mod tests {
         assert!(!p.free(ip("10.0.0.4")));
         assert_eq!(p.take_lowest(), Some(ip("10.0.0.4")));
         assert_eq!(p.taken(), 5);
+    }
+
+    #[test]
+    fn claimed_addresses_are_skipped_and_stay_free() {
+        let mut p = AddressPool::new("10.0.0.0/29".parse().unwrap()).unwrap();
+        let skip = [ip("10.0.0.2"), ip("10.0.0.4")].into_iter().collect();
+        assert_eq!(p.take_lowest_not_in(&skip), Some(ip("10.0.0.3")));
+        assert_eq!(p.take_lowest_not_in(&skip), Some(ip("10.0.0.5")));
+        assert_eq!(p.take_lowest_not_in(&skip), Some(ip("10.0.0.6")));
+        assert_eq!(
+            p.take_lowest_not_in(&skip),
+            None,
+            "only claimed ones are left"
+        );
+        assert_eq!(p.taken(), 3);
+        assert_eq!(
+            p.take_lowest(),
+            Some(ip("10.0.0.2")),
+            "a claim takes nothing"
+        );
     }
 }

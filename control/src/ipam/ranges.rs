@@ -63,6 +63,16 @@ impl FreeRanges {
         true
     }
 
+    /// The lowest free index at or above `from`, if any (nothing is taken).
+    pub(crate) fn lowest_free_from(&self, from: u128) -> Option<u128> {
+        if let Some((_, &end)) = self.free.range(..=from).next_back() {
+            if end >= from {
+                return Some(from);
+            }
+        }
+        self.free.range(from..).next().map(|(&start, _)| start)
+    }
+
     /// Whether `i` is free.
     pub(crate) fn is_free(&self, i: u128) -> bool {
         self.free
@@ -122,6 +132,24 @@ mod tests {
         assert!(!r.take(4), "4 is taken");
         assert_eq!(r.take_lowest(), Some(2));
         assert_eq!(r.taken(), 5);
+    }
+
+    #[test]
+    fn lowest_free_from_finds_the_next_free_index_without_taking_it() {
+        let mut r = FreeRanges::new(9);
+        for i in [0, 1, 2, 5, 6] {
+            assert!(r.take(i));
+        }
+        assert_eq!(r.lowest_free_from(0), Some(3));
+        assert_eq!(r.lowest_free_from(4), Some(4));
+        assert_eq!(r.lowest_free_from(5), Some(7));
+        assert_eq!(r.lowest_free_from(9), Some(9));
+        assert_eq!(r.lowest_free_from(10), None);
+        assert_eq!(r.taken(), 5, "nothing was taken");
+        assert!(r.take(9));
+        assert_eq!(r.lowest_free_from(8), Some(8));
+        assert!(r.take(8));
+        assert_eq!(r.lowest_free_from(8), None);
     }
 
     #[test]

@@ -39,6 +39,7 @@ fn req(c: &str, network: &str, node: &str) -> AllocateRequest {
             name: format!("pod-{c}"),
             uid: String::new(),
         },
+        identity: None,
     }
 }
 fn key(c: &str) -> AttachmentKey {
@@ -275,14 +276,17 @@ fn l3_blocks_per_node_and_gateway_is_first_address_of_the_block() {
         "no pod, no block yet"
     );
     assert_eq!(
-        i.allocation_specs(),
+        i.allocations()
+            .iter()
+            .map(|((network, node), blocks)| allocation_spec(network, node, blocks))
+            .collect::<Vec<_>>(),
         [
-            AllocationSpec {
+            crate::api::AllocationSpec {
                 network: "net".into(),
                 node: "n1".into(),
                 prefixes: vec!["10.40.0.0/24".into()],
             },
-            AllocationSpec {
+            crate::api::AllocationSpec {
                 network: "net".into(),
                 node: "n2".into(),
                 prefixes: vec!["10.40.1.0/24".into()],
@@ -602,6 +606,120 @@ fn release_is_idempotent_and_returns_everything() {
     );
 }
 
+/// `req` for a pod of namespace `ns` carrying sticky identity `identity`.
+fn identity_req(c: &str, node: &str, ns: &str, identity: &str) -> AllocateRequest {
+    let mut r = req(c, "net", node);
+    r.pod.namespace = ns.into();
+    r.identity = Some(identity.into());
+    r
+}
+
+#[test]
+fn pods_of_one_identity_share_addresses_and_mac_until_the_last_goes() {
+    let mut i = setup(&l2(Some("10.50.0.0/24"), Some("fd50::/64")));
+    // The VM's source pod, then its migration target on another node.
+    let src = i
+        .allocate(&identity_req("src", "n1", "vms", "vm-1"))
+        .unwrap();
+    let dst = i
+        .allocate(&identity_req("dst", "n2", "vms", "vm-1"))
+        .unwrap();
+    assert_eq!((addrs(&dst), dst.mac), (addrs(&src), src.mac));
+    assert_eq!(dst.identity.as_deref(), Some("vm-1"));
+    assert_ne!(
+        dst.endpoint_id, src.endpoint_id,
+        "each pod is its own endpoint"
+    );
+    assert_ne!(dst.key, src.key);
+    // Another identity, the same identity in another namespace, and a pod without one each
+    // get their own.
+    let other = i.allocate(&identity_req("o", "n1", "vms", "vm-2")).unwrap();
+    let elsewhere = i.allocate(&identity_req("e", "n1", "lab", "vm-1")).unwrap();
+    let plain = i.allocate(&req("p", "net", "n1")).unwrap();
+    let (mut macs, mut taken) = (HashSet::new(), HashSet::new());
+    for l in [&src, &other, &elsewhere, &plain] {
+        assert!(macs.insert(l.mac), "MAC {} handed out twice", l.mac);
+        for a in addrs(l) {
+            assert!(taken.insert(a), "address {a} handed out twice");
+        }
+    }
+    // The source goes (migration done): the target keeps the addresses and MAC, and nobody
+    // else gets them.
+    i.release(&key("src"));
+    let next = i.allocate(&req("n", "net", "n1")).unwrap();
+    assert!(addrs(&next).iter().all(|a| !addrs(&dst).contains(a)));
+    assert_ne!(next.mac, dst.mac);
+    // A retried ADD of the target is the same lease; a new pod of the identity shares again.
+    assert_eq!(
+        i.allocate(&identity_req("dst", "n2", "vms", "vm-1"))
+            .unwrap(),
+        dst
+    );
+    let back = i
+        .allocate(&identity_req("back", "n1", "vms", "vm-1"))
+        .unwrap();
+    assert_eq!((addrs(&back), back.mac), (addrs(&dst), dst.mac));
+    // The last lease of the identity gives them back: the lowest free address is theirs again.
+    i.release(&key("dst"));
+    i.release(&key("back"));
+    let reuse = i.allocate(&req("r", "net", "n3")).unwrap();
+    assert_eq!(
+        addrs(&reuse),
+        addrs(&src),
+        "handed out again only once free"
+    );
+}
+
+#[test]
+fn an_identity_outside_an_l2_network_is_refused() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    let e = i
+        .allocate(&identity_req("a", "n1", "vms", "vm-1"))
+        .unwrap_err();
+    assert!(matches!(e, IpamError::IdentityNotL2 { .. }), "{e}");
+    assert_eq!(e.cni_code(), ErrorCode::InvalidArgs);
+    let text = e.to_string();
+    assert!(
+        text.contains("vms/pod-a") && text.contains("vm-1") && text.contains("type l3"),
+        "{text}"
+    );
+    assert_eq!(i.leases().count(), 0, "nothing was taken");
+    assert!(i.allocate(&req("a", "net", "n1")).is_ok(), "no port kept");
+}
+
+#[test]
+fn shared_identities_survive_a_restart_and_a_contradiction_is_corrupt() {
+    let mut i = setup(&l2(Some("10.50.0.0/24"), None));
+    let a = i.allocate(&identity_req("a", "n1", "vms", "vm-1")).unwrap();
+    i.allocate(&identity_req("b", "n2", "vms", "vm-1")).unwrap();
+    let state = i.to_state();
+    let mut back = Ipam::from_state(&state, IpamConfig::default()).unwrap();
+    assert_eq!(back.to_state(), state);
+    assert_eq!(
+        back.leases().collect::<Vec<_>>(),
+        i.leases().collect::<Vec<_>>()
+    );
+    // Restored, the identity still shares and still keeps its addresses from others.
+    let c = back
+        .allocate(&identity_req("c", "n3", "vms", "vm-1"))
+        .unwrap();
+    assert_eq!((addrs(&c), c.mac), (addrs(&a), a.mac));
+    back.release(&key("a"));
+    let d = back.allocate(&req("d", "net", "n1")).unwrap();
+    assert_ne!(addrs(&d), addrs(&a));
+    // A saved lease of the identity with another address contradicts the first.
+    let mut json = serde_json::to_value(&state).unwrap();
+    let leases = json["leases"].as_array_mut().unwrap();
+    let b = leases.iter_mut().find(|l| l["containerId"] == "b").unwrap();
+    b["addresses"][0]["address"] = "10.50.0.9".into();
+    let bad: IpamState = serde_json::from_value(json).unwrap();
+    let e = Ipam::from_state(&bad, IpamConfig::default()).unwrap_err();
+    assert!(
+        matches!(&e, IpamError::CorruptState { what } if what.contains("identity")),
+        "{e}"
+    );
+}
+
 #[test]
 fn gc_releases_what_the_runtime_forgot_on_that_node_only() {
     let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
@@ -671,7 +789,7 @@ fn ports_are_lowest_free_and_bounded_by_the_forwarder() {
     }
     let e = i.allocate(&req("last", "net", "n1")).unwrap_err();
     assert!(
-        matches!(e, IpamError::PortsExhausted { max: 4095, .. }),
+        matches!(e, IpamError::PortsExhausted { max: 4094, .. }),
         "{e}"
     );
     assert!(i.lease(&key("last")).is_none());
@@ -693,6 +811,10 @@ fn ports_are_lowest_free_and_bounded_by_the_forwarder() {
         .map(|l| l.host_iface)
         .collect();
     assert_eq!(names.len(), usize::try_from(MAX_POD_PORT).unwrap());
+    assert!(
+        i.leases().all(|l| l.port != PortId::HOST),
+        "the host interface's port is never a pod's"
+    );
 }
 
 #[test]
@@ -861,7 +983,7 @@ fn a_failed_save_undoes_the_change() {
         [ip("10.40.0.2")],
         "the failed ADD left nothing behind"
     );
-    assert_eq!(a.endpoint_id, 1);
+    assert_eq!(a.endpoint_id, endpoint_id(NodeId(1), 1));
 }
 
 #[test]
@@ -901,13 +1023,13 @@ fn corrupt_store_files_are_errors_never_an_empty_start() {
     assert!(e.to_string().contains("not a free pod address"), "{e}");
     // A wrong version, and a changed locator pool.
     let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
-    v["version"] = 2.into();
+    v["version"] = 3.into();
     std::fs::write(&path, v.to_string()).unwrap();
     assert!(store
         .load_ipam(IpamConfig::default())
         .unwrap_err()
         .to_string()
-        .contains("version 2"));
+        .contains("version 3"));
     std::fs::write(&path, &good).unwrap();
     let other = IpamConfig {
         locator_pool: "fd99::/32".parse().unwrap(),
@@ -949,7 +1071,15 @@ fn inconsistent_states_are_refused() {
         ("MAC", Box::new(|v| v["leases"][1]["mac"] = "zz".into())),
         (
             "endpoint id",
-            Box::new(|v| v["leases"][1]["endpointId"] = 999.into()),
+            Box::new(|v| v["leases"][1]["endpointId"] = (9u64 << 32 | 1).into()),
+        ),
+        (
+            "endpoint id",
+            Box::new(|v| v["leases"][1]["endpointId"] = v["leases"][0]["endpointId"].clone()),
+        ),
+        (
+            "counter",
+            Box::new(|v| v["nodes"]["n1"]["nextEndpoint"] = 0.into()),
         ),
         (
             "unknown Network",
@@ -1003,4 +1133,250 @@ fn concurrent_adds_from_8_threads_get_distinct_addresses() {
     let macs: HashSet<MacAddr> = leases.iter().map(|l| l.mac).collect();
     assert_eq!(macs.len(), 800);
     assert_eq!(s.read(|i| i.leases().count()), 800);
+}
+
+// ---- per-node endpoint ids, state versions -----------------------------------------------------
+
+#[test]
+fn endpoint_ids_carry_their_node_and_count_per_node() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    let b = i.allocate(&req("b", "net", "n2")).unwrap();
+    let c = i.allocate(&req("c", "net", "n1")).unwrap();
+    assert_eq!(a.endpoint_id, endpoint_id(NodeId(1), 1));
+    assert_eq!(
+        b.endpoint_id,
+        endpoint_id(NodeId(2), 1),
+        "each node counts alone"
+    );
+    assert_eq!(c.endpoint_id, endpoint_id(NodeId(1), 2));
+    i.release(&key("c"));
+    let d = i.allocate(&req("d", "net", "n1")).unwrap();
+    assert_eq!(d.port, c.port, "the port is reused");
+    assert_eq!(
+        d.endpoint_id,
+        endpoint_id(NodeId(1), 3),
+        "the endpoint id never is"
+    );
+    assert_eq!(i.next_endpoint("n1"), Some(4));
+    assert!(!i.skip_endpoints_to("n1", 2), "never down");
+    assert!(i.skip_endpoints_to("n1", 100));
+    let e = i.allocate(&req("e", "net", "n1")).unwrap();
+    assert_eq!(e.endpoint_id, endpoint_id(NodeId(1), 100));
+    // A saved lease above its node's counter is refused; tolerated when not strict (a
+    // ledger read before the node's own write of its counter).
+    let mut s = serde_json::to_value(i.to_state()).unwrap();
+    s["nodes"]["n1"]["nextEndpoint"] = 50.into();
+    let s: IpamState = serde_json::from_value(s).unwrap();
+    let msg = Ipam::from_state(&s, IpamConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("counter"), "{msg}");
+    let mut loose = Ipam::from_ledger(&s, IpamConfig::default()).unwrap();
+    for b in i.to_state().blocks() {
+        loose.insert_block(b).unwrap();
+    }
+    for r in i.to_state().leases() {
+        loose.insert_lease(r, false).unwrap();
+    }
+    assert_eq!(loose.leases().count(), i.leases().count());
+}
+
+#[test]
+fn a_version_1_state_loads_and_keeps_its_endpoint_ids() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    i.allocate(&req("a", "net", "n1")).unwrap();
+    i.allocate(&req("b", "net", "n2")).unwrap();
+    // What version 1 wrote: one counter for the state, ids 1, 2, … below 2^32.
+    let mut v = serde_json::to_value(i.to_state()).unwrap();
+    v["version"] = 1.into();
+    v["nextEndpointId"] = 3.into();
+    for n in v["nodes"].as_object_mut().unwrap().values_mut() {
+        n.as_object_mut().unwrap().remove("nextEndpoint");
+    }
+    v["leases"][0]["endpointId"] = 1.into();
+    v["leases"][1]["endpointId"] = 2.into();
+    let s: IpamState = serde_json::from_value(v).unwrap();
+    let mut j = Ipam::from_state(&s, IpamConfig::default()).unwrap();
+    assert_eq!(j.lease(&key("a")).unwrap().endpoint_id, 1);
+    assert_eq!(j.lease(&key("b")).unwrap().endpoint_id, 2);
+    let c = j.allocate(&req("c", "net", "n1")).unwrap();
+    assert_eq!(c.endpoint_id, endpoint_id(NodeId(1), 1));
+    // Written back as version 2, without the state's counter.
+    let saved = serde_json::to_value(j.to_state()).unwrap();
+    assert_eq!(saved["version"], 2);
+    assert!(saved.get("nextEndpointId").is_none(), "{saved}");
+    assert_eq!(saved["nodes"]["n1"]["nextEndpoint"], 2);
+}
+
+// ---- paired blocks, claims, the host network id --------------------------------------------------
+
+#[test]
+fn dual_stack_blocks_have_one_index_in_both_families() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), Some(("fd00:40::/48", 64))));
+    // A state from before pairing: n9 holds v4 block 0 and v6 block 1.
+    i.ensure_node("n9").unwrap();
+    i.insert_block(&BlockRecord {
+        network: "net".into(),
+        node: "n9".into(),
+        prefix: net("10.40.0.0/24"),
+    })
+    .unwrap();
+    i.insert_block(&BlockRecord {
+        network: "net".into(),
+        node: "n9".into(),
+        prefix: net("fd00:40:0:1::/64"),
+    })
+    .unwrap();
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(
+        a.addresses.iter().map(|x| x.prefix).collect::<Vec<_>>(),
+        [net("10.40.2.0/24"), net("fd00:40:0:2::/64")],
+        "the lowest index free in both families"
+    );
+    let b = i.allocate(&req("b", "net", "n2")).unwrap();
+    assert_eq!(
+        b.addresses.iter().map(|x| x.prefix).collect::<Vec<_>>(),
+        [net("10.40.3.0/24"), net("fd00:40:0:3::/64")]
+    );
+}
+
+#[test]
+fn claimed_l2_addresses_are_never_handed_out() {
+    let mut i = setup(&l2(Some("10.50.0.0/24"), None));
+    assert!(i.set_claim("net", ip("10.50.0.2"), true));
+    assert!(!i.set_claim("net", ip("10.50.0.2"), true), "no change");
+    assert!(
+        !i.set_claim("net", ip("10.99.0.2"), true),
+        "not of the subnet"
+    );
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    assert_eq!(addrs(&a), [ip("10.50.0.3")]);
+    assert!(i.set_claim("net", ip("10.50.0.2"), false));
+    let b = i.allocate(&req("b", "net", "n2")).unwrap();
+    assert_eq!(addrs(&b), [ip("10.50.0.2")]);
+    // A full subnet whose last free address is claimed is exhausted.
+    let mut j = setup(&l2(Some("10.60.0.0/30"), None));
+    j.set_claim("net", ip("10.60.0.2"), true);
+    let e = j.allocate(&req("x", "net", "n1")).unwrap_err();
+    assert!(matches!(e, IpamError::SubnetExhausted { .. }), "{e}");
+}
+
+#[test]
+fn the_host_network_id_is_never_a_networks() {
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    let mut s = serde_json::to_value(i.to_state()).unwrap();
+    s["nextNetworkId"] = NetworkId::HOST.0.into();
+    let s: IpamState = serde_json::from_value(s).unwrap();
+    i = Ipam::from_state(&s, IpamConfig::default()).unwrap();
+    let id = i
+        .ensure_network("a", &l3(Some(("10.40.0.0/16", 24)), None))
+        .unwrap();
+    assert_eq!(id, NetworkId(NetworkId::HOST.0 + 1));
+}
+
+// ---- records one by one, and the journal ---------------------------------------------------------
+
+#[test]
+fn the_journal_names_every_record_a_change_touched() {
+    let mut i = setup(&l3(Some(("10.40.0.0/16", 24)), None));
+    i.allocate(&req("a", "net", "n1")).unwrap();
+    assert!(i.take_journal().is_empty(), "no journal unless started");
+    i.start_journal();
+    i.allocate(&req("a", "net", "n1")).unwrap();
+    assert!(
+        i.take_journal().is_empty(),
+        "a repeated ADD changes nothing"
+    );
+    i.start_journal();
+    i.allocate(&req("b", "net", "n2")).unwrap();
+    i.release(&key("a"));
+    assert_eq!(
+        i.take_journal(),
+        BTreeSet::from([
+            Dirty::Blocks {
+                network: "net".into(),
+                node: "n2".into()
+            },
+            Dirty::Lease(key("a")),
+            Dirty::Lease(key("b")),
+        ])
+    );
+    i.start_journal();
+    i.ensure_node("n7").unwrap();
+    i.remove_network("net");
+    assert_eq!(
+        i.take_journal(),
+        BTreeSet::from([
+            Dirty::Ledger,
+            Dirty::Blocks {
+                network: "net".into(),
+                node: "n1".into()
+            },
+            Dirty::Blocks {
+                network: "net".into(),
+                node: "n2".into()
+            },
+            Dirty::Lease(key("b")),
+        ])
+    );
+}
+
+#[test]
+fn records_added_one_by_one_rebuild_the_same_state() {
+    let a = busy_ipam();
+    let s = a.to_state();
+    let mut b = Ipam::from_ledger(&a.ledger(), IpamConfig::default()).unwrap();
+    for r in s.leases().iter().rev() {
+        // A lease before its block: refused, nothing taken.
+        if b.node_blocks(&r.network, &r.node).is_empty() && r.network == "net" {
+            assert!(b.insert_lease(r, false).is_err());
+        }
+    }
+    for blk in s.blocks() {
+        b.insert_block(blk).unwrap();
+        b.insert_block(blk).unwrap();
+    }
+    for r in s.leases() {
+        b.insert_lease(r, false).unwrap();
+        b.insert_lease(r, false).unwrap();
+    }
+    assert_eq!(b.to_state(), s);
+    // A changed record replaces the old one; a clashing one is refused and the old one kept.
+    let mut renamed = s.leases()[1].clone();
+    renamed.pod_uid = "uid-2".into();
+    b.insert_lease(&renamed, false).unwrap();
+    assert_eq!(b.lease(&renamed.key()).unwrap().pod.uid, "uid-2");
+    let mut clash = s.leases()[1].clone();
+    clash.mac = s.leases()[0].mac.clone();
+    let before = b.lease(&clash.key()).cloned();
+    assert!(b.insert_lease(&clash, false).is_err());
+    assert_eq!(b.lease(&clash.key()).cloned(), before);
+    // A block in use stays; a free one goes.
+    let used = s
+        .blocks()
+        .iter()
+        .find(|blk| {
+            s.leases()
+                .iter()
+                .any(|l| l.node == blk.node && l.network == blk.network)
+        })
+        .unwrap();
+    assert!(!b.remove_block(used));
+    for r in s
+        .leases()
+        .iter()
+        .filter(|l| l.node == used.node && l.network == used.network)
+    {
+        b.release(&r.key());
+    }
+    for blk in s
+        .blocks()
+        .iter()
+        .filter(|blk| blk.node == used.node && blk.network == used.network)
+    {
+        assert!(b.remove_block(blk));
+        assert!(!b.remove_block(blk), "once");
+    }
+    assert!(b.node_blocks(&used.network, &used.node).is_empty());
 }

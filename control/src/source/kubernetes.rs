@@ -1,7 +1,8 @@
 //! The Kubernetes source: control's input from an API server, through kube-rs watchers.
 //!
 //! One `kube::runtime::watcher` per [`ObjectKind`] — the lace kinds, `Pod`s of this node only
-//! (`spec.nodeName=<node>` field selector), `Namespace`, `Node`, `Service`, `NetworkPolicy` —
+//! (`spec.nodeName=<node>` field selector), `Namespace`, `Node`, `Service`, `NetworkPolicy`,
+//! `EndpointSlice` (every namespace's: they carry the Services' backends on every node) —
 //! on a single-threaded tokio runtime the source thread owns. The watchers list (paginated,
 //! with a resourceVersion), watch from it with bookmarks, relist after `410 Gone` and retry
 //! every other error with kube's default exponential backoff (0.8 s doubling to 30 s, reset
@@ -29,6 +30,7 @@ use std::path::PathBuf;
 
 use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher;
@@ -128,6 +130,7 @@ fn api_resource(kind: ObjectKind) -> ApiResource {
         ObjectKind::Pod => ApiResource::erase::<Pod>(&()),
         ObjectKind::Service => ApiResource::erase::<Service>(&()),
         ObjectKind::NetworkPolicy => ApiResource::erase::<NetworkPolicy>(&()),
+        ObjectKind::EndpointSlice => ApiResource::erase::<EndpointSlice>(&()),
     }
 }
 
@@ -261,7 +264,7 @@ impl KubeState {
                 self.listed.insert(kind);
                 if self.listed.len() == ObjectKind::ALL.len() {
                     self.synced = true;
-                    return Some(SourceEvent::Snapshot(self.snapshot()));
+                    return Some(SourceEvent::Snapshot(Box::new(self.snapshot())));
                 }
                 None
             }
@@ -276,7 +279,7 @@ impl KubeState {
                 }
                 match (applied, changed) {
                     (Some(object), false) => Some(SourceEvent::Applied(object)),
-                    _ => Some(SourceEvent::Snapshot(self.snapshot())),
+                    _ => Some(SourceEvent::Snapshot(Box::new(self.snapshot()))),
                 }
             }
             watcher::Event::Delete(o) => {
@@ -293,7 +296,7 @@ impl KubeState {
                     return None;
                 }
                 Some(if had_problem {
-                    SourceEvent::Snapshot(self.snapshot())
+                    SourceEvent::Snapshot(Box::new(self.snapshot()))
                 } else {
                     SourceEvent::Deleted(r)
                 })
@@ -335,6 +338,88 @@ fn refs_of(objects: &Objects, kind: ObjectKind) -> BTreeSet<ObjectRef> {
         ObjectKind::Pod => namespaced(objects.pods.keys().collect()),
         ObjectKind::Service => namespaced(objects.services.keys().collect()),
         ObjectKind::NetworkPolicy => namespaced(objects.network_policies.keys().collect()),
+        ObjectKind::EndpointSlice => namespaced(objects.endpoint_slices.keys().collect()),
+    }
+}
+
+/// One watch's event, tagged with what the watch is: the watcher's event or its error as text.
+pub type TaggedEvent<K> = (K, Result<watcher::Event<DynamicObject>, String>);
+
+/// Watches run on a thread of their own (with its own current-thread runtime and client, so
+/// the caller's runtime stays free for writes), each event handed to a callback; stopped and
+/// joined on drop. The IPAM store and the learned-MACs store each keep one.
+#[derive(Debug)]
+pub struct WatchThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WatchThread {
+    /// Starts thread `name`: connects as `config` says (a failure is sent as an error event
+    /// of watch `first`), starts a watcher (with backoff) for every `(tag, api, config)` that
+    /// `watches` makes from the client, and calls `send` with each event until it returns
+    /// false or the thread is dropped.
+    pub fn spawn<K: Copy + Send + 'static>(
+        name: &str,
+        config: &KubernetesConfig,
+        first: K,
+        watches: impl FnOnce(&kube::Client) -> Vec<(K, Api<DynamicObject>, watcher::Config)>
+            + Send
+            + 'static,
+        mut send: impl FnMut(TaggedEvent<K>) -> bool + Send + 'static,
+    ) -> std::io::Result<WatchThread> {
+        let config = config.clone();
+        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async move {
+                    let client = match client(&config).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            send((first, Err(e.to_string())));
+                            return;
+                        }
+                    };
+                    let streams = watches(&client).into_iter().map(|(tag, api, wc)| {
+                        watcher(api, wc)
+                            .default_backoff()
+                            .map(move |e| (tag, e.map_err(|e| e.to_string())))
+                            .boxed()
+                    });
+                    let mut all = futures_util::stream::select_all(streams);
+                    loop {
+                        tokio::select! {
+                            _ = &mut stop_rx => return,
+                            next = all.next() => match next {
+                                Some(e) => if !send(e) { return },
+                                None => return,
+                            },
+                        }
+                    }
+                });
+            })?;
+        Ok(WatchThread {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for WatchThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -57,6 +57,7 @@ use std::time::Duration;
 
 use ipnet::Ipv6Net;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use crate::api::{Network, NetworkBindingPolicy, NetworkRoutingPolicy};
@@ -100,8 +101,8 @@ pub struct Snapshot {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourceEvent {
     /// Everything, replacing what came before (a standalone reload; a relist after a watch
-    /// restarted).
-    Snapshot(Snapshot),
+    /// restarted). Boxed: it holds every object, the other events one.
+    Snapshot(Box<Snapshot>),
     /// One object added or changed (a watch event).
     Applied(Object),
     /// One object removed (a watch event).
@@ -117,7 +118,7 @@ pub fn pump(source: &mut dyn Source, poll: Duration, mut send: impl FnMut(Source
         if due {
             match source.load() {
                 Ok(snapshot) => {
-                    if !send(SourceEvent::Snapshot(snapshot)) {
+                    if !send(SourceEvent::Snapshot(Box::new(snapshot))) {
                         return;
                     }
                 }
@@ -209,6 +210,23 @@ impl LaceNode {
     pub fn name(&self) -> &str {
         self.node.metadata.name.as_deref().unwrap_or_default()
     }
+
+    /// The node's own addresses: `status.addresses` of type `InternalIP` (what the kubelet
+    /// reports, and the API server's endpoint on a control-plane node); entries that do not
+    /// parse are skipped.
+    pub fn internal_addresses(&self) -> Vec<std::net::IpAddr> {
+        let mut out: Vec<std::net::IpAddr> = self
+            .node
+            .status
+            .iter()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .filter(|a| a.type_ == "InternalIP")
+            .filter_map(|a| a.address.trim().parse().ok())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// Why a Node is not a usable lace node.
@@ -280,6 +298,9 @@ pub struct Objects {
     /// Kubernetes NetworkPolicies (bound to the network they are enforced in, continuously);
     /// `metadata.namespace` is always set.
     pub network_policies: BTreeMap<NamespacedName, NetworkPolicy>,
+    /// `discovery.k8s.io/v1` EndpointSlices (a Service's backends, found by the
+    /// `kubernetes.io/service-name` label); `metadata.namespace` is always set.
+    pub endpoint_slices: BTreeMap<NamespacedName, EndpointSlice>,
 }
 
 impl Objects {
@@ -293,6 +314,7 @@ impl Objects {
             + self.pods.len()
             + self.services.len()
             + self.network_policies.len()
+            + self.endpoint_slices.len()
     }
 
     /// Whether there are no objects at all.
@@ -336,6 +358,9 @@ impl Objects {
             Object::NetworkPolicy(o) => {
                 self.network_policies.insert(key(), *o);
             }
+            Object::EndpointSlice(o) => {
+                self.endpoint_slices.insert(key(), *o);
+            }
         }
         Ok(())
     }
@@ -352,6 +377,7 @@ impl Objects {
             ObjectKind::Pod => self.pods.remove(&key()).is_some(),
             ObjectKind::Service => self.services.remove(&key()).is_some(),
             ObjectKind::NetworkPolicy => self.network_policies.remove(&key()).is_some(),
+            ObjectKind::EndpointSlice => self.endpoint_slices.remove(&key()).is_some(),
         }
     }
 }
@@ -375,6 +401,8 @@ pub enum Object {
     Service(Box<Service>),
     /// A Kubernetes NetworkPolicy.
     NetworkPolicy(Box<NetworkPolicy>),
+    /// A `discovery.k8s.io/v1` EndpointSlice.
+    EndpointSlice(Box<EndpointSlice>),
 }
 
 impl Object {
@@ -389,6 +417,7 @@ impl Object {
             Object::Pod(o) => (ObjectKind::Pod, &o.metadata),
             Object::Service(o) => (ObjectKind::Service, &o.metadata),
             Object::NetworkPolicy(o) => (ObjectKind::NetworkPolicy, &o.metadata),
+            Object::EndpointSlice(o) => (ObjectKind::EndpointSlice, &o.metadata),
         };
         ObjectRef {
             kind,
@@ -421,11 +450,13 @@ pub enum ObjectKind {
     Service,
     /// `networking.k8s.io/v1` NetworkPolicy.
     NetworkPolicy,
+    /// `discovery.k8s.io/v1` EndpointSlice.
+    EndpointSlice,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [ObjectKind; 8] = [
+    pub const ALL: [ObjectKind; 9] = [
         ObjectKind::Network,
         ObjectKind::NetworkBindingPolicy,
         ObjectKind::NetworkRoutingPolicy,
@@ -434,6 +465,7 @@ impl ObjectKind {
         ObjectKind::Pod,
         ObjectKind::Service,
         ObjectKind::NetworkPolicy,
+        ObjectKind::EndpointSlice,
     ];
 
     /// The `apiVersion` of the kind.
@@ -446,6 +478,7 @@ impl ObjectKind {
                 "v1"
             }
             ObjectKind::NetworkPolicy => "networking.k8s.io/v1",
+            ObjectKind::EndpointSlice => "discovery.k8s.io/v1",
         }
     }
 
@@ -460,6 +493,7 @@ impl ObjectKind {
             ObjectKind::Pod => "Pod",
             ObjectKind::Service => "Service",
             ObjectKind::NetworkPolicy => "NetworkPolicy",
+            ObjectKind::EndpointSlice => "EndpointSlice",
         }
     }
 
@@ -474,7 +508,10 @@ impl ObjectKind {
     pub fn is_namespaced(self) -> bool {
         matches!(
             self,
-            ObjectKind::Pod | ObjectKind::Service | ObjectKind::NetworkPolicy
+            ObjectKind::Pod
+                | ObjectKind::Service
+                | ObjectKind::NetworkPolicy
+                | ObjectKind::EndpointSlice
         )
     }
 }
@@ -598,7 +635,7 @@ pub enum ProblemKind {
     #[error(
         "unknown kind {api_version} {kind} (named {name:?}); lace reads lace-cni.io/v1alpha1 \
          Network, NetworkBindingPolicy, NetworkRoutingPolicy, v1 Namespace, Node, Pod, \
-         Service and networking.k8s.io/v1 NetworkPolicy"
+         Service, networking.k8s.io/v1 NetworkPolicy and discovery.k8s.io/v1 EndpointSlice"
     )]
     UnknownKind {
         /// The document's `apiVersion`.

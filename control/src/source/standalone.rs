@@ -13,8 +13,10 @@
 //!
 //! Any number of `---`-separated documents; empty documents are skipped. Each is dispatched by
 //! `apiVersion` and `kind`: `lace-cni.io/v1alpha1` `Network`, `NetworkBindingPolicy`,
-//! `NetworkRoutingPolicy`, `v1` `Namespace`, `Node`, `Pod`, `Service` and `networking.k8s.io/v1`
-//! `NetworkPolicy`. Namespaced objects without `metadata.namespace` are put in
+//! `NetworkRoutingPolicy`, `v1` `Namespace`, `Node`, `Pod`, `Service`, `networking.k8s.io/v1`
+//! `NetworkPolicy` and `discovery.k8s.io/v1` `EndpointSlice` (a Service's backends, by its
+//! `kubernetes.io/service-name` label; without one, standalone control computes a Service's
+//! backends from its selector, see [`crate::service`]). Namespaced objects without `metadata.namespace` are put in
 //! [`DEFAULT_NAMESPACE`]. Nodes need the [`UNDERLAY_ANNOTATION`](super::UNDERLAY_ANNOTATION)
 //! (see [`super::LaceNode`]).
 //!
@@ -58,6 +60,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
@@ -651,6 +654,11 @@ fn parse_document(value: serde_yaml::Value) -> Result<Object, DocumentError> {
             let mut policy: Box<NetworkPolicy> = decode(value).map_err(decode_error)?;
             policy.metadata.namespace = namespaced;
             Object::NetworkPolicy(policy)
+        }
+        ObjectKind::EndpointSlice => {
+            let mut slice: Box<EndpointSlice> = decode(value).map_err(decode_error)?;
+            slice.metadata.namespace = namespaced;
+            Object::EndpointSlice(slice)
         }
     };
     Ok(object)

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+pub mod node;
+pub mod standalone;
+
 /// Where table sets and status regions live.
 pub const SHM: &str = "/dev/shm";
 /// Bound for anything the test waits for (small, noisy machine).
@@ -45,11 +48,16 @@ pub fn which(prog: &str) -> Option<PathBuf> {
 /// True when the test can run; with `CI=true` a missing prerequisite fails the test,
 /// otherwise it prints why it skips.
 pub fn prerequisites() -> bool {
+    prerequisites_with(&[])
+}
+
+/// [`prerequisites`], with more tools the test needs (`tshark`, `python3`).
+pub fn prerequisites_with(extra: &[&str]) -> bool {
     let mut missing = Vec::new();
     if !nix::unistd::geteuid().is_root() {
         missing.push("root".to_string());
     }
-    for tool in ["ip", "ping", "ethtool", "sysctl"] {
+    for &tool in ["ip", "ping", "ethtool", "sysctl"].iter().chain(extra) {
         if which(tool).is_none() {
             missing.push(tool.to_string());
         }
@@ -294,7 +302,7 @@ impl Drop for Proc {
 /// be dropped first: keep `Proc`s in a struct field declared before this one).
 #[derive(Debug)]
 pub struct Resources {
-    /// `lce-<pid>`.
+    /// `lce-<pid>-<n>`.
     pub tag: String,
     /// Work directory.
     pub dir: PathBuf,
@@ -303,9 +311,11 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// A fresh run.
+    /// A fresh run: `lce-<pid>-<n>`, n counting the runs of this process.
     pub fn new() -> Resources {
-        let tag = format!("lce-{}", std::process::id());
+        static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("lce-{}-{n}", std::process::id());
         let dir = std::env::temp_dir().join(&tag);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("work dir");

@@ -1,9 +1,12 @@
-//! The pipeline entry: any frame on any kind of port (uplink, pods of l3 and l2 networks, a
-//! port whose network is gone, an unknown port) runs through the real stages against real
-//! tables without panicking, and every packet leaves accounted for: at most the packet itself
-//! (forwarded, answered or turned into an ICMP error) plus one neighbor solicitation — or, for
-//! a flooded l2 frame, one copy per flood-list member plus solicitations — comes out, and every
-//! frame that goes out starts with a whole Ethernet header.
+//! The pipeline entry: any frame on any kind of port (uplink, the node's host interface, pods
+//! of l3 and l2 networks — one with learning, whose announcements, refreshes, BUM limit and
+//! unknown-unicast flooding it reaches —, pods of a stateful network through the connection
+//! tracker, a port whose network is gone, an unknown port) runs through the real stages against
+//! real tables without panicking, and every packet leaves accounted for: at most the packet
+//! itself (forwarded, answered or turned into an ICMP error) plus one neighbor solicitation — or,
+//! for a flooded l2 frame, one copy per flood-list member plus solicitations — comes out, every
+//! frame that goes out starts with a whole Ethernet header, and learn reports come only from the
+//! learning network's ports.
 //!
 //! Input: the first byte picks the receiving port (its low 7 bits). With its top bit clear the
 //! rest is one frame; with it set the rest is a burst received together on that port — frames
@@ -15,11 +18,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use lace_forwarder::pipeline::fixture::{self, Node};
 use lace_forwarder::pipeline::{Io, PacketBuf, Pipeline, UnderlayNeighbors, VecBuf};
+use lace_shared::learn::LearnEvent;
 use lace_shared::types::PortId;
 use libfuzzer_sys::fuzz_target;
 
 struct FuzzIo {
     sent: Vec<(PortId, VecBuf)>,
+    learned: Vec<LearnEvent>,
     now: u64,
 }
 
@@ -35,6 +40,9 @@ impl Io<VecBuf> for FuzzIo {
     }
     fn now_ns(&self) -> u64 {
         self.now
+    }
+    fn learn(&mut self, event: &LearnEvent) {
+        self.learned.push(*event);
     }
 }
 
@@ -55,8 +63,9 @@ fn state() -> &'static Mutex<State> {
     })
 }
 
-const PORTS: [PortId; 9] = [
+const PORTS: [PortId; 15] = [
     PortId::UPLINK,
+    fixture::HOST,
     fixture::A,
     fixture::B,
     fixture::C,
@@ -65,6 +74,11 @@ const PORTS: [PortId; 9] = [
     fixture::EXTPOD,
     fixture::ORPHAN,
     PortId(42),
+    fixture::LPOD,
+    fixture::LPOD2,
+    fixture::S1,
+    fixture::S2,
+    fixture::S3,
 ];
 
 /// The vector a burst input describes (see the module doc), at most 8 frames.
@@ -104,6 +118,7 @@ fuzz_target!(|data: &[u8]| {
     s.now += 50_000_000;
     let mut io = FuzzIo {
         sent: Vec::new(),
+        learned: Vec::new(),
         now: s.now,
     };
     let rx = PORTS[usize::from(sel & 0x7f) % PORTS.len()];
@@ -120,6 +135,17 @@ fuzz_target!(|data: &[u8]| {
     );
     for (_, p) in &io.sent {
         assert!(p.len() >= 14, "a {}-byte frame went out", p.len());
+    }
+    // Learn reports: at most two per frame (an announcement, or a refresh of a learned MAC),
+    // only from pod ports of the learning network, and only about that network.
+    assert!(io.learned.len() <= 2 * frames, "{} reports", io.learned.len());
+    for e in &io.learned {
+        assert!(
+            matches!(e.port, fixture::LPOD | fixture::LPOD2) && e.port == rx,
+            "a report from port {:?} (frames on {rx:?})",
+            e.port
+        );
+        assert_eq!(e.network, fixture::LNET);
     }
     node.reader.quiescent();
 });

@@ -27,7 +27,9 @@ Configuration file (TOML; flags override it):
   [uplink]  device (net_… devargs or PCI address), address, mtu, queues
   [srv6]    hop_limit, flow_seed (the outer source comes from lace-control's tables)
   [workers] count, polling (busy|adaptive)
-  [pods]    mechanism (af_packet|af_xdp)
+  [pods]    mechanism (packet_socket|af_packet|af_xdp)
+  [conntrack] max_flows (default 262144), tcp_syn_s, tcp_established_s, tcp_closing_s,
+            tcp_time_wait_s, tcp_close_s, udp_s, udp_stream_s, icmp_s (seconds)
 Logging: RUST_LOG (default info), to stderr.";
 
 #[derive(Debug, Subcommand)]
@@ -216,7 +218,8 @@ fn stats(name: &str, dir: &std::path::Path, json: bool, watch: Option<f64>) -> E
                 return ExitCode::FAILURE;
             }
         };
-        let report = Report::read(&reader);
+        let flows = engine::stats::FlowReport::read(&lace_shared::flow::flows_path(dir, name));
+        let report = Report::read(&reader, flows);
         if json {
             println!("{}", report.to_json());
         } else {

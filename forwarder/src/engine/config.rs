@@ -180,10 +180,54 @@ pub struct PodsConfig {
     pub mechanism: Mechanism,
 }
 
+/// `[conntrack]`: the flow table of connection tracking (NetworkPolicy, Services, one-way
+/// paths). Timeouts are seconds without packets per connection state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConntrackConfig {
+    /// Connections the flow table holds (64 bytes each plus its index); NEW connections beyond
+    /// it are dropped and counted (`flow-table-full`).
+    pub max_flows: u32,
+    /// TCP, handshake in progress.
+    pub tcp_syn_s: u32,
+    /// TCP, established.
+    pub tcp_established_s: u32,
+    /// TCP, one side closed.
+    pub tcp_closing_s: u32,
+    /// TCP, both sides closed.
+    pub tcp_time_wait_s: u32,
+    /// TCP, reset.
+    pub tcp_close_s: u32,
+    /// UDP and other protocols without a reply yet.
+    pub udp_s: u32,
+    /// UDP and other protocols with replies.
+    pub udp_stream_s: u32,
+    /// ICMP echo.
+    pub icmp_s: u32,
+}
+
+impl ConntrackConfig {
+    /// The pipeline's timeouts.
+    pub fn timeouts(&self) -> crate::pipeline::CtTimeouts {
+        crate::pipeline::CtTimeouts {
+            tcp_syn: self.tcp_syn_s,
+            tcp_established: self.tcp_established_s,
+            tcp_closing: self.tcp_closing_s,
+            tcp_time_wait: self.tcp_time_wait_s,
+            tcp_close: self.tcp_close_s,
+            udp: self.udp_s,
+            udp_stream: self.udp_stream_s,
+            icmp: self.icmp_s,
+        }
+    }
+}
+
+/// Default `[conntrack] max_flows`.
+pub const DEFAULT_MAX_FLOWS: u32 = 262_144;
+
 /// The validated, effective configuration of one forwarder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Config {
-    /// The table set's name (`lace-<name>.tables`, `.qsbr`, `.status`).
+    /// The table set's name (`lace-<name>.tables`, `.qsbr`, `.status`, `.flows`).
     pub name: String,
     /// Directory of the tables and the status region.
     pub tables_dir: PathBuf,
@@ -197,6 +241,8 @@ pub struct Config {
     pub workers: WorkersConfig,
     /// Pod ports.
     pub pods: PodsConfig,
+    /// Connection tracking.
+    pub conntrack: ConntrackConfig,
 }
 
 /// Command-line values that replace the file's.
@@ -278,6 +324,8 @@ struct FileConfig {
     workers: FileWorkers,
     #[serde(default)]
     pods: FilePods,
+    #[serde(default)]
+    conntrack: FileConntrack,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -317,6 +365,64 @@ struct FileWorkers {
 #[serde(deny_unknown_fields)]
 struct FilePods {
     mechanism: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConntrack {
+    max_flows: Option<u32>,
+    tcp_syn_s: Option<u32>,
+    tcp_established_s: Option<u32>,
+    tcp_closing_s: Option<u32>,
+    tcp_time_wait_s: Option<u32>,
+    tcp_close_s: Option<u32>,
+    udp_s: Option<u32>,
+    udp_stream_s: Option<u32>,
+    icmp_s: Option<u32>,
+}
+
+fn conntrack_config(f: &FileConntrack) -> Result<ConntrackConfig, ConfigError> {
+    let d = crate::pipeline::CtTimeouts::default();
+    let max_flows = f.max_flows.unwrap_or(DEFAULT_MAX_FLOWS);
+    let (lo, hi) = (
+        lace_shared::flow::MIN_CAPACITY,
+        lace_shared::flow::MAX_CAPACITY,
+    );
+    if !(lo..=hi).contains(&max_flows) {
+        return Err(ConfigError::Invalid {
+            field: "conntrack.max_flows",
+            value: max_flows.to_string(),
+            why: format!("is out of range: use {lo}..={hi} connections"),
+        });
+    }
+    let t = |field: &'static str, v: Option<u32>, default: u32| match v {
+        Some(0) => Err(ConfigError::Invalid {
+            field,
+            value: "0".into(),
+            why: "would expire every connection at once: use at least 1 second".into(),
+        }),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    };
+    Ok(ConntrackConfig {
+        max_flows,
+        tcp_syn_s: t("conntrack.tcp_syn_s", f.tcp_syn_s, d.tcp_syn)?,
+        tcp_established_s: t(
+            "conntrack.tcp_established_s",
+            f.tcp_established_s,
+            d.tcp_established,
+        )?,
+        tcp_closing_s: t("conntrack.tcp_closing_s", f.tcp_closing_s, d.tcp_closing)?,
+        tcp_time_wait_s: t(
+            "conntrack.tcp_time_wait_s",
+            f.tcp_time_wait_s,
+            d.tcp_time_wait,
+        )?,
+        tcp_close_s: t("conntrack.tcp_close_s", f.tcp_close_s, d.tcp_close)?,
+        udp_s: t("conntrack.udp_s", f.udp_s, d.udp)?,
+        udp_stream_s: t("conntrack.udp_stream_s", f.udp_stream_s, d.udp_stream)?,
+        icmp_s: t("conntrack.icmp_s", f.icmp_s, d.icmp)?,
+    })
 }
 
 /// Default `[eal] memory_mb`.
@@ -495,6 +601,8 @@ impl Config {
             None => Mechanism::PacketSocket,
         };
 
+        let conntrack = conntrack_config(&f.conntrack)?;
+
         Ok(Config {
             name,
             tables_dir,
@@ -517,6 +625,7 @@ impl Config {
             },
             workers: WorkersConfig { count, polling },
             pods: PodsConfig { mechanism },
+            conntrack,
         })
     }
 
@@ -539,6 +648,11 @@ impl Config {
     /// The status region's path.
     pub fn status_path(&self) -> PathBuf {
         lace_shared::status::status_path(&self.tables_dir, &self.name)
+    }
+
+    /// The flow table's path (beside the status region).
+    pub fn flows_path(&self) -> PathBuf {
+        lace_shared::flow::flows_path(&self.tables_dir, &self.name)
     }
 
     /// The EAL arguments this configuration starts DPDK with, given the CPUs the process may
@@ -705,6 +819,11 @@ mod tests {
         assert_eq!(c.workers.count, 1);
         assert_eq!(c.workers.polling, Polling::Adaptive);
         assert_eq!(c.pods.mechanism, Mechanism::PacketSocket);
+        assert_eq!(c.conntrack.max_flows, DEFAULT_MAX_FLOWS);
+        assert_eq!(
+            c.conntrack.timeouts(),
+            crate::pipeline::CtTimeouts::default()
+        );
         assert!(!c.uplink.is_kernel_interface());
         let k = load(&MINIMAL.replace("net_null0", "ul-a")).unwrap();
         assert!(k.uplink.is_kernel_interface());
@@ -736,6 +855,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("name: missing"), "{e}");
+        let e = load(&format!("{MINIMAL}\n[conntrack]\nmax_flows = 10"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("conntrack.max_flows") && e.contains("1024"),
+            "{e}"
+        );
+        let e = load(&format!("{MINIMAL}\n[conntrack]\nudp_s = 0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("conntrack.udp_s"), "{e}");
+        let c = load(&format!(
+            "{MINIMAL}\n[conntrack]\nmax_flows = 4096\ntcp_established_s = 3600"
+        ))
+        .unwrap();
+        assert_eq!(c.conntrack.max_flows, 4096);
+        assert_eq!(c.conntrack.timeouts().tcp_established, 3600);
+        assert_eq!(c.conntrack.timeouts().udp, 30);
     }
 
     #[test]

@@ -186,6 +186,28 @@ fn run_with_eal(
         flow_seed,
     };
     let neighbors = Arc::new(UnderlayNeighbors::new(1024));
+    let (flows, kept) = lace_shared::flow::FlowTable::open_or_create(
+        &config.flows_path(),
+        config.conntrack.max_flows,
+    )
+    .with_context(|| {
+        format!(
+            "opening the flow table {} ({} connections; conntrack.max_flows)",
+            config.flows_path().display(),
+            config.conntrack.max_flows
+        )
+    })?;
+    let flows = Arc::new(flows);
+    {
+        let c = flows.counts();
+        tracing::info!(
+            path = %config.flows_path().display(),
+            capacity = flows.capacity(),
+            kept = c.created.saturating_sub(c.removed),
+            "flow table {}",
+            if kept { "re-attached" } else { "created" }
+        );
+    }
     let mut mailboxes: Vec<Arc<Mailbox>> = Vec::new();
     let mut running: Vec<Worker> = Vec::new();
     for (i, &lcore) in lcores.iter().take(usize::from(workers)).enumerate() {
@@ -196,7 +218,16 @@ fn run_with_eal(
             status: Arc::clone(status),
             pool: pool.clone(),
             polling: config.workers.polling,
-            pipeline: Pipeline::new(pipeline_config, Arc::clone(&neighbors)),
+            pipeline: {
+                let mut p = Pipeline::new(pipeline_config, Arc::clone(&neighbors));
+                p.set_flows(
+                    Arc::clone(&flows),
+                    i,
+                    usize::from(workers),
+                    config.conntrack.timeouts(),
+                );
+                p
+            },
             tsc_hz: eal.tsc_hz(),
         };
         match eal.launch(lcore, move || worker::run(setup)) {

@@ -49,13 +49,14 @@ pub struct Request {
     pub endpoint: u64,
 }
 
-/// Every pod port the snapshot requests (pod ports with an interface name), by id.
+/// Every port the snapshot requests (pod ports and the node's host interface, with an
+/// interface name), by id: both are attached the same way.
 pub fn requested(snap: &Snapshot<'_>) -> BTreeMap<PortId, Request> {
     (1..MAX_PORTS)
         .filter_map(|i| {
             let info = snap.port(PortId(i))?;
             let iface = info.iface.as_str();
-            (info.kind == PortKind::Pod && !iface.is_empty()).then(|| {
+            (matches!(info.kind, PortKind::Pod | PortKind::Host) && !iface.is_empty()).then(|| {
                 (
                     PortId(i),
                     Request {

@@ -100,9 +100,41 @@ pub struct Report {
     /// Frames the kernel dropped because a CPU's input backlog was full (`/proc/net/softnet_stat`,
     /// all CPUs; veth delivers through it), host-wide.
     pub softnet_dropped: u64,
+    /// The flow table (connection tracking), if the forwarder has one.
+    pub flows: Option<FlowReport>,
     /// The stages in pipeline order (for the table).
     #[serde(skip)]
     pub stage_order: Vec<(String, u64)>,
+}
+
+/// The flow table in a [`Report`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FlowReport {
+    /// Connections it holds at most (`conntrack.max_flows`).
+    pub capacity: u32,
+    /// Connections tracked now.
+    pub in_use: u64,
+    /// Connections entered since the table was created or re-attached.
+    pub created: u64,
+    /// Connections removed (expired, closed, revoked).
+    pub removed: u64,
+    /// NEW connections refused because the table was full.
+    pub refused_full: u64,
+}
+
+impl FlowReport {
+    /// Reads the flow region at `path`; None if there is none.
+    pub fn read(path: &std::path::Path) -> Option<FlowReport> {
+        let f = lace_shared::flow::FlowStats::open(path).ok()?;
+        let c = f.counts();
+        Some(FlowReport {
+            capacity: f.capacity(),
+            in_use: c.created.saturating_sub(c.removed),
+            created: c.created,
+            removed: c.removed,
+            refused_full: c.full,
+        })
+    }
 }
 
 /// Sum of the `dropped` column (the second) of `/proc/net/softnet_stat` over all CPUs.
@@ -134,8 +166,9 @@ pub fn port_state_name(s: PortState) -> &'static str {
 }
 
 impl Report {
-    /// Reads everything from the region.
-    pub fn read(r: &StatusReader) -> Report {
+    /// Reads everything from the status region, and the flow table's counters from `flows`
+    /// (None: not shown).
+    pub fn read(r: &StatusReader, flows: Option<FlowReport>) -> Report {
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -200,6 +233,7 @@ impl Report {
             softnet_dropped: softnet_dropped(
                 &std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default(),
             ),
+            flows,
             stage_order,
         }
     }
@@ -280,6 +314,13 @@ impl Report {
             "host: {} frames dropped at full CPU input backlogs (softnet_stat)",
             self.softnet_dropped
         );
+        if let Some(f) = &self.flows {
+            let _ = writeln!(
+                s,
+                "flows: {} of {} tracked ({} created, {} removed, {} refused: table full)",
+                f.in_use, f.capacity, f.created, f.removed, f.refused_full
+            );
+        }
         let _ = writeln!(s, "\n{:<26} {:>14}", "STAGE", "PACKETS");
         for (name, n) in &self.stage_order {
             let _ = writeln!(s, "{name:<26} {n:>14}");

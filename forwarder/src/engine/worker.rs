@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use lace_shared::learn::LearnEvent;
 use lace_shared::status::{
-    DropReason, PortCounter, StatusWriter, WorkerCounter, WorkerCounters, MAX_PORTS,
+    DropReason, LearnWriter, PortCounter, StatusWriter, WorkerCounter, WorkerCounters, MAX_PORTS,
 };
 use lace_shared::tables::ReaderHandle;
 use lace_shared::types::PortId;
@@ -228,11 +229,13 @@ struct TxSlot {
 }
 
 /// The pipeline's view of the worker during one round.
-struct RoundIo<'a> {
+struct RoundIo<'a, 's> {
     tx: &'a mut [Option<TxSlot>],
     dirty: &'a mut Vec<u32>,
     pool: &'a Mempool,
     status: &'a StatusWriter,
+    /// This worker's learn ring (l2 learning reports to control).
+    learn: &'a mut LearnWriter<'s>,
     now_ns: u64,
     /// Packets the NIC refused this round.
     refused: u64,
@@ -240,7 +243,7 @@ struct RoundIo<'a> {
     down: u64,
 }
 
-impl Io<Mbuf> for RoundIo<'_> {
+impl Io<Mbuf> for RoundIo<'_, '_> {
     #[inline]
     fn send(&mut self, port: PortId, pkt: Mbuf) {
         let Some(Some(slot)) = self.tx.get_mut(port.0 as usize) else {
@@ -274,6 +277,11 @@ impl Io<Mbuf> for RoundIo<'_> {
     #[inline]
     fn now_ns(&self) -> u64 {
         self.now_ns
+    }
+
+    #[inline]
+    fn learn(&mut self, event: &LearnEvent) {
+        self.learn.push(event);
     }
 }
 
@@ -396,7 +404,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
         tsc_hz,
     } = setup;
     let _exit = ExitGuard(Arc::clone(&mailbox));
-    let Some(wc) = status.worker(index) else {
+    let (Some(wc), Some(mut ring)) = (status.worker(index), status.learn_writer(index)) else {
         return -1;
     };
     let mut sleeper = Sleeper::new(&mailbox);
@@ -438,6 +446,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
             dirty: &mut dirty,
             pool: &pool,
             status: &status,
+            learn: &mut ring,
             now_ns,
             refused: 0,
             down: 0,
@@ -487,6 +496,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
             }
         }
         handle.quiescent();
+        pipeline.sweep_flows(now_ns);
         // Drain every TX buffer filled this round.
         for &p in io.dirty.iter() {
             if let Some(Some(slot)) = io.tx.get_mut(p as usize) {

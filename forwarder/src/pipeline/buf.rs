@@ -48,6 +48,13 @@ pub trait PacketBuf {
     fn rss_hash(&self) -> Option<u32> {
         None
     }
+    /// The NIC's verdict on the IPv4 header checksum of the frame as received (its outermost
+    /// IPv4 header), when the driver gave one: `Some(true)` verified, `Some(false)` wrong,
+    /// `None` not checked — the pipeline then verifies the sum itself.
+    #[inline]
+    fn rx_ipv4_checksum(&self) -> Option<bool> {
+        None
+    }
     /// Sets the length by trimming (never grows).
     #[inline]
     fn truncate(&mut self, len: usize) -> bool {

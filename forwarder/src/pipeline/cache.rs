@@ -1,17 +1,24 @@
-//! The per-call lookup cache: what one [`super::Pipeline::process`] call resolves once and
-//! reuses for the packets after it — the receiving port's record, the last network, the last
-//! next hop, local SID, encapsulation rewrite and underlay neighbor. A burst's packets mostly
-//! share all of them, so each costs one table lookup per change of path, not one per packet.
-//! Entries are valid for one snapshot, so the cache lives on the stack of one call.
+//! The lookup cache: what one [`super::Pipeline::process`] call resolves once and reuses for the
+//! packets after it — the receiving port's record, the last network, the last next hop, local
+//! SID, FIB result, encapsulation plan and underlay neighbor. A burst's packets mostly share
+//! all of them, so each costs one table lookup per change of path, not one per packet.
+//!
+//! What is decoded or derived from the tables (copies, never references into them) is kept
+//! from call to call in a [`Memo`] for as long as the snapshots show the same tables (the same
+//! [`SnapshotId`]), and a MAC learned from the underlay for as long as the neighbor cache is
+//! unchanged: a worker forwarding one flow looks nothing up again until control publishes.
+//! References into the snapshot (a network's tables, a rewrite) are valid for one call and
+//! kept per call.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use lace_shared::tables::{NetworkView, Snapshot};
+use lace_shared::tables::{NetworkView, Snapshot, SnapshotId};
 use lace_shared::types::{
     EncapRec, MacAddr, NetworkId, NetworkKind, NextHop, PortId, PortRec, Sid, SidBehavior,
 };
 
 use super::neigh::UnderlayNeighbors;
+use super::srv6::EncapPlan;
 
 /// A network's settings the nodes need, decoded once per call.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +27,14 @@ pub(super) struct NetCtx {
     pub(super) gw_mac: MacAddr,
     pub(super) gw4: Option<Ipv4Addr>,
     pub(super) gw6: Option<Ipv6Addr>,
+    /// The network's local endpoints are connection-tracked.
+    pub(super) stateful: bool,
+    /// Its policy generation.
+    pub(super) policy_gen: u32,
+    /// l2 learning on: how often a learned MAC that keeps sending is reported (aging / 4).
+    pub(super) learn_period_ns: Option<u64>,
+    /// l2 BUM limit per source endpoint: (packets per second, 0 = unlimited; burst).
+    pub(super) bum: (u32, u32),
 }
 
 /// Where a lookup sent a packet (read by local-rewrite, srv6-encap and underlay-out).
@@ -48,6 +63,11 @@ pub(super) enum Route {
     None,
     /// Forward as [`Hop`] says.
     Forward(Hop),
+    /// Forward as [`Hop`] says, but only replies of tracked connections (a one-way path's way
+    /// back).
+    ReplyOnly(Hop),
+    /// A ClusterIP: conntrack picks a backend.
+    Service,
     /// To the forwarder itself (the gateway).
     Receive,
     /// A blackhole route.
@@ -58,101 +78,216 @@ pub(super) enum Route {
     Unsupported,
 }
 
-/// The cache itself.
+/// What the cache keeps from call to call: copies decoded from one snapshot's tables, dropped
+/// when a call brings a snapshot with another id (or none).
+#[derive(Debug, Default)]
+pub(super) struct Memo {
+    /// The snapshot everything below comes from.
+    id: Option<SnapshotId>,
+    port: Option<(PortId, Option<PortRec>)>,
+    net: Option<(NetworkId, Option<NetCtx>)>,
+    /// The last two next hops decoded (a translated connection's packets need two: the
+    /// ClusterIP's and the backend's), the latest first.
+    route: [Option<(u32, Route)>; 2],
+    sid: Option<(Ipv6Addr, Option<SidBehavior>)>,
+    /// The last two single IPv4 FIB lookups (network, key, next-hop index), the latest first.
+    route4: [Option<(NetworkId, u32, u32)>; 2],
+    /// The encapsulation toward next hop `.0`, built while the neighbor cache was at version
+    /// `.1` (its underlay MAC may be a learned one).
+    plan: Option<(u32, u64, EncapPlan)>,
+    /// An underlay next hop's MAC, found while the neighbor cache was at version `.2`.
+    underlay: Option<(Ipv6Addr, MacAddr, u64)>,
+}
+
+/// The cache of one call: the [`Memo`] (moved in for the call), and the references into the
+/// snapshot resolved in this call.
 pub(super) struct Cx<'s, 'a> {
     snap: &'s Snapshot<'a>,
-    port: Option<(PortId, Option<&'a PortRec>)>,
-    net: Option<(NetworkId, Option<(NetworkView<'a>, NetCtx)>)>,
-    route: Option<(u32, Route)>,
-    sid: Option<(Ipv6Addr, Option<SidBehavior>)>,
+    memo: Memo,
+    view: Option<(NetworkId, Option<NetworkView<'a>>)>,
     encap: Option<(u32, Option<&'a EncapRec>)>,
-    underlay: Option<(Ipv6Addr, MacAddr)>,
+    /// The last destination port: its record and whether its network is stateful.
+    dst: Option<(PortId, Option<(&'a PortRec, bool)>)>,
 }
 
 impl<'s, 'a> Cx<'s, 'a> {
-    pub(super) fn new(snap: &'s Snapshot<'a>) -> Self {
+    /// The cache of a call over `snap`, with what `memo` kept from earlier calls if they saw the
+    /// same tables.
+    pub(super) fn new(snap: &'s Snapshot<'a>, memo: Memo) -> Self {
+        let id = snap.id();
+        let memo = if id.is_some() && memo.id == id {
+            memo
+        } else {
+            Memo {
+                id,
+                ..Memo::default()
+            }
+        };
         Cx {
             snap,
-            port: None,
-            net: None,
-            route: None,
-            sid: None,
+            memo,
+            view: None,
             encap: None,
-            underlay: None,
+            dst: None,
         }
+    }
+
+    /// What to keep for the next call.
+    pub(super) fn into_memo(self) -> Memo {
+        self.memo
+    }
+
+    /// The snapshot the cache reads.
+    #[inline(always)]
+    pub(super) fn snap(&self) -> &'s Snapshot<'a> {
+        self.snap
+    }
+
+    /// A local destination port's record, and whether its network is connection-tracked.
+    #[inline(always)]
+    pub(super) fn dst_port(&mut self, id: PortId) -> Option<(&'a PortRec, bool)> {
+        match self.dst {
+            Some((p, v)) if p == id => v,
+            _ => self.dst_miss(id),
+        }
+    }
+
+    #[inline(never)]
+    fn dst_miss(&mut self, id: PortId) -> Option<(&'a PortRec, bool)> {
+        let v = self.snap.port_rec(id).map(|rec| {
+            let stateful = self
+                .snap
+                .network(rec.network())
+                .is_some_and(|n| n.stateful());
+            (rec, stateful)
+        });
+        self.dst = Some((id, v));
+        v
     }
 
     /// A port's record.
     #[inline(always)]
-    pub(super) fn port(&mut self, id: PortId) -> Option<&'a PortRec> {
-        match self.port {
+    pub(super) fn port(&mut self, id: PortId) -> Option<PortRec> {
+        match self.memo.port {
             Some((p, rec)) if p == id => rec,
             _ => self.port_miss(id),
         }
     }
 
     #[inline(never)]
-    fn port_miss(&mut self, id: PortId) -> Option<&'a PortRec> {
-        let rec = self.snap.port_rec(id);
-        self.port = Some((id, rec));
+    fn port_miss(&mut self, id: PortId) -> Option<PortRec> {
+        let rec = self.snap.port_rec(id).copied();
+        self.memo.port = Some((id, rec));
         rec
     }
 
-    /// A network's tables and settings.
+    /// A network's settings.
     #[inline(always)]
-    pub(super) fn net(&mut self, id: NetworkId) -> Option<(NetworkView<'a>, NetCtx)> {
-        match self.net {
-            Some((n, v)) if n == id => v,
+    pub(super) fn net_ctx(&mut self, id: NetworkId) -> Option<NetCtx> {
+        match self.memo.net {
+            Some((n, ctx)) if n == id => ctx,
             _ => self.net_miss(id),
         }
     }
 
     #[inline(never)]
-    fn net_miss(&mut self, id: NetworkId) -> Option<(NetworkView<'a>, NetCtx)> {
-        let v = self.snap.network(id).and_then(|view| {
+    fn net_miss(&mut self, id: NetworkId) -> Option<NetCtx> {
+        let ctx = self.view(id).and_then(|view| {
             let info = view.info()?;
-            Some((
-                view,
-                NetCtx {
-                    kind: info.kind,
-                    gw_mac: info.gateway_mac,
-                    gw4: info.gateway4,
-                    gw6: info.gateway6,
-                },
-            ))
+            Some(NetCtx {
+                kind: info.kind,
+                gw_mac: info.gateway_mac,
+                gw4: info.gateway4,
+                gw6: info.gateway6,
+                stateful: info.stateful,
+                policy_gen: view.policy_gen(),
+                learn_period_ns: info
+                    .l2
+                    .learning
+                    .map(|aging| u64::from(aging.get()) * 1_000_000_000 / 4),
+                bum: (info.l2.bum_pps, info.l2.bum_burst),
+            })
         });
-        self.net = Some((id, v));
+        self.memo.net = Some((id, ctx));
+        ctx
+    }
+
+    /// A network's tables (valid for this call).
+    #[inline(always)]
+    pub(super) fn view(&mut self, id: NetworkId) -> Option<NetworkView<'a>> {
+        match self.view {
+            Some((n, v)) if n == id => v,
+            _ => self.view_miss(id),
+        }
+    }
+
+    #[inline(never)]
+    fn view_miss(&mut self, id: NetworkId) -> Option<NetworkView<'a>> {
+        let v = self.snap.network(id);
+        self.view = Some((id, v));
         v
+    }
+
+    /// A network's tables and settings.
+    #[inline(always)]
+    pub(super) fn net(&mut self, id: NetworkId) -> Option<(NetworkView<'a>, NetCtx)> {
+        let ctx = self.net_ctx(id)?;
+        Some((self.view(id)?, ctx))
+    }
+
+    /// The IPv4 FIB result (next-hop index, 0 = no route) for `key` in network `net`; `None`:
+    /// no such network.
+    #[inline(always)]
+    pub(super) fn route4(&mut self, net: NetworkId, key: u32) -> Option<u32> {
+        match self.memo.route4 {
+            [Some((n, k, nh)), _] | [_, Some((n, k, nh))] if n == net && k == key => Some(nh),
+            _ => self.route4_miss(net, key),
+        }
+    }
+
+    #[inline(never)]
+    fn route4_miss(&mut self, net: NetworkId, key: u32) -> Option<u32> {
+        let nh = self.view(net)?.route4_index(Ipv4Addr::from(key));
+        self.memo.route4 = [Some((net, key, nh)), self.memo.route4[0]];
+        Some(nh)
     }
 
     /// What next hop `index` (a FIB result; 0 = no route) means.
     #[inline(always)]
     pub(super) fn route(&mut self, index: u32) -> Route {
-        match self.route {
-            Some((i, r)) if i == index => r,
+        match self.memo.route {
+            [Some((i, r)), _] | [_, Some((i, r))] if i == index => r,
             _ => self.route_miss(index),
         }
     }
 
     #[inline(never)]
     fn route_miss(&mut self, index: u32) -> Route {
+        let forward = |hop| {
+            if self.snap.nexthop_flags(index).reply_only() {
+                Route::ReplyOnly(hop)
+            } else {
+                Route::Forward(hop)
+            }
+        };
         let r = match self.snap.nexthop(index) {
             None => Route::None,
-            Some(NextHop::Local { port, mac }) => Route::Forward(Hop::Local { port, mac }),
-            Some(NextHop::Remote { .. }) => Route::Forward(Hop::Remote { nh: index }),
+            Some(NextHop::Local { port, mac }) => forward(Hop::Local { port, mac }),
+            Some(NextHop::Remote { .. }) => forward(Hop::Remote { nh: index }),
             Some(NextHop::Receive) => Route::Receive,
             Some(NextHop::Drop) => Route::Blackhole,
             Some(NextHop::Unreachable) => Route::Unreachable,
+            Some(NextHop::Service) => Route::Service,
             Some(NextHop::Uplink { .. }) => Route::Unsupported,
         };
-        self.route = Some((index, r));
+        self.memo.route = [Some((index, r)), self.memo.route[0]];
         r
     }
 
     /// A local SID's behaviour.
     #[inline(always)]
     pub(super) fn local_sid(&mut self, addr: Ipv6Addr) -> Option<SidBehavior> {
-        match self.sid {
+        match self.memo.sid {
             Some((a, b)) if a == addr => b,
             _ => self.sid_miss(addr),
         }
@@ -161,11 +296,11 @@ impl<'s, 'a> Cx<'s, 'a> {
     #[inline(never)]
     fn sid_miss(&mut self, addr: Ipv6Addr) -> Option<SidBehavior> {
         let b = self.snap.local_sid(Sid(addr));
-        self.sid = Some((addr, b));
+        self.memo.sid = Some((addr, b));
         b
     }
 
-    /// The encapsulation rewrite of remote next hop `nh`.
+    /// The encapsulation rewrite of remote next hop `nh` (valid for this call).
     #[inline(always)]
     pub(super) fn encap(&mut self, nh: u32) -> Option<&'a EncapRec> {
         match self.encap {
@@ -181,6 +316,37 @@ impl<'s, 'a> Cx<'s, 'a> {
         e
     }
 
+    /// The whole way out toward remote next hop `nh` — its rewrite usable, its underlay MAC
+    /// resolved — as `build` makes it from the two; `None` otherwise.
+    #[inline(always)]
+    pub(super) fn encap_plan(
+        &mut self,
+        neigh: &UnderlayNeighbors,
+        nh: u32,
+        build: impl FnOnce(&EncapRec, MacAddr) -> EncapPlan,
+    ) -> Option<EncapPlan> {
+        match self.memo.plan {
+            Some((at, version, plan)) if at == nh && version == neigh.version() => Some(plan),
+            _ => self.plan_miss(neigh, nh, build),
+        }
+    }
+
+    #[inline(never)]
+    fn plan_miss(
+        &mut self,
+        neigh: &UnderlayNeighbors,
+        nh: u32,
+        build: impl FnOnce(&EncapRec, MacAddr) -> EncapPlan,
+    ) -> Option<EncapPlan> {
+        // Read before the MAC: a change after this makes the next call build again.
+        let version = neigh.version();
+        let rewrite = self.encap(nh).filter(|e| e.usable())?;
+        let mac = self.underlay_mac(neigh, rewrite.underlay_addr())?;
+        let plan = build(rewrite, mac);
+        self.memo.plan = Some((nh, version, plan));
+        Some(plan)
+    }
+
     /// The MAC of underlay next hop `addr`: the static table first, then what NDP learned.
     #[inline(always)]
     pub(super) fn underlay_mac(
@@ -188,19 +354,20 @@ impl<'s, 'a> Cx<'s, 'a> {
         neigh: &UnderlayNeighbors,
         addr: Ipv6Addr,
     ) -> Option<MacAddr> {
-        match self.underlay {
-            Some((a, mac)) if a == addr => Some(mac),
+        match self.memo.underlay {
+            Some((a, mac, version)) if a == addr && version == neigh.version() => Some(mac),
             _ => self.underlay_miss(neigh, addr),
         }
     }
 
     #[inline(never)]
     fn underlay_miss(&mut self, neigh: &UnderlayNeighbors, addr: Ipv6Addr) -> Option<MacAddr> {
+        let version = neigh.version();
         let mac = self
             .snap
             .underlay_neighbor(addr)
             .or_else(|| neigh.lookup(addr))?;
-        self.underlay = Some((addr, mac));
+        self.memo.underlay = Some((addr, mac, version));
         Some(mac)
     }
 }

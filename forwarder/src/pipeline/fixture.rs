@@ -1,13 +1,18 @@
 //! A small node for packet tests, fuzzing and benches: real shared-memory tables with two pods
 //! in an l3 network, a pod in a second network, an l2 network (two local pods, an endpoint on
-//! a remote node, its neighbor table, FDB and flood list), a port of an external network, a
-//! port whose network is missing, a port that is not up, two remote nodes (one with a static
-//! underlay neighbor), local End.DT46, End.DT2U and End.DT2M SIDs and every kind of route.
-//! Addresses and ids are the constants below.
+//! a remote node, its neighbor table, FDB and flood list), an l2 network with learning (two
+//! local pods, a VM's MAC learned on one of them, one learned behind node 2, a BUM limit of a
+//! burst of four), a port of an external network, a port whose network is missing, a port
+//! that is not up, two remote nodes (one with a static underlay neighbor), local End.DT46,
+//! End.DT2U and End.DT2M SIDs and every kind of route; the node's host interface: its port, the
+//! host network (every local endpoint) and the node's addresses in network 7's FIB; and a
+//! stateful network (policy sets, peer classes, Services, a reply-only route) for the
+//! connection tracker. Addresses and ids are the constants below.
 #![allow(missing_docs)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use lace_shared::policy::*;
 use lace_shared::tables::{ReaderHandle, TableReader, TableWriter, TablesConfig};
 use lace_shared::types::*;
 
@@ -43,6 +48,31 @@ pub const L2R4: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 9);
 pub const L2R6: Ipv6Addr = Ipv6Addr::new(0xfd09, 0, 0, 0, 0, 0, 0, 9);
 /// An address of the l2 subnet nobody holds.
 pub const L2FREE6: Ipv6Addr = Ipv6Addr::new(0xfd09, 0, 0, 0, 0, 0, 0, 0x55);
+/// The l2 network with learning (aging [`LEARN_AGING`] s, BUM limit [`LEARN_BUM`]).
+pub const LNET: NetworkId = NetworkId(11);
+pub const LEARN_AGING: u32 = 300;
+/// (packets per second, burst) of [`LNET`].
+pub const LEARN_BUM: (u32, u32) = (1000, 4);
+/// Its two local pods.
+pub const LPOD: PortId = PortId(9);
+pub const LPOD2: PortId = PortId(10);
+pub const MAC_LPOD: [u8; 6] = [2, 0, 0, 0, 0, 0x0b];
+pub const MAC_LPOD2: [u8; 6] = [2, 0, 0, 0, 0, 0x0c];
+pub const LGW4: Ipv4Addr = Ipv4Addr::new(10, 11, 0, 1);
+pub const LGW6: Ipv6Addr = Ipv6Addr::new(0xfd11, 0, 0, 0, 0, 0, 0, 1);
+pub const LPOD4: Ipv4Addr = Ipv4Addr::new(10, 11, 0, 2);
+pub const LPOD6: Ipv6Addr = Ipv6Addr::new(0xfd11, 0, 0, 0, 0, 0, 0, 2);
+pub const LPOD2_4: Ipv4Addr = Ipv4Addr::new(10, 11, 0, 3);
+/// A VM's MAC and addresses, learned on [`LPOD`].
+pub const MAC_VM: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+pub const VM4: Ipv4Addr = Ipv4Addr::new(10, 11, 0, 200);
+pub const VM6: Ipv6Addr = Ipv6Addr::new(0xfd11, 0, 0, 0, 0, 0, 0, 0xc8);
+/// A MAC learned behind node 2.
+pub const MAC_VMR: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x99];
+pub const MY_L_DT2U: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 0xe020, 0, 0, 0, 11);
+pub const MY_L_DT2M: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 0xe02f, 0, 0, 0, 11);
+pub const PEER_L_DT2U: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 0xe020, 0, 0, 0, 11);
+pub const PEER_L_DT2M: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 0xe02f, 0, 0, 0, 11);
 /// Members of the l2 network's flood list: its two local ports, nodes 2 and 3.
 pub const L2_FLOOD_MEMBERS: usize = 4;
 pub const MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 1];
@@ -73,6 +103,245 @@ pub const MY_BAD_DT2U: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 0xe020, 0, 0, 0, 7
 pub const PEER_DT2U: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 0xe020, 0, 0, 0, 9);
 pub const PEER_DT2M: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 0xe02f, 0, 0, 0, 9);
 pub const PEER3_DT2M: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 3, 0xe02f, 0, 0, 0, 9);
+/// The node's host interface: its port and the host side's MAC.
+pub const HOST: PortId = PortId::HOST;
+pub const HOST_MAC: [u8; 6] = [0x0a, 0, 0, 0, 0, 1];
+/// The host network's gateways (the host's routes point at them) and gateway MAC.
+pub const HOST_GW4: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
+pub const HOST_GW6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+pub const HOST_GW_MAC: [u8; 6] = [0x06, 0, 0, 0, 0xff, 0xff];
+/// The node's own addresses (what the host sends from; pods of network 7 reach them).
+pub const NODE4: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 1);
+pub const NODE6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x200, 0, 0, 0, 0, 0, 0xa);
+
+// ---- the stateful network (connection tracking) ----------------------------------------------
+
+pub const SNET: NetworkId = NetworkId(12);
+pub const SGW4: Ipv4Addr = Ipv4Addr::new(10, 11, 1, 1);
+pub const SGW6: Ipv6Addr = Ipv6Addr::new(0xfd11, 1, 0, 0, 0, 0, 0, 1);
+/// Isolated for ingress and egress (policy set 1).
+pub const S1: PortId = PortId(11);
+/// Selected by no policy.
+pub const S2: PortId = PortId(12);
+/// Isolated for ingress (policy set 2).
+pub const S3: PortId = PortId(13);
+pub const MAC_S1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
+pub const MAC_S2: [u8; 6] = [2, 0, 0, 0, 0, 0x12];
+pub const MAC_S3: [u8; 6] = [2, 0, 0, 0, 0, 0x13];
+pub const S1_4: Ipv4Addr = Ipv4Addr::new(10, 11, 1, 2);
+pub const S2_4: Ipv4Addr = Ipv4Addr::new(10, 11, 1, 3);
+pub const S3_4: Ipv4Addr = Ipv4Addr::new(10, 11, 1, 4);
+pub const S1_6: Ipv6Addr = Ipv6Addr::new(0xfd11, 1, 0, 0, 0, 0, 0, 2);
+pub const S2_6: Ipv6Addr = Ipv6Addr::new(0xfd11, 1, 0, 0, 0, 0, 0, 3);
+pub const S3_6: Ipv6Addr = Ipv6Addr::new(0xfd11, 1, 0, 0, 0, 0, 0, 4);
+/// An endpoint of the stateful network on node 2 (peer class 2).
+pub const SREMOTE4: Ipv4Addr = Ipv4Addr::new(10, 11, 2, 5);
+/// An address on node 3 no peer names (class 0).
+pub const SWORLD4: Ipv4Addr = Ipv4Addr::new(10, 11, 3, 7);
+/// Behind a reply-only route to node 2 (a one-way path's source).
+pub const SONEWAY4: Ipv4Addr = Ipv4Addr::new(10, 11, 5, 7);
+/// This node's End.DT46 SID of the stateful network, and node 2's.
+pub const MY_SSID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 11, 0, 0, 0, 0);
+pub const PEER_SSID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 11, 0, 0, 0, 0);
+/// A Service: TCP 80 → S3:8080 (IPv4 and IPv6).
+pub const VIP4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd96, 0, 0, 0, 0, 0, 0, 0x10);
+/// A Service without backends: TCP 80 rejected.
+pub const VIP_EMPTY4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 11);
+/// A Service with session affinity: TCP 80 → three backends on node 2.
+pub const VIP_AFF4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 12);
+/// A Service without affinity over the same three backends.
+pub const VIP_SPREAD4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 13);
+/// The three remote backends (port 8080).
+pub const SBACKENDS: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(10, 11, 2, 11),
+    Ipv4Addr::new(10, 11, 2, 12),
+    Ipv4Addr::new(10, 11, 2, 13),
+];
+pub const SET1: PolicySetId = PolicySetId(1);
+pub const SET2: PolicySetId = PolicySetId(2);
+
+fn tcp_ports(lo: u16, hi: u16) -> PortRange {
+    PortRange {
+        proto: PROTO_TCP,
+        lo,
+        hi,
+    }
+}
+
+/// Programs the stateful network: S1 (set 1: egress to S2 on TCP 8080 and UDP 53 and anything
+/// to node 2's block; ingress from S2 on TCP 80), S2 (no policy), S3 (set 2: ingress from S2
+/// on TCP 8080 and 80), the Services and the routes.
+fn stateful(w: &mut TableWriter) {
+    w.set_network(
+        SNET,
+        &NetworkInfo {
+            kind: NetworkKind::L3,
+            anonymous: false,
+            gateway_mac: MacAddr(GW_MAC),
+            gateway4: Some(SGW4),
+            gateway6: Some(SGW6),
+            mtu: 1460,
+            stateful: true,
+            l2: L2Settings::default(),
+        },
+    )
+    .unwrap();
+    let port = |mac, v4, v6, set| PortInfo {
+        policy: set,
+        ..pod(SNET, mac, v4, Some(v6))
+    };
+    w.set_port(S1, &port(MAC_S1, S1_4, S1_6, SET1)).unwrap();
+    w.set_port(S2, &port(MAC_S2, S2_4, S2_6, PolicySetId::NONE))
+        .unwrap();
+    w.set_port(S3, &port(MAC_S3, S3_4, S3_6, SET2)).unwrap();
+    for (p, mac, a4, a6) in [
+        (S1, MAC_S1, S1_4, S1_6),
+        (S2, MAC_S2, S2_4, S2_6),
+        (S3, MAC_S3, S3_4, S3_6),
+    ] {
+        let hop = NextHop::Local {
+            port: p,
+            mac: MacAddr(mac),
+        };
+        w.add_route(SNET, IpAddr::V4(a4), 32, hop).unwrap();
+        w.add_route(SNET, IpAddr::V6(a6), 128, hop).unwrap();
+    }
+    let remote = |node, sid| NextHop::Remote {
+        node: NodeId(node),
+        sid: Sid(sid),
+    };
+    w.add_route(
+        SNET,
+        IpAddr::V4(Ipv4Addr::new(10, 11, 2, 0)),
+        24,
+        remote(2, PEER_SSID),
+    )
+    .unwrap();
+    w.add_route(
+        SNET,
+        IpAddr::V4(Ipv4Addr::new(10, 11, 3, 0)),
+        24,
+        remote(2, PEER_SSID),
+    )
+    .unwrap();
+    w.add_route_flags(
+        SNET,
+        IpAddr::V4(Ipv4Addr::new(10, 11, 5, 0)),
+        24,
+        remote(2, PEER_SSID),
+        RouteFlags::REPLY_ONLY,
+    )
+    .unwrap();
+    w.add_route(SNET, IpAddr::V4(SGW4), 32, NextHop::Receive)
+        .unwrap();
+    // The node's address, through the host interface (the node always reaches its pods).
+    let host = NextHop::Local {
+        port: HOST,
+        mac: MacAddr(HOST_MAC),
+    };
+    w.add_route(SNET, IpAddr::V4(NODE4), 32, host).unwrap();
+    w.add_route(SNET, IpAddr::V6(SGW6), 128, NextHop::Receive)
+        .unwrap();
+    w.set_local_sid(Sid(MY_SSID), SidBehavior::EndDt46(SNET))
+        .unwrap();
+    // Peer classes: S2 (class 1), node 2's block (class 2), the rest is class 0.
+    w.set_peer_prefix(SNET, IpAddr::V4(S2_4), 32, PeerClass(1))
+        .unwrap();
+    w.set_peer_prefix(SNET, IpAddr::V6(S2_6), 128, PeerClass(1))
+        .unwrap();
+    w.set_peer_prefix(
+        SNET,
+        IpAddr::V4(Ipv4Addr::new(10, 11, 2, 0)),
+        24,
+        PeerClass(2),
+    )
+    .unwrap();
+    let set = |ingress, egress| PolicySet {
+        network: SNET,
+        ingress_isolated: ingress,
+        egress_isolated: egress,
+    };
+    w.set_policy_set(SET1, &set(true, true)).unwrap();
+    w.set_policy_set(SET2, &set(true, false)).unwrap();
+    w.set_decision(
+        SET1,
+        PolicyDir::Egress,
+        PeerClass(1),
+        &Ports::Ranges(vec![
+            tcp_ports(8080, 8080),
+            PortRange {
+                proto: PROTO_UDP,
+                lo: 53,
+                hi: 53,
+            },
+        ]),
+    )
+    .unwrap();
+    w.set_decision(SET1, PolicyDir::Egress, PeerClass(2), &Ports::All)
+        .unwrap();
+    w.set_decision(
+        SET1,
+        PolicyDir::Ingress,
+        PeerClass(1),
+        &Ports::Ranges(vec![tcp_ports(80, 80)]),
+    )
+    .unwrap();
+    w.set_decision(
+        SET2,
+        PolicyDir::Ingress,
+        PeerClass(1),
+        &Ports::Ranges(vec![tcp_ports(80, 80), tcp_ports(8080, 8080)]),
+    )
+    .unwrap();
+    // Services.
+    let ready = BackendState {
+        ready: true,
+        serving: true,
+        terminating: false,
+    };
+    let backend = |a: IpAddr| Backend {
+        addr: a,
+        port: 8080,
+        state: ready,
+    };
+    let svc = |backends: Vec<Backend>, affinity| {
+        let names: Vec<String> = backends
+            .iter()
+            .map(|b| format!("{}:{}", b.addr, b.port))
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        ServiceInfo {
+            affinity_timeout_s: affinity,
+            table: maglev_table(&refs, maglev_size(refs.len())),
+            backends,
+        }
+    };
+    for (vip, info) in [
+        (IpAddr::V4(VIP4), svc(vec![backend(IpAddr::V4(S3_4))], None)),
+        (IpAddr::V6(VIP6), svc(vec![backend(IpAddr::V6(S3_6))], None)),
+        (IpAddr::V4(VIP_EMPTY4), svc(vec![], None)),
+        (
+            IpAddr::V4(VIP_AFF4),
+            svc(
+                SBACKENDS.iter().map(|&a| backend(IpAddr::V4(a))).collect(),
+                Some(600),
+            ),
+        ),
+        (
+            IpAddr::V4(VIP_SPREAD4),
+            svc(
+                SBACKENDS.iter().map(|&a| backend(IpAddr::V4(a))).collect(),
+                None,
+            ),
+        ),
+    ] {
+        w.set_service(ServiceKey::new(SNET, vip, PROTO_TCP, 80), &info)
+            .unwrap();
+        let len = if vip.is_ipv4() { 32 } else { 128 };
+        w.add_route(SNET, vip, len, NextHop::Service).unwrap();
+    }
+}
 
 /// The pipeline configuration of the node.
 pub fn cfg() -> Config {
@@ -95,6 +364,7 @@ pub fn pod(net: NetworkId, mac: [u8; 6], v4: Ipv4Addr, v6: Option<Ipv6Addr>) -> 
         ipv6: v6,
         endpoint: u64::from(mac[5]),
         iface: IfName::new(&format!("pod{}", mac[5])).unwrap(),
+        policy: PolicySetId::NONE,
     }
 }
 
@@ -139,6 +409,8 @@ pub fn node() -> Node {
         gateway4: Some(gw4),
         gateway6: gw6,
         mtu: 1460,
+        stateful: false,
+        l2: L2Settings::default(),
     };
     w.set_network(NET, &l3(GW4, Some(GW6))).unwrap();
     w.set_network(OTHER, &l3(Ipv4Addr::new(10, 8, 1, 1), None))
@@ -148,6 +420,7 @@ pub fn node() -> Node {
         &NetworkInfo {
             kind: NetworkKind::L2,
             mtu: 1446,
+            stateful: false,
             ..l3(L2GW4, Some(L2GW6))
         },
     )
@@ -188,6 +461,29 @@ pub fn node() -> Node {
     .unwrap();
     w.set_port(DOWN, &pod(NET, [2, 0, 0, 0, 0, 6], DOWN4, None))
         .unwrap();
+    w.set_network(
+        NetworkId::HOST,
+        &NetworkInfo {
+            gateway_mac: MacAddr(HOST_GW_MAC),
+            mtu: 1446,
+            ..l3(HOST_GW4, Some(HOST_GW6))
+        },
+    )
+    .unwrap();
+    w.set_port(
+        HOST,
+        &PortInfo {
+            kind: PortKind::Host,
+            network: NetworkId::HOST,
+            mac: MacAddr(HOST_MAC),
+            ipv4: None,
+            ipv6: None,
+            endpoint: 1 << 63 | 42,
+            iface: IfName::new("lacehost-fw").unwrap(),
+            policy: PolicySetId::NONE,
+        },
+    )
+    .unwrap();
     let local = |port, mac| NextHop::Local {
         port,
         mac: MacAddr(mac),
@@ -243,6 +539,26 @@ pub fn node() -> Node {
         },
     )
     .unwrap();
+    // The host network: every local endpoint, a block's free addresses unreachable; and the
+    // node's addresses in network 7, through the host port.
+    for (a, len, nh) in [
+        (v4(A4), 32, local(A, MAC_A)),
+        (IpAddr::V6(A6), 128, local(A, MAC_A)),
+        (v4(B4), 32, local(B, MAC_B)),
+        (v4(C4), 32, local(C, MAC_C)),
+        (v4(L2_4), 32, local(L2POD, MAC_L2)),
+        (v4(S3_4), 32, local(S3, MAC_S3)),
+        (v4(Ipv4Addr::new(10, 7, 1, 0)), 24, NextHop::Unreachable),
+        (v4(HOST_GW4), 32, NextHop::Receive),
+        // The node's own addresses: what the forwarder says back to the host goes there.
+        (v4(NODE4), 32, local(HOST, HOST_MAC)),
+    ] {
+        w.add_route(NetworkId::HOST, a, len, nh).unwrap();
+    }
+    w.add_route(NET, v4(NODE4), 32, local(HOST, HOST_MAC))
+        .unwrap();
+    w.add_route(NET, IpAddr::V6(NODE6), 128, local(HOST, HOST_MAC))
+        .unwrap();
     // The gateway's own addresses, as control installs them: answered by the forwarder.
     w.add_route(NET, v4(GW4), 32, NextHop::Receive).unwrap();
     w.add_route(NET, IpAddr::V6(GW6), 128, NextHop::Receive)
@@ -332,6 +648,8 @@ pub fn node() -> Node {
         .unwrap();
     w.set_local_sid(Sid(MY_BAD_DT2U), SidBehavior::EndDt2u(NET))
         .unwrap();
+    stateful(&mut w);
+    learning_network(&mut w);
     w.publish().unwrap();
     let reader = TableReader::attach(&tc).unwrap().register().unwrap();
     Node {
@@ -339,4 +657,92 @@ pub fn node() -> Node {
         writer: w,
         reader,
     }
+}
+
+/// The l2 network with learning, as control compiles it after the VM announced itself on
+/// [`LPOD`] and another MAC was learned on node 2.
+fn learning_network(w: &mut TableWriter) {
+    w.set_network(
+        LNET,
+        &NetworkInfo {
+            kind: NetworkKind::L2,
+            anonymous: false,
+            gateway_mac: MacAddr(GW_MAC),
+            gateway4: Some(LGW4),
+            gateway6: Some(LGW6),
+            mtu: 1446,
+            l2: L2Settings {
+                learning: std::num::NonZeroU32::new(LEARN_AGING),
+                bum_pps: LEARN_BUM.0,
+                bum_burst: LEARN_BUM.1,
+            },
+            stateful: false,
+        },
+    )
+    .unwrap();
+    w.set_port(LPOD, &pod(LNET, MAC_LPOD, LPOD4, Some(LPOD6)))
+        .unwrap();
+    w.set_port(LPOD2, &pod(LNET, MAC_LPOD2, LPOD2_4, None))
+        .unwrap();
+    for (ip, mac, learned) in [
+        (IpAddr::V4(LPOD4), MAC_LPOD, false),
+        (IpAddr::V6(LPOD6), MAC_LPOD, false),
+        (IpAddr::V4(LPOD2_4), MAC_LPOD2, false),
+        (IpAddr::V4(VM4), MAC_VM, true),
+        (IpAddr::V6(VM6), MAC_VM, true),
+        (IpAddr::V4(LGW4), GW_MAC, false),
+        (IpAddr::V6(LGW6), GW_MAC, false),
+    ] {
+        w.set_neighbor(LNET, ip, MacAddr(mac), learned).unwrap();
+    }
+    let entry = |target, seq, learned| FdbEntry {
+        target,
+        seq,
+        learned,
+    };
+    w.set_fdb(
+        LNET,
+        MacAddr(MAC_LPOD),
+        entry(FdbTarget::Port(LPOD), 0, false),
+    )
+    .unwrap();
+    w.set_fdb(
+        LNET,
+        MacAddr(MAC_LPOD2),
+        entry(FdbTarget::Port(LPOD2), 0, false),
+    )
+    .unwrap();
+    w.set_fdb(LNET, MacAddr(MAC_VM), entry(FdbTarget::Port(LPOD), 1, true))
+        .unwrap();
+    w.set_fdb(
+        LNET,
+        MacAddr(MAC_VMR),
+        entry(
+            FdbTarget::Remote {
+                node: NodeId(2),
+                sid: Sid(PEER_L_DT2U),
+            },
+            3,
+            true,
+        ),
+    )
+    .unwrap();
+    w.set_flood(
+        LNET,
+        &[
+            FloodTarget::Port(LPOD),
+            FloodTarget::Port(LPOD2),
+            FloodTarget::Remote {
+                node: NodeId(2),
+                sid: Sid(PEER_L_DT2M),
+            },
+        ],
+    )
+    .unwrap();
+    w.add_route(LNET, IpAddr::V4(LGW4), 32, NextHop::Receive)
+        .unwrap();
+    w.set_local_sid(Sid(MY_L_DT2U), SidBehavior::EndDt2u(LNET))
+        .unwrap();
+    w.set_local_sid(Sid(MY_L_DT2M), SidBehavior::EndDt2m(LNET))
+        .unwrap();
 }

@@ -1,11 +1,16 @@
 //! FIB lookups (`ip4-lookup`, `ip6-lookup`: bulk, per run of packets of one network) and
 //! same-node delivery (`local-rewrite`).
 
+use std::net::{Ipv4Addr, Ipv6Addr};
+
 use lace_shared::status::DropReason;
-use lace_shared::types::{MacAddr, NetworkId};
+use lace_shared::tables::NetworkView;
+use lace_shared::types::{MacAddr, NetworkId, PortId};
 
 use super::cache::{Hop, Route};
+use super::ct;
 use super::input::{check_ipv4, check_ipv6, L3};
+use super::srv6;
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{ipv4, ipv6};
@@ -13,18 +18,21 @@ use crate::wire::{ipv4, ipv6};
 /// ICMP destination-unreachable codes the lookups ask for (RFC 792 / RFC 4443).
 pub(super) const UNREACH_NET: u32 = 0;
 pub(super) const UNREACH_ADMIN: u32 = 13;
+pub(super) const UNREACH_PORT: u32 = 3;
 
 /// An IP family's part of a lookup node.
 pub(super) trait Family {
     /// The FIB key.
-    type Key: Copy + Default;
+    type Key: Copy + Default + PartialEq;
     /// Validates an unchecked header (decapsulated or generated packets).
     fn check<B: PacketBuf>(pkt: &mut B) -> Result<(), DropReason>;
     /// The destination key, and whether TTL / hop limit allows forwarding; `Err` for a
     /// destination that is never routed. The header was checked.
     fn dst<B: PacketBuf>(pkt: &B) -> Result<(Self::Key, bool), DropReason>;
     /// Bulk FIB lookup in one network.
-    fn lookup(view: &lace_shared::tables::NetworkView<'_>, keys: &[Self::Key], out: &mut [u32]);
+    fn lookup(view: &NetworkView<'_>, keys: &[Self::Key], out: &mut [u32]);
+    /// FIB lookup of one key.
+    fn lookup_one(view: &NetworkView<'_>, key: Self::Key) -> u32;
 }
 
 /// IPv4: `ip4-lookup`.
@@ -33,7 +41,8 @@ impl Family for V4 {
     type Key = u32;
     #[inline(always)]
     fn check<B: PacketBuf>(pkt: &mut B) -> Result<(), DropReason> {
-        check_ipv4(pkt)
+        // Decapsulated or generated: not the header the port received.
+        check_ipv4(pkt, false)
     }
     #[inline(always)]
     fn dst<B: PacketBuf>(pkt: &B) -> Result<(u32, bool), DropReason> {
@@ -44,8 +53,12 @@ impl Family for V4 {
         Ok((u32::from(ip.dst_addr()), ip.ttl() > 1))
     }
     #[inline(always)]
-    fn lookup(view: &lace_shared::tables::NetworkView<'_>, keys: &[u32], out: &mut [u32]) {
+    fn lookup(view: &NetworkView<'_>, keys: &[u32], out: &mut [u32]) {
         view.route4_bulk(keys, out);
+    }
+    #[inline(always)]
+    fn lookup_one(view: &NetworkView<'_>, key: u32) -> u32 {
+        view.route4_index(Ipv4Addr::from(key))
     }
 }
 
@@ -69,8 +82,12 @@ impl Family for V6 {
         Ok((u128::from(dst), ip.hop_limit() > 1))
     }
     #[inline(always)]
-    fn lookup(view: &lace_shared::tables::NetworkView<'_>, keys: &[u128], out: &mut [u32]) {
+    fn lookup(view: &NetworkView<'_>, keys: &[u128], out: &mut [u32]) {
         view.route6_bulk(keys, out);
+    }
+    #[inline(always)]
+    fn lookup_one(view: &NetworkView<'_>, key: u128) -> u32 {
+        view.route6_index(Ipv6Addr::from(key))
     }
 }
 
@@ -151,7 +168,7 @@ pub(super) fn resolve<F: Family, B: PacketBuf, I: Io<B>>(
         }
         match n.cx.net(net) {
             Some((view, _)) => {
-                F::lookup(&view, &keys[start..end], &mut hops[start..end]);
+                lookup_run::<F>(&view, &keys[start..end], &mut hops[start..end]);
                 for k in start..end {
                     to[k] = route(n, slots[k], hops[k], ttl_ok[k]);
                 }
@@ -167,6 +184,140 @@ pub(super) fn resolve<F: Family, B: PacketBuf, I: Io<B>>(
     n.hand_over(&slots[..count], &to[..count]);
 }
 
+/// The FIB results of `keys` in one network: one lookup when they are all the same address
+/// (one flow, or one destination: the common burst), else one bulk lookup.
+#[inline(always)]
+fn lookup_run<F: Family>(view: &NetworkView<'_>, keys: &[F::Key], out: &mut [u32]) {
+    let Some(&first) = keys.first() else {
+        return;
+    };
+    if keys.iter().all(|&k| k == first) {
+        let hop = F::lookup_one(view, first);
+        for o in out.iter_mut().take(keys.len()) {
+            *o = hop;
+        }
+    } else {
+        F::lookup(view, keys, out);
+    }
+}
+
+/// `ip4-lookup` of a vector that pod-input (or srv6-decap) checked whole: every packet is
+/// IPv4 in network `fresh.net` with a TTL above 1, and none has a [`Meta`] yet (`fresh` is what
+/// it would hold). When every packet gets the same next hop, the vector goes on through the
+/// fused encapsulation or delivery and out, still without one; otherwise each packet gets its
+/// `Meta` and the general way on.
+#[inline(always)]
+pub(super) fn ip4_fresh<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    keys: &[u32],
+    fresh: Meta,
+) {
+    let count = slots.len().min(keys.len());
+    let (mut slots, mut keys) = (&slots[..count], &keys[..count]);
+    if fresh.is(Meta::TRACK_OUT) {
+        // Established connections of a stateful network's pod: their fused way first.
+        let done = ct::established4(n, slots, fresh);
+        (slots, keys) = (&slots[done..], &keys[done..]);
+    }
+    let net = fresh.net;
+    let Some(&first) = keys.first() else {
+        return;
+    };
+    let Some(ctx) = n.cx.net_ctx(net) else {
+        return no_network(n, slots, fresh);
+    };
+    if keys.iter().all(|&k| k == first) {
+        // One destination: one lookup, remembered while the tables stay the same.
+        let Some(nh) = n.cx.route4(net, first) else {
+            return no_network(n, slots, fresh);
+        };
+        if !fused(n, slots, nh, ctx.gw_mac, fresh) {
+            route_each(n, slots, fresh, |_| nh);
+        }
+        return;
+    }
+    let Some(view) = n.cx.view(net) else {
+        return no_network(n, slots, fresh);
+    };
+    let count = slots.len();
+    let mut hops = [0u32; VEC_CAP];
+    view.route4_bulk(keys, &mut hops[..count]);
+    let first = hops[0];
+    if !(hops[..count].iter().all(|&h| h == first) && fused(n, slots, first, ctx.gw_mac, fresh)) {
+        route_each(n, slots, fresh, |k| hops[k]);
+    }
+}
+
+/// Fresh packets whose network is gone: the input node resolved it in this call, so this is
+/// kept for the general way only.
+#[cold]
+fn no_network<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    fresh: Meta,
+) {
+    for &i in slots {
+        n.meta[usize::from(i)] = fresh;
+        let to = n.drop_for(i, DropReason::NoNetwork);
+        n.send_on(i, to);
+    }
+}
+
+/// The fused way on for a vector of fresh packets that all go to next hop `nh`: encapsulation
+/// toward a remote node, or delivery to a pod on this node, and out. `false`: it does not apply
+/// (the rewrite unusable, the MAC unresolved, the port down, not a forwarding next hop, or
+/// connection tracking to do: from or to an endpoint of a stateful network).
+#[inline(always)]
+fn fused<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    nh: u32,
+    gw_mac: MacAddr,
+    fresh: Meta,
+) -> bool {
+    let count = slots.len() as u64;
+    if fresh.is(Meta::TRACK_OUT) {
+        return false;
+    }
+    match n.cx.route(nh) {
+        Route::Forward(hop @ Hop::Remote { nh }) => match srv6::EncapPlan::new(n, nh) {
+            Some(plan) => {
+                n.chain(Stage::Srv6Encap, count);
+                srv6::encap_run(n, slots, &plan, Some(Meta { hop, ..fresh }), |_| {});
+                true
+            }
+            None => false,
+        },
+        Route::Forward(hop @ Hop::Local { port, mac })
+            if n.io.port_up(port) && n.cx.dst_port(port).is_some_and(|(_, tracked)| !tracked) =>
+        {
+            n.chain(Stage::LocalRewrite, count);
+            let plan = Delivery::new(port, mac, gw_mac);
+            deliver_run(n, slots, &plan, Some(Meta { hop, ..fresh }));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The general way on for a vector of fresh packets: each gets its `Meta`, and the next node
+/// its FIB result `hop_of(k)` means.
+#[inline(always)]
+fn route_each<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    fresh: Meta,
+    hop_of: impl Fn(usize) -> u32,
+) {
+    let mut to = [Stage::Drop; VEC_CAP];
+    for (k, &i) in slots.iter().enumerate() {
+        n.meta[usize::from(i)] = fresh;
+        to[k] = route(n, i, hop_of(k), true);
+    }
+    n.hand_over(slots, &to[..slots.len()]);
+}
+
 /// Resolves packet `i`'s FIB result into its next node, or an ICMP error.
 #[inline(always)]
 fn route<B: PacketBuf, I: Io<B>>(
@@ -180,11 +331,50 @@ fn route<B: PacketBuf, I: Io<B>>(
             if !ttl_ok {
                 return n.icmp_for(i, DropReason::TtlExceeded, 0);
             }
-            n.meta[usize::from(i)].hop = hop;
+            let m = &mut n.meta[usize::from(i)];
+            m.hop = hop;
+            if m.flags & (Meta::TRACK_OUT | Meta::TRACK_DONE) == Meta::TRACK_OUT
+                && !m.is(Meta::GENERATED)
+            {
+                return Stage::Conntrack;
+            }
             match hop {
                 Hop::Remote { .. } => Stage::Srv6Encap,
-                _ => Stage::LocalRewrite,
+                Hop::Local { port, .. } => {
+                    if n.cx.dst_port(port).is_some_and(|(_, tracked)| tracked) {
+                        Stage::Conntrack
+                    } else {
+                        Stage::LocalRewrite
+                    }
+                }
+                Hop::None => Stage::LocalRewrite,
             }
+        }
+        Route::ReplyOnly(hop) => {
+            let m = &mut n.meta[usize::from(i)];
+            if m.flags & (Meta::TRACK_OUT | Meta::TRACK_DONE) != Meta::TRACK_OUT {
+                // Only the sender's zone can tell a reply: without one (from the underlay, or
+                // a pod whose network is not tracked) nothing may take the way back.
+                return n.drop_for(i, DropReason::OneWay);
+            }
+            if !ttl_ok {
+                return n.icmp_for(i, DropReason::TtlExceeded, 0);
+            }
+            m.hop = hop;
+            m.flags |= Meta::REPLY_ONLY;
+            Stage::Conntrack
+        }
+        Route::Service => {
+            let m = &mut n.meta[usize::from(i)];
+            if m.rx == PortId::UPLINK || m.is(Meta::GENERATED) || m.is(Meta::TRACK_DONE) {
+                // ClusterIPs are translated at the client's node, once.
+                return n.drop_for(i, DropReason::UnsupportedNextHop);
+            }
+            if !ttl_ok {
+                return n.icmp_for(i, DropReason::TtlExceeded, 0);
+            }
+            m.flags |= Meta::SERVICE | Meta::TRACK_OUT;
+            Stage::Conntrack
         }
         Route::None => n.icmp_for(i, DropReason::NoRoute, UNREACH_NET),
         Route::Receive => Stage::IcmpEcho,
@@ -194,37 +384,61 @@ fn route<B: PacketBuf, I: Io<B>>(
     }
 }
 
-/// Forwards one hop: decrements the IPv4 TTL (RFC 1624 checksum update) or the IPv6 hop limit
-/// of the packet at [`L3`]. The lookup checked it was above 1.
-#[inline(always)]
-pub(super) fn decrement_ttl<B: PacketBuf>(pkt: &mut B) {
-    if let Some(h) = pkt.head_mut::<{ L3 + ipv4::HEADER_LEN }>() {
-        if h[L3] >> 4 == 4 {
-            ipv4::Packet::new_unchecked(&mut h[L3..]).decrement_ttl();
-            return;
+/// The delivery to one pod on this node, resolved once per vector: its port and the Ethernet
+/// headers from the network's gateway to it, one per IP version.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Delivery {
+    port: PortId,
+    eth4: [u8; L3],
+    eth6: [u8; L3],
+}
+
+impl Delivery {
+    pub(super) fn new(port: PortId, mac: MacAddr, gw_mac: MacAddr) -> Delivery {
+        let header = |ethertype| {
+            let mut h = [0u8; L3];
+            ethernet::Repr {
+                dst_addr: ethernet::Address(mac.0),
+                src_addr: ethernet::Address(gw_mac.0),
+                ethertype,
+                vlan: None,
+            }
+            .emit(&mut ethernet::Frame::new_unchecked(&mut h[..]));
+            h
+        };
+        Delivery {
+            port,
+            eth4: header(EtherType::Ipv4),
+            eth6: header(EtherType::Ipv6),
         }
-    }
-    if let Some(h) = pkt.head_mut::<{ L3 + ipv6::HEADER_LEN }>() {
-        ipv6::Packet::new_unchecked(&mut h[L3..]).decrement_hop_limit();
     }
 }
 
 /// The delivery of one packet to a pod on this node: TTL decremented (unless generated), the
 /// Ethernet header from the network's gateway to the pod. `false`: too short to be IP.
 #[inline(always)]
-fn deliver_one<B: PacketBuf>(pkt: &mut B, generated: bool, mac: MacAddr, gw_mac: [u8; 6]) -> bool {
-    if !generated {
-        decrement_ttl(pkt);
-    }
-    let Some(h) = pkt.head_mut::<{ L3 + 1 }>() else {
+fn deliver_one<B: PacketBuf>(pkt: &mut B, generated: bool, plan: &Delivery) -> bool {
+    let Some(&version) = pkt.data().get(L3) else {
         return false;
     };
-    let v4 = h[L3] >> 4 == 4;
-    let mut eth = ethernet::Frame::new_unchecked(&mut h[..]);
-    eth.set_dst_addr(ethernet::Address(mac.0));
-    eth.set_src_addr(ethernet::Address(gw_mac));
-    eth.set_ethertype(if v4 { EtherType::Ipv4 } else { EtherType::Ipv6 });
-    true
+    let eth = if version >> 4 == 4 {
+        if let (false, Some(h)) = (generated, pkt.head_mut::<{ L3 + ipv4::HEADER_LEN }>()) {
+            ipv4::Packet::new_unchecked(&mut h[L3..]).decrement_ttl();
+        }
+        &plan.eth4
+    } else {
+        if let (false, Some(h)) = (generated, pkt.head_mut::<{ L3 + ipv6::HEADER_LEN }>()) {
+            ipv6::Packet::new_unchecked(&mut h[L3..]).decrement_hop_limit();
+        }
+        &plan.eth6
+    };
+    match pkt.head_mut::<L3>() {
+        Some(h) => {
+            *h = *eth;
+            true
+        }
+        None => false,
+    }
 }
 
 /// `local-rewrite`: deliver to a pod on this node, from the network's gateway MAC.
@@ -238,7 +452,7 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
     if let Some(done) = deliver_uniform(n, frame) {
         return done;
     }
-    let mut gw: Option<(NetworkId, [u8; 6])> = None;
+    let mut plan: Option<(NetworkId, Hop, Delivery)> = None;
     let mut to = [Stage::Drop; VEC_CAP];
     for (k, &i) in frame.iter().enumerate() {
         let slot = usize::from(i);
@@ -251,12 +465,13 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
             to[k] = n.drop_for(i, DropReason::PortDown);
             continue;
         }
-        let gw_mac = match gw {
-            Some((net, mac)) if net == m.net => mac,
-            _ => match n.cx.net(m.net) {
-                Some((_, ctx)) => {
-                    gw = Some((m.net, ctx.gw_mac.0));
-                    ctx.gw_mac.0
+        let p = match plan {
+            Some((net, hop, p)) if net == m.net && hop == m.hop => p,
+            _ => match n.cx.net_ctx(m.net) {
+                Some(ctx) => {
+                    let p = Delivery::new(port, mac, ctx.gw_mac);
+                    plan = Some((m.net, m.hop, p));
+                    p
                 }
                 None => {
                     to[k] = n.drop_for(i, DropReason::NoNetwork);
@@ -268,7 +483,7 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
             to[k] = n.gone(i);
             continue;
         };
-        if !deliver_one(pkt, m.is(Meta::GENERATED), mac, gw_mac) {
+        if !deliver_one(pkt, m.is(Meta::GENERATED), &p) {
             to[k] = n.drop_for(i, DropReason::Malformed);
             continue;
         }
@@ -298,28 +513,43 @@ fn deliver_uniform<B: PacketBuf, I: Io<B>>(
     if !n.io.port_up(port) {
         return None;
     }
-    let (_, ctx) = n.cx.net(net)?;
-    let mut rest = [0u8; VEC_CAP];
-    let mut left = 0;
+    let ctx = n.cx.net_ctx(net)?;
+    let plan = Delivery::new(port, mac, ctx.gw_mac);
+    deliver_run(n, frame, &plan, None);
+    Some(())
+}
+
+/// local-rewrite and tx in one loop over a vector whose packets all go to `plan`'s pod (its
+/// port is up). `fresh`: the packets have no [`Meta`] yet (they come from an input node's fused
+/// path; one is written only for a packet that is dropped).
+#[inline(always)]
+pub(super) fn deliver_run<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    plan: &Delivery,
+    fresh: Option<Meta>,
+) {
     let mut sent = 0u64;
     for &i in frame {
         let slot = usize::from(i);
-        let generated = n.meta[slot].is(Meta::GENERATED);
-        let Some(pkt) = n.bufs[slot].as_mut() else {
+        let generated = match fresh {
+            Some(_) => false,
+            None => n.meta[slot].is(Meta::GENERATED),
+        };
+        let Some(mut pkt) = n.bufs[slot].take() else {
             continue;
         };
-        if deliver_one(pkt, generated, mac, ctx.gw_mac.0) {
-            if let Some(pkt) = n.bufs[slot].take() {
-                n.io.send(port, pkt);
-                sent += 1;
-            }
+        if deliver_one(&mut pkt, generated, plan) {
+            n.io.send(plan.port, pkt);
+            sent += 1;
         } else {
-            n.drop_for(i, DropReason::Malformed);
-            rest[left] = i;
-            left += 1;
+            n.bufs[slot] = Some(pkt);
+            if let Some(m) = fresh {
+                n.meta[slot] = m;
+            }
+            let to = n.drop_for(i, DropReason::Malformed);
+            n.send_on(i, to);
         }
     }
     n.through(&[Stage::LocalRewrite, Stage::Tx], sent);
-    n.q.forward(n.at, Stage::Drop, &rest[..left]);
-    Some(())
 }

@@ -13,8 +13,11 @@
 //! ```text
 //!  pod-input ──┬─ arp-reply ─────────────────────────────────────────────┐
 //!              ├─ nd-reply / icmp-echo (gateway) ─────────────────────────┤
+//!              ├─ l2-learn (announcements, from arp-reply / nd-reply too) ─┤──► (consumed)
 //!              ├─ ip4-lookup / ip6-lookup ─┬─ local-rewrite ──────────────┤──► tx
-//!              │                           ├─ srv6-encap ─ underlay-out ──┤
+//!              │        ▲                  ├─ srv6-encap ─ underlay-out ──┤
+//!              │        │                  ├─ conntrack ─┬─ local-rewrite │
+//!              │        └─ (DNAT: again) ──┼─────────────┴─ srv6-encap    │
 //!              │                           └─ icmp-error ─► ip*-lookup    │
 //!              └─ l2-forward / l2-flood ─┬─ (local port) ─────────────────┤
 //!                                        └─ l2-encap ─ underlay-out ──────┘
@@ -26,10 +29,21 @@
 //! **l2 networks** are bridged: a frame from a pod to another MAC than the gateway's is looked
 //! up in the network's FDB (`l2-forward`) and delivered unchanged to a local port or
 //! encapsulated whole (`H.Encaps.L2.Red`, next header 143) to the remote node's End.DT2U SID;
-//! broadcast and multicast are replicated head-end (`l2-flood`) to the flood list. ARP and
-//! neighbor solicitations are answered from the network's neighbor table and never flooded.
-//! Frames from the underlay are delivered to local ports only (split horizon). Frames to the
-//! gateway's MAC take the IP path, as on an l3 network.
+//! broadcast and multicast are replicated head-end (`l2-flood`) to the flood list, within the
+//! source endpoint's BUM limit. ARP and NDP (any destination MAC) are answered from the
+//! network's neighbor table or consumed, never bridged. Frames from the underlay are delivered
+//! to local ports only (split horizon). Frames to the gateway's MAC take the IP path, as on an
+//! l3 network. On a network with learning (ADR 0019) a port may also send from a MAC the FDB
+//! places on it, announcements (gratuitous ARP, unsolicited NA, RARP) are reported to control
+//! (`l2-learn`, [`Io::learn`]) — the only way a port may speak for a MAC that is not its own —
+//! and unknown unicast is flooded.
+//!
+//! **Connection tracking** (`conntrack`, ADR 0025): packets of networks that have NetworkPolicy,
+//! Services or one-way routing paths (`stateful` in the tables) go through the flow table
+//! after their lookup — once in the zone of the local pod that sent them (egress), once in
+//! the zone of the local pod they go to (ingress). A NEW connection is classified there (policy,
+//! Service DNAT, one-way paths); every later packet is one lookup in the flow table. A
+//! translated packet goes back to the lookup for its backend. Other networks never touch it.
 //!
 //! **The whole-burst fast path.** A burst arrives from one port, and in the common case every
 //! packet of it takes the same path (one pod talking to one remote node, or one remote node
@@ -54,11 +68,14 @@
 mod bridge;
 mod buf;
 mod cache;
+mod ct;
 pub mod fixture;
 mod input;
+mod learn;
 mod lookup;
 mod neigh;
 mod reply;
+pub mod sim;
 mod srv6;
 #[cfg(test)]
 mod tests;
@@ -66,14 +83,16 @@ mod tests;
 use std::net::Ipv6Addr;
 use std::sync::Arc;
 
+use lace_shared::learn::LearnEvent;
 use lace_shared::status::{DropReason, MAX_STAGES};
 use lace_shared::tables::Snapshot;
 use lace_shared::types::{MacAddr, NetworkId, PortId};
 
 pub use buf::{PacketBuf, VecBuf, VEC_CAPACITY, VEC_HEADROOM};
+pub use ct::CtTimeouts;
 pub use neigh::UnderlayNeighbors;
 
-use cache::{Cx, Hop};
+use cache::{Cx, Hop, Memo};
 
 /// What the pipeline needs to know about its node that is not in the tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,8 +119,11 @@ pub trait Io<B: PacketBuf> {
     fn port_up(&self, port: PortId) -> bool;
     /// A fresh, empty buffer for a packet the pipeline originates (neighbor solicitations).
     fn alloc(&mut self) -> Option<B>;
-    /// A monotonic clock in nanoseconds (rate limits of generated packets).
+    /// A monotonic clock in nanoseconds (rate limits of generated packets and of BUM frames).
     fn now_ns(&self) -> u64;
+    /// Reports what an l2 network with learning saw to control (the worker's learn ring).
+    /// Never blocks: a full ring loses its oldest reports.
+    fn learn(&mut self, event: &LearnEvent);
 }
 
 /// The pipeline's nodes, in the order the dispatcher visits them.
@@ -119,6 +141,9 @@ pub enum Stage {
     NdReply,
     /// ICMP / ICMPv6 echo requests to a gateway or the underlay address, answered in place.
     IcmpEcho,
+    /// l2 announcements (gratuitous ARP, unsolicited NA, RARP): reported to control on a
+    /// learning network, then consumed.
+    L2Learn,
     /// End.DT46: strip the outer IPv6 (and SRH), continue in the SID's network.
     Srv6Decap,
     /// End.DT2U / End.DT2M: strip the outer IPv6 (and SRH) down to the inner Ethernet frame
@@ -133,6 +158,9 @@ pub enum Stage {
     Ip4Lookup,
     /// IPv6 FIB lookup in the packet's network, hop-limit check.
     Ip6Lookup,
+    /// Connection tracking: NetworkPolicy on NEW connections, Service DNAT and its reverse,
+    /// one-way paths, ICMP errors matched to their connection.
+    Conntrack,
     /// Generates ICMP time-exceeded, unreachable and too-big in place, then routes them.
     IcmpError,
     /// Same node: TTL decrement and L2 rewrite to the destination pod.
@@ -152,7 +180,7 @@ pub enum Stage {
 
 impl Stage {
     /// Number of stages.
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 20;
     /// Every stage, in dispatch order.
     pub const ALL: [Stage; Stage::COUNT] = [
         Stage::PodInput,
@@ -160,12 +188,14 @@ impl Stage {
         Stage::ArpReply,
         Stage::NdReply,
         Stage::IcmpEcho,
+        Stage::L2Learn,
         Stage::Srv6Decap,
         Stage::L2Decap,
         Stage::L2Flood,
         Stage::L2Forward,
         Stage::Ip4Lookup,
         Stage::Ip6Lookup,
+        Stage::Conntrack,
         Stage::IcmpError,
         Stage::LocalRewrite,
         Stage::Srv6Encap,
@@ -183,12 +213,14 @@ impl Stage {
             Stage::ArpReply => "arp-reply",
             Stage::NdReply => "nd-reply",
             Stage::IcmpEcho => "icmp-echo",
+            Stage::L2Learn => "l2-learn",
             Stage::Srv6Decap => "srv6-decap",
             Stage::L2Decap => "l2-decap",
             Stage::L2Flood => "l2-flood",
             Stage::L2Forward => "l2-forward",
             Stage::Ip4Lookup => "ip4-lookup",
             Stage::Ip6Lookup => "ip6-lookup",
+            Stage::Conntrack => "conntrack",
             Stage::IcmpError => "icmp-error",
             Stage::LocalRewrite => "local-rewrite",
             Stage::Srv6Encap => "srv6-encap",
@@ -205,16 +237,33 @@ impl Stage {
         use Stage::*;
         match self {
             PodInput => &[
-                ArpReply, NdReply, IcmpEcho, L2Flood, L2Forward, Ip4Lookup, Ip6Lookup, Drop,
+                ArpReply, NdReply, IcmpEcho, L2Learn, L2Flood, L2Forward, Ip4Lookup, Ip6Lookup,
+                Drop,
             ],
             UplinkInput => &[NdReply, IcmpEcho, Srv6Decap, L2Decap, Drop],
-            ArpReply | NdReply => &[Tx, Drop],
+            ArpReply | NdReply => &[L2Learn, Tx, Drop],
+            L2Learn => &[Drop],
             IcmpEcho => &[Ip4Lookup, Ip6Lookup, Tx, Drop],
             Srv6Decap => &[Ip4Lookup, Ip6Lookup, Drop],
             L2Decap => &[L2Flood, L2Forward, Drop],
             L2Flood => &[L2Encap, Tx],
-            L2Forward => &[L2Encap, Tx, Drop],
-            Ip4Lookup | Ip6Lookup => &[LocalRewrite, Srv6Encap, IcmpEcho, IcmpError, Drop],
+            L2Forward => &[L2Flood, L2Encap, Tx, Drop],
+            Ip4Lookup | Ip6Lookup => &[
+                LocalRewrite,
+                Srv6Encap,
+                Conntrack,
+                IcmpEcho,
+                IcmpError,
+                Drop,
+            ],
+            Conntrack => &[
+                LocalRewrite,
+                Srv6Encap,
+                Ip4Lookup,
+                Ip6Lookup,
+                IcmpError,
+                Drop,
+            ],
             IcmpError => &[Ip4Lookup, Ip6Lookup, Drop],
             LocalRewrite => &[Tx, Drop],
             Srv6Encap => &[UnderlayOut, IcmpError, Drop],
@@ -284,21 +333,37 @@ struct Meta {
     param: u32,
     /// Drop reason (Drop), or ICMP error to generate (IcmpError).
     reason: DropReason,
-    /// [`Meta::GENERATED`], [`Meta::CONSUMED`], [`Meta::CHECKED`].
-    flags: u8,
+    /// [`Meta::GENERATED`], [`Meta::CONSUMED`], [`Meta::CHECKED`], [`Meta::FLOOD`],
+    /// [`Meta::TRACK_OUT`], [`Meta::TRACK_DONE`], [`Meta::REPLY_ONLY`], [`Meta::SERVICE`],
+    /// [`Meta::FOREIGN`], [`Meta::LEARNED`].
+    flags: u16,
 }
 
 impl Meta {
     /// Generated by the forwarder (an echo reply, an ICMP error): no TTL decrement, never
     /// answered with an error.
-    const GENERATED: u8 = 1;
+    const GENERATED: u16 = 1;
     /// Taken in by the forwarder (a learned advertisement) or already counted: the drop node
     /// frees it without counting a drop.
-    const CONSUMED: u8 = 2;
+    const CONSUMED: u16 = 2;
     /// The IP header at offset 14 was validated (lengths, checksum) and padding trimmed.
-    const CHECKED: u8 = 4;
+    const CHECKED: u16 = 4;
     /// Decapsulated at an End.DT2M SID: the inner frame is flooded (to local ports only).
-    const FLOOD: u8 = 8;
+    const FLOOD: u16 = 8;
+    /// From a pod port of a stateful network: tracked in the sender's zone (egress).
+    const TRACK_OUT: u16 = 16;
+    /// The egress tracking is done (a translated packet routed again skips it).
+    const TRACK_DONE: u16 = 32;
+    /// Routed by a reply-only route: only a reply of a tracked connection may pass.
+    const REPLY_ONLY: u16 = 64;
+    /// Routed to a ClusterIP: conntrack picks a backend.
+    const SERVICE: u16 = 128;
+    /// l2 learning: from a pod port, with a source MAC that is neither the port's nor learned
+    /// on it — only an announcement may pass.
+    const FOREIGN: u16 = 256;
+    /// l2 learning: from a pod port, with a source MAC the FDB places on that port (learned):
+    /// forwarded, and reported as seen now and then.
+    const LEARNED: u16 = 512;
 
     fn new(rx: PortId) -> Meta {
         Meta {
@@ -312,7 +377,7 @@ impl Meta {
         }
     }
     #[inline]
-    fn is(&self, flag: u8) -> bool {
+    fn is(&self, flag: u16) -> bool {
         self.flags & flag != 0
     }
 }
@@ -394,8 +459,13 @@ pub(crate) struct NodeCtx<'r, 's, 'a, B, I> {
     q: &'r mut Queues,
     cx: Cx<'s, 'a>,
     io: &'r mut I,
+    l2: &'r mut learn::L2State,
     drops: &'r mut [u64; DropReason::COUNT],
     stages: &'r mut [u64; Stage::COUNT],
+    /// The connection tracker's per-worker state.
+    ct: &'r mut ct::Tracker,
+    /// The port every packet of this call arrived on.
+    rx: PortId,
     /// The node running now (the `from` of every hand-over).
     at: Stage,
 }
@@ -460,6 +530,12 @@ impl<B: PacketBuf, I: Io<B>> NodeCtx<'_, '_, '_, B, I> {
         self.at = next;
     }
 
+    /// Hands packet `i` alone to node `to` (a packet that leaves a fused loop).
+    #[inline]
+    fn send_on(&mut self, i: u8, to: Stage) {
+        self.q.push(self.at, to, i);
+    }
+
     /// Hands packets `slots[k]` to nodes `to[k]`: the whole vector at once when they all go the
     /// same way (the fast path), else one by one.
     #[inline(always)]
@@ -489,11 +565,16 @@ pub struct Pipeline<B: PacketBuf> {
     meta: Box<[Meta; VEC_CAP]>,
     q: Queues,
     counters: Counters,
+    ct: ct::Tracker,
+    /// What the lookup cache keeps from call to call while the tables stay the same.
+    memo: Memo,
+    l2: Box<learn::L2State>,
 }
 
 impl<B: PacketBuf> Pipeline<B> {
     /// A pipeline for one worker. `neigh` is the node's underlay neighbor cache, shared by all
-    /// workers.
+    /// workers. It tracks connections in a small flow table of its own until
+    /// [`Pipeline::set_flows`] gives it the node's.
     pub fn new(cfg: Config, neigh: Arc<UnderlayNeighbors>) -> Pipeline<B> {
         Pipeline {
             cfg,
@@ -502,7 +583,34 @@ impl<B: PacketBuf> Pipeline<B> {
             meta: Box::new([Meta::new(PortId::UPLINK); VEC_CAP]),
             q: Queues::new(),
             counters: Counters::default(),
+            ct: ct::Tracker::private(),
+            memo: Memo::default(),
+            l2: Box::new(learn::L2State::new()),
         }
+    }
+
+    /// Tracks connections in `flows`, the flow table every worker of the node shares, as
+    /// worker `worker` of `workers` (its counter slot and the part of the table it sweeps),
+    /// with `timeouts`.
+    pub fn set_flows(
+        &mut self,
+        flows: Arc<lace_shared::flow::FlowTable>,
+        worker: usize,
+        workers: usize,
+        timeouts: CtTimeouts,
+    ) {
+        self.ct = ct::Tracker::new(flows, worker, workers, timeouts);
+    }
+
+    /// Removes expired connections from this worker's part of the flow table, a slice at a
+    /// time (call it between bursts; it returns quickly). `now_ns` is the pipeline's clock.
+    pub fn sweep_flows(&mut self, now_ns: u64) -> u32 {
+        self.ct.sweep(now_ns)
+    }
+
+    /// The flow table (shared by the node's workers).
+    pub fn flows(&self) -> &Arc<lace_shared::flow::FlowTable> {
+        self.ct.table()
     }
 
     /// The configuration.
@@ -523,6 +631,12 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Counts a drop that happened outside the pipeline (the worker's refused transmits).
     pub fn count_drop(&mut self, r: DropReason, n: u64) {
         self.counters.drops[r as usize] += n;
+    }
+
+    /// Packets the fused established hit of the connection tracker took so far (packet tests).
+    #[cfg(test)]
+    fn fused_hits(&self) -> u64 {
+        self.ct.fused
     }
 
     /// The node hand-overs that happened so far, as (from, to) pairs (packet tests).
@@ -558,29 +672,33 @@ impl<B: PacketBuf> Pipeline<B> {
         if take == 0 {
             return;
         }
-        // Every slot is free between calls: packet k of the burst takes slot k.
+        // Every slot is free between calls: packet k of the burst takes slot k. Its `Meta` is
+        // written by the input node, and only for packets that leave the input node's fused
+        // path: a packet carried from input to tx in one loop never needs one.
         for (k, pkt) in pkts.drain(..take).enumerate() {
             self.bufs[k] = Some(pkt);
-            self.meta[k] = Meta::new(rx);
         }
         self.q.frames[first as usize].extend_from_slice(&IDENTITY[..take]);
         self.q.pending |= 1 << first as u32;
-        self.dispatch(snap, io);
+        self.dispatch(snap, rx, io);
     }
 
     /// Runs the lowest-numbered node with packets queued until every vector is empty. Each
     /// node runs over its whole vector; packets are edited in their slots.
-    fn dispatch<I: Io<B>>(&mut self, snap: &Snapshot<'_>, io: &mut I) {
+    fn dispatch<I: Io<B>>(&mut self, snap: &Snapshot<'_>, rx: PortId, io: &mut I) {
         let mut n = NodeCtx {
             cfg: &self.cfg,
             neigh: &self.neigh,
             bufs: &mut self.bufs,
             meta: &mut self.meta,
             q: &mut self.q,
-            cx: Cx::new(snap),
+            cx: Cx::new(snap, std::mem::take(&mut self.memo)),
             io,
+            l2: &mut self.l2,
             drops: &mut self.counters.drops,
             stages: &mut self.counters.stages,
+            ct: &mut self.ct,
+            rx,
             at: Stage::PodInput,
         };
         while n.q.pending != 0 {
@@ -598,12 +716,14 @@ impl<B: PacketBuf> Pipeline<B> {
                 Stage::ArpReply => reply::arp_reply(&mut n, &frame),
                 Stage::NdReply => reply::nd_reply(&mut n, &frame),
                 Stage::IcmpEcho => reply::icmp_echo(&mut n, &frame),
+                Stage::L2Learn => learn::l2_learn(&mut n, &frame),
                 Stage::Srv6Decap => srv6::decap(&mut n, &frame),
                 Stage::L2Decap => srv6::l2_decap(&mut n, &frame),
                 Stage::L2Flood => bridge::flood(&mut n, &frame),
                 Stage::L2Forward => bridge::forward(&mut n, &frame),
                 Stage::Ip4Lookup => lookup::ip4_lookup(&mut n, &frame),
                 Stage::Ip6Lookup => lookup::ip6_lookup(&mut n, &frame),
+                Stage::Conntrack => ct::conntrack(&mut n, &frame),
                 Stage::IcmpError => reply::icmp_error(&mut n, &frame),
                 Stage::LocalRewrite => lookup::local_rewrite(&mut n, &frame),
                 Stage::Srv6Encap => srv6::encap(&mut n, &frame),
@@ -617,6 +737,7 @@ impl<B: PacketBuf> Pipeline<B> {
             // is still empty): no node ever allocates.
             n.q.frames[s] = frame;
         }
+        self.memo = n.cx.into_memo();
     }
 }
 

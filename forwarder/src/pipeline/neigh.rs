@@ -36,6 +36,9 @@ const RESOLVED: u64 = 1 << 63;
 pub struct UnderlayNeighbors {
     entries: Box<[Entry]>,
     mask: usize,
+    /// Bumped after every change of an entry: a worker that keeps a resolved MAC from burst to
+    /// burst checks it is unchanged.
+    version: AtomicU64,
 }
 
 fn split(a: Ipv6Addr) -> (u64, u64) {
@@ -50,6 +53,7 @@ impl UnderlayNeighbors {
         UnderlayNeighbors {
             entries: (0..n).map(|_| Entry::default()).collect(),
             mask: n - 1,
+            version: AtomicU64::new(0),
         }
     }
 
@@ -77,6 +81,13 @@ impl UnderlayNeighbors {
     fn probe(&self, hi: u64, lo: u64) -> impl Iterator<Item = &Entry> {
         let home = self.home(hi, lo);
         (0..8).map(move |k| &self.entries[(home + k) & self.mask])
+    }
+
+    /// Changes so far: what was looked up is still what a lookup would find while this stays
+    /// the same.
+    #[inline]
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// The MAC of `addr`, if resolved.
@@ -138,6 +149,7 @@ impl UnderlayNeighbors {
             }
             e.seq.store(s + 2, Ordering::Release);
             if still {
+                self.version.fetch_add(1, Ordering::Release);
                 return true;
             }
         }
@@ -194,6 +206,9 @@ mod tests {
         assert!(n.learn(a(1), MacAddr([2, 0, 0, 0, 0, 9])));
         assert_eq!(n.lookup(a(1)), Some(MacAddr([2, 0, 0, 0, 0, 9])));
         assert_eq!(n.lookup(a(2)), None);
+        let v = n.version();
+        assert!(n.learn(a(1), MacAddr([2, 0, 0, 0, 0, 8])));
+        assert!(n.version() > v, "a change moves the version");
         for i in 2..12 {
             assert!(n.learn(a(i), MacAddr([2, 0, 0, 0, 0, i as u8])));
         }

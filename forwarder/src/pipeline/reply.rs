@@ -6,11 +6,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lace_shared::status::DropReason;
 use lace_shared::tables::NetworkView;
-use lace_shared::types::{MacAddr, NetworkKind, PortId};
+use lace_shared::types::{MacAddr, NetworkKind, PortId, PortRec};
 
 use super::cache::{Cx, NetCtx};
 use super::input::L3;
-use super::lookup::UNREACH_ADMIN;
+use super::learn;
+use super::lookup::{UNREACH_ADMIN, UNREACH_PORT};
 use super::neigh::UnderlayNeighbors;
 use super::{Config, Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
@@ -69,6 +70,27 @@ fn answer_for(view: &NetworkView<'_>, ctx: &NetCtx, target: IpAddr) -> Option<Ma
         .flatten()
 }
 
+/// Whether `addr` may be a request's source: the endpoint's own address, or — from a MAC
+/// learned on the port ([`Meta::LEARNED`]) — an address the neighbor table gives that MAC.
+#[inline]
+fn own_address(
+    port: &PortRec,
+    view: &NetworkView<'_>,
+    addr: IpAddr,
+    mac: EthernetAddress,
+    m: &Meta,
+) -> bool {
+    let endpoint = match addr {
+        IpAddr::V4(a) => Some(a) == port.ipv4(),
+        IpAddr::V6(a) => Some(a) == port.ipv6(),
+    };
+    if m.is(Meta::LEARNED) {
+        view.neighbor(addr) == Some(MacAddr(mac.0))
+    } else {
+        endpoint
+    }
+}
+
 /// Why a request for `target` is not answered: a duplicate-address probe on an l2 network
 /// (from the unspecified address, for an address nobody holds) stays unanswered on purpose.
 #[inline]
@@ -81,55 +103,432 @@ fn unanswered(ctx: &NetCtx, probe: bool) -> DropReason {
 }
 
 /// `arp-reply`: a pod asks for its gateway (or, on an l2 network, for another endpoint);
-/// answer with that MAC.
+/// answer with that MAC. On an l2 network a gratuitous ARP goes to `l2-learn`.
+///
+/// The fast path: the common request — the endpoint asking for its gateway or, on an l2
+/// network, for another endpoint's address — is answered in place and sent back out of the
+/// port in the same loop ([`fast_arp_reply`]); every other packet takes the general checks
+/// ([`arp_one`]).
 pub(super) fn arp_reply<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
-    each(n, frame, |_, _, pkt, m, cx| {
-        let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
-        let (net, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-        let d = pkt.data_mut();
-        let view = arp::Packet::new_checked(&d[L3..]).map_err(|_| DropReason::Malformed)?;
-        let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
-        if req.sender_hardware_addr.0 != port.mac {
-            return Err(DropReason::SpoofedMac);
+    arp_reply_of(n, frame, None);
+}
+
+/// arp-reply or nd-reply (`stage`) of a vector pod-input classified whole, fused into it:
+/// every packet is a request that node takes, and none has a [`Meta`] yet (`fresh` is what it
+/// would hold: one is written only for a packet the fast answer leaves to the general checks).
+pub(super) fn requests_fresh<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    stage: Stage,
+    fresh: Meta,
+) {
+    if stage == Stage::NdReply {
+        nd_reply_of(n, frame, Some(fresh));
+    } else {
+        arp_reply_of(n, frame, Some(fresh));
+    }
+}
+
+#[inline(always)]
+fn arp_reply_of<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    fresh: Option<Meta>,
+) {
+    let mut asking = Asker::of(n);
+    answer_in_place(
+        n,
+        frame,
+        Stage::ArpReply,
+        fresh,
+        |pkt| asking.as_mut().is_some_and(|a| fast_arp_reply(pkt, a)),
+        |_, _, pkt, m, cx| arp_one(pkt, m, cx),
+    );
+}
+
+/// The loop of the nodes that answer a pod's requests: the common request is answered in
+/// place by `fast` and sent straight back out of the receiving port (counted through `stage`
+/// and tx); `fast` leaves every other packet unchanged for `general`, which decides it — with
+/// its `Meta` set to `fresh` first, when the packets come without one (fused into pod-input).
+#[inline(always)]
+fn answer_in_place<B, I, F, G>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    stage: Stage,
+    fresh: Option<Meta>,
+    mut fast: F,
+    mut general: G,
+) where
+    B: PacketBuf,
+    I: Io<B>,
+    F: FnMut(&mut B) -> bool,
+    G: FnMut(&Config, &UnderlayNeighbors, &mut B, &mut Meta, &mut Cx<'_, '_>) -> Verdict,
+{
+    let rx = n.rx;
+    let mut rest = [0u8; VEC_CAP];
+    let mut to = [Stage::Drop; VEC_CAP];
+    let mut left = 0;
+    let mut sent = 0u64;
+    for &i in frame {
+        let slot = usize::from(i);
+        let Some(mut pkt) = n.bufs[slot].take() else {
+            if let Some(m) = fresh {
+                n.meta[slot] = m;
+            }
+            rest[left] = i;
+            to[left] = n.gone(i);
+            left += 1;
+            continue;
+        };
+        if fast(&mut pkt) {
+            n.io.send(rx, pkt);
+            sent += 1;
+            continue;
         }
-        // A probe (RFC 5227) has sender 0.0.0.0; anything else must be the endpoint's address.
-        let sender = req.sender_protocol_addr;
-        if sender != Ipv4Addr::UNSPECIFIED && Some(sender) != port.ipv4() {
-            return Err(DropReason::SpoofedSource);
+        if let Some(m) = fresh {
+            n.meta[slot] = m;
         }
-        let target = req.target_protocol_addr;
-        if req.operation != arp::Operation::Request || target == sender {
-            // Replies and gratuitous announcements are not answered.
-            return Err(DropReason::NotGateway);
+        let v = general(n.cfg, n.neigh, &mut pkt, &mut n.meta[slot], &mut n.cx);
+        n.bufs[slot] = Some(pkt);
+        rest[left] = i;
+        to[left] = n.resolve(i, v);
+        left += 1;
+    }
+    n.through(&[stage, Stage::Tx], sent);
+    n.hand_over(&rest[..left], &to[..left]);
+}
+
+/// The endpoint of a pod port and what it may ask for, as the fast ARP and NDP answers need
+/// them: read once per call (every packet of a call arrives on one port).
+#[derive(Debug, Clone, Copy)]
+struct Asker<'a> {
+    /// The endpoint's MAC.
+    mac: [u8; 6],
+    /// The endpoint's addresses.
+    ipv4: Option<Ipv4Addr>,
+    ipv6: Option<Ipv6Addr>,
+    /// The network's gateway addresses and MAC.
+    gw4: Option<Ipv4Addr>,
+    gw6: Option<Ipv6Addr>,
+    gw_mac: MacAddr,
+    /// On an l2 network, its tables: every endpoint's address is answered from the neighbor
+    /// table.
+    neighbors: Option<NetworkView<'a>>,
+    /// The last neighbor answers of the call, per family: a retried request is not looked up
+    /// again.
+    last4: Option<(Ipv4Addr, MacAddr)>,
+    last6: Option<(Ipv6Addr, MacAddr)>,
+}
+
+impl<'a> Asker<'a> {
+    /// The receiving port's endpoint, when it is a pod's (or the node's host interface).
+    #[inline(always)]
+    fn of<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, 'a, B, I>) -> Option<Asker<'a>> {
+        let port = n.cx.port(n.rx).filter(|p| p.is_pod() || p.is_host())?;
+        let ctx = n.cx.net_ctx(port.network())?;
+        let neighbors = if ctx.kind == NetworkKind::L2 {
+            Some(n.cx.view(port.network())?)
+        } else {
+            None
+        };
+        Some(Asker {
+            mac: port.mac,
+            ipv4: port.ipv4(),
+            ipv6: port.ipv6(),
+            gw4: ctx.gw4,
+            gw6: ctx.gw6,
+            gw_mac: ctx.gw_mac,
+            neighbors,
+            last4: None,
+            last6: None,
+        })
+    }
+
+    /// The MAC the general nodes answer the endpoint's ARP request for `target` with (see
+    /// [`answer_for`]), and whether it is the gateway's; `None` for the endpoint's own address
+    /// (the general nodes decide what that is).
+    #[inline(always)]
+    fn answer4(&mut self, target: Ipv4Addr) -> Option<(MacAddr, bool)> {
+        let (own, gw) = (self.ipv4, self.gw4);
+        answer_from(
+            target,
+            own,
+            gw,
+            self.gw_mac,
+            self.neighbors,
+            &mut self.last4,
+        )
+    }
+
+    /// The same for a neighbor solicitation's target. The address stays a value of its own
+    /// type: an `IpAddr` is built only for a neighbor table lookup.
+    #[inline(always)]
+    fn answer6(&mut self, target: Ipv6Addr) -> Option<(MacAddr, bool)> {
+        let (own, gw) = (self.ipv6, self.gw6);
+        answer_from(
+            target,
+            own,
+            gw,
+            self.gw_mac,
+            self.neighbors,
+            &mut self.last6,
+        )
+    }
+}
+
+/// [`Asker::answer4`] and [`Asker::answer6`] for one address family: `own` the endpoint's
+/// address, `gateway` the gateway's, `last` the last neighbor answer of the call.
+#[inline(always)]
+fn answer_from<A: Copy + PartialEq + Into<IpAddr>>(
+    target: A,
+    own: Option<A>,
+    gateway: Option<A>,
+    gw_mac: MacAddr,
+    neighbors: Option<NetworkView<'_>>,
+    last: &mut Option<(A, MacAddr)>,
+) -> Option<(MacAddr, bool)> {
+    if Some(target) == own {
+        return None;
+    }
+    if Some(target) == gateway {
+        return Some((gw_mac, true));
+    }
+    match *last {
+        Some((t, mac)) if t == target => Some((mac, false)),
+        _ => {
+            let mac = neighbors?.neighbor(target.into())?;
+            *last = Some((target, mac));
+            Some((mac, false))
         }
-        if sender == Ipv4Addr::UNSPECIFIED && Some(target) == port.ipv4() {
-            // The endpoint probing for its own address: it holds it, nobody else does.
-            return Err(unanswered(&ctx, true));
-        }
-        let mac = answer_for(&net, &ctx, IpAddr::V4(target))
-            .ok_or_else(|| unanswered(&ctx, sender == Ipv4Addr::UNSPECIFIED))?;
-        let answer = EthernetAddress(mac.0);
-        arp::Repr {
-            operation: arp::Operation::Reply,
-            sender_hardware_addr: answer,
-            sender_protocol_addr: req.target_protocol_addr,
-            target_hardware_addr: req.sender_hardware_addr,
-            target_protocol_addr: sender,
-        }
-        .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
-        let mut eth = ethernet::Frame::new_unchecked(d);
-        eth.set_dst_addr(req.sender_hardware_addr);
-        eth.set_src_addr(answer);
-        m.tx = m.rx;
-        Ok(Stage::Tx)
-    });
+    }
+}
+
+/// The common ARP request — an Ethernet/IPv4 request from the endpoint (its MAC, in the frame
+/// and the request, and its address) for its gateway or, on an l2 network, for another
+/// endpoint's address — turned into the reply in place: what [`arp_one`] answers for it, byte
+/// for byte. `false`: anything else, the packet unchanged.
+#[inline(always)]
+fn fast_arp_reply<B: PacketBuf>(pkt: &mut B, a: &mut Asker<'_>) -> bool {
+    let Some(h) = pkt.head_mut::<{ L3 + arp::PACKET_LEN }>() else {
+        return false;
+    };
+    let (eth, body) = h.split_at_mut(L3);
+    let mut eth = ethernet::Frame::new_unchecked(eth);
+    let mut arp = arp::Packet::new_unchecked(body);
+    let asker = arp.sender_hardware_addr();
+    if eth.src_addr().0 != a.mac
+        || arp.hardware_type() != arp::Hardware::Ethernet
+        || arp.protocol_type() != EtherType::Ipv4
+        || arp.hardware_len() != 6
+        || arp.protocol_len() != 4
+        || arp.operation() != arp::Operation::Request
+        || asker.0 != a.mac
+        || Some(arp.sender_protocol_addr()) != a.ipv4
+    {
+        return false;
+    }
+    let (sender, target) = (arp.sender_protocol_addr(), arp.target_protocol_addr());
+    let Some((answer, _)) = a.answer4(target) else {
+        return false;
+    };
+    let answer = EthernetAddress(answer.0);
+    arp.set_operation(arp::Operation::Reply);
+    arp.set_target_hardware_addr(asker);
+    arp.set_target_protocol_addr(sender);
+    arp.set_sender_hardware_addr(answer);
+    arp.set_sender_protocol_addr(target);
+    eth.set_dst_addr(asker);
+    eth.set_src_addr(answer);
+    true
+}
+
+/// One ARP packet from a pod, every case: answered with the gateway's MAC or, on an l2
+/// network, another endpoint's (synthetic replies), handed to `l2-learn` (a gratuitous ARP on
+/// an l2 network), or dropped for its reason.
+fn arp_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+    let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
+    let (net, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+    let d = pkt.data_mut();
+    let frame_src = ethernet::Frame::new_unchecked(&d[..]).src_addr();
+    let view = d
+        .get(L3..)
+        .and_then(|b| arp::Packet::new_checked(b).ok())
+        .ok_or(DropReason::Malformed)?;
+    let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
+    // pod-input checked the frame's source: the port's MAC, or on a learning network one
+    // learned on the port or (FOREIGN) one only an announcement may carry.
+    if req.sender_hardware_addr != frame_src {
+        return Err(DropReason::SpoofedMac);
+    }
+    let sender = req.sender_protocol_addr;
+    let target = req.target_protocol_addr;
+    let gratuitous = target == sender && !sender.is_unspecified();
+    if gratuitous && ctx.kind == NetworkKind::L2 {
+        return Ok(Stage::L2Learn);
+    }
+    if m.is(Meta::FOREIGN) {
+        return Err(DropReason::SpoofedMac);
+    }
+    // A probe (RFC 5227) has sender 0.0.0.0; anything else must be the endpoint's address
+    // (or, for a learned MAC, the address learned with it).
+    if sender != Ipv4Addr::UNSPECIFIED
+        && !own_address(&port, &net, IpAddr::V4(sender), frame_src, m)
+    {
+        return Err(DropReason::SpoofedSource);
+    }
+    if req.operation != arp::Operation::Request || gratuitous {
+        // Replies and gratuitous announcements are not answered.
+        return Err(DropReason::NotGateway);
+    }
+    if sender == Ipv4Addr::UNSPECIFIED && Some(target) == port.ipv4() {
+        // The endpoint probing for its own address: it holds it, nobody else does.
+        return Err(unanswered(&ctx, true));
+    }
+    let mac = answer_for(&net, &ctx, IpAddr::V4(target))
+        .ok_or_else(|| unanswered(&ctx, sender == Ipv4Addr::UNSPECIFIED))?;
+    let answer = EthernetAddress(mac.0);
+    arp::Repr {
+        operation: arp::Operation::Reply,
+        sender_hardware_addr: answer,
+        sender_protocol_addr: req.target_protocol_addr,
+        target_hardware_addr: req.sender_hardware_addr,
+        target_protocol_addr: sender,
+    }
+    .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
+    let mut eth = ethernet::Frame::new_unchecked(d);
+    eth.set_dst_addr(req.sender_hardware_addr);
+    eth.set_src_addr(answer);
+    m.tx = m.rx;
+    Ok(Stage::Tx)
 }
 
 /// `nd-reply`: neighbor solicitations for a pod network's gateway (pod side) or the node's
 /// underlay address (uplink side) are answered with an advertisement; advertisements and
 /// solicitations on the uplink teach the underlay neighbor cache.
+///
+/// The fast path: the common solicitation — the endpoint asking for its gateway or, on an l2
+/// network, for another endpoint's address — is answered in place and sent back out of the
+/// port in the same loop ([`fast_nd_reply`]); every other packet takes the general checks
+/// ([`nd_one`]).
 pub(super) fn nd_reply<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
-    each(n, frame, nd_one);
+    nd_reply_of(n, frame, None);
+}
+
+#[inline(always)]
+fn nd_reply_of<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    fresh: Option<Meta>,
+) {
+    let Some(mut a) = Asker::of(n) else {
+        if let Some(m) = fresh {
+            for &i in frame {
+                n.meta[usize::from(i)] = m;
+            }
+        }
+        return each(n, frame, nd_one);
+    };
+    answer_in_place(
+        n,
+        frame,
+        Stage::NdReply,
+        fresh,
+        |pkt| fast_nd_reply(pkt, &mut a),
+        nd_one,
+    );
+}
+
+/// Bytes of the common solicitation after the Ethernet header: the IPv6 header, then the
+/// 24-byte NS and its 8-byte source link-layer address option — and of its answer, an NA
+/// with the target link-layer address option.
+const ND_LEN: usize = ipv6::HEADER_LEN + 32;
+
+/// The common neighbor solicitation — from the endpoint (its MAC, its address or a link-local
+/// one, hop limit 255, a valid checksum, only the source link-layer option, no padding: nd-reply
+/// only sees packets whose IPv6 header was checked and trimmed) for its gateway or, on an l2
+/// network, for another endpoint's address — turned into the advertisement in place: what
+/// [`nd_one`] answers for it, byte for byte. `false`: anything else, the packet unchanged.
+///
+/// Every sum is taken straight from the packet's bytes: the addresses of the IPv6 header are
+/// followed by the ICMPv6 message, so the pseudo-header's addresses and the message are one
+/// run of 64 bytes, and the answer's sum is made of the asker's and the target's sums.
+#[inline(always)]
+fn fast_nd_reply<B: PacketBuf>(pkt: &mut B, a: &mut Asker<'_>) -> bool {
+    const ICMP: usize = L3 + ipv6::HEADER_LEN;
+    const SRC: usize = L3 + 8;
+    const DST: usize = L3 + 24;
+    const TARGET: usize = ICMP + 8;
+    const END: usize = L3 + ND_LEN;
+    if pkt.len() != END {
+        return false;
+    }
+    let Some(h) = pkt.head_mut::<END>() else {
+        return false;
+    };
+    let ip = ipv6::Packet::new_unchecked(&h[L3..]);
+    // Version 6, NS (135) with code 0 in 32 bytes of ICMPv6 at hop limit 255, the option a
+    // source link-layer address (type 1, 8 bytes).
+    if h[6..12] != a.mac[..]
+        || ip.version() != 6
+        || ip.payload_len() != 32
+        || ip.next_header() != IpProtocol::Icmpv6
+        || ip.hop_limit() != 255
+        || h[ICMP] != 135
+        || h[ICMP + 1] != 0
+        || h[ICMP + 24..ICMP + 26] != [1, 1]
+    {
+        return false;
+    }
+    let asker_bytes: [u8; 16] = h[SRC..DST].try_into().unwrap_or([0; 16]);
+    let target_bytes: [u8; 16] = h[TARGET..TARGET + 16].try_into().unwrap_or([0xff; 16]);
+    let (asker, target) = (Ipv6Addr::from(asker_bytes), Ipv6Addr::from(target_bytes));
+    // The endpoint's own address, or a link-local one (the general nodes do not check those).
+    if Some(asker) != a.ipv6 && !asker.is_unicast_link_local() {
+        return false;
+    }
+    // The pseudo-header's constants: payload length 32, next header 58.
+    let sum = checksum::combine(&[checksum::data(&h[SRC..END]), 32, 58]);
+    if target.is_multicast() || sum != 0xffff {
+        return false;
+    }
+    let Some((answer, router)) = a.answer6(target) else {
+        return false;
+    };
+    let flags = if router {
+        NeighborFlags::ROUTER.bits()
+    } else {
+        0
+    } | NeighborFlags::SOLICITED.bits()
+        | NeighborFlags::OVERRIDE.bits();
+    // Its checksum: the pseudo-header (the same addresses and constants, swapped), the header
+    // words 136/0 and flags, the target, the option's type and length 2/1 and MAC.
+    let s_target = checksum::data(&h[TARGET..TARGET + 16]);
+    let na_sum = checksum::combine(&[
+        checksum::data(&h[SRC..DST]),
+        32,
+        58,
+        s_target,
+        s_target,
+        0x8800,
+        u16::from(flags) << 8,
+        0x0201,
+        checksum::data(&answer.0),
+    ]);
+    // Ethernet: back to the asker, from the answer.
+    h.copy_within(6..12, 0);
+    h[6..12].copy_from_slice(&answer.0);
+    // IPv6 (the general nodes' own header): traffic class and flow label 0, from the target
+    // to the asker.
+    h[L3..L3 + 4].copy_from_slice(&[0x60, 0, 0, 0]);
+    h[SRC..DST].copy_from_slice(&target_bytes);
+    h[DST..ICMP].copy_from_slice(&asker_bytes);
+    // NA: type 136, flags, the same target, the target link-layer address option.
+    let icmp = &mut h[ICMP..];
+    icmp[..8].copy_from_slice(&[136, 0, 0, 0, flags, 0, 0, 0]);
+    icmp[2..4].copy_from_slice(&checksum::finish(na_sum).to_be_bytes());
+    icmp[24] = 2;
+    icmp[26..32].copy_from_slice(&answer.0);
+    true
 }
 
 fn nd_one<B: PacketBuf>(
@@ -167,9 +566,12 @@ fn nd_one<B: PacketBuf>(
             } else {
                 let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
                 let (view, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+                if m.is(Meta::FOREIGN) {
+                    return Err(DropReason::SpoofedMac);
+                }
                 if !(src.is_unspecified()
                     || src.is_unicast_link_local()
-                    || Some(src) == port.ipv6())
+                    || own_address(&port, &view, IpAddr::V6(src), frame_src, m))
                 {
                     return Err(DropReason::SpoofedSource);
                 }
@@ -192,6 +594,15 @@ fn nd_one<B: PacketBuf>(
             m.flags |= Meta::CONSUMED;
             return Ok(Stage::Drop);
         }
+        icmpv6::Repr::NeighborAdvert { flags, .. } if learn::unsolicited(flags, &src) => {
+            // An endpoint announcing an address (pod side): l2-learn decides.
+            let ctx = cx.net_ctx(m.net).ok_or(DropReason::NoNetwork)?;
+            if ctx.kind != NetworkKind::L2 {
+                return Err(DropReason::NotGateway);
+            }
+            return Ok(Stage::L2Learn);
+        }
+        _ if m.is(Meta::FOREIGN) => return Err(DropReason::SpoofedMac),
         _ => return Err(DropReason::NotGateway),
     };
     // Answer: to the soliciting unicast address, or all-nodes for a DAD probe (§7.2.4).
@@ -441,10 +852,10 @@ fn error4<B: PacketBuf>(
             data,
         },
         _ => icmpv4::Repr::DstUnreachable {
-            reason: if m.param == UNREACH_ADMIN {
-                icmpv4::DstUnreachable::CommProhibited
-            } else {
-                icmpv4::DstUnreachable::NetUnreachable
+            reason: match m.param {
+                UNREACH_ADMIN => icmpv4::DstUnreachable::CommProhibited,
+                UNREACH_PORT => icmpv4::DstUnreachable::PortUnreachable,
+                _ => icmpv4::DstUnreachable::NetUnreachable,
             },
             next_hop_mtu: 0,
             data,
@@ -495,10 +906,10 @@ fn error6<B: PacketBuf>(
         },
         DropReason::TooBig => icmpv6::Repr::PktTooBig { mtu: m.param, data },
         _ => icmpv6::Repr::DstUnreachable {
-            reason: if m.param == UNREACH_ADMIN {
-                icmpv6::DstUnreachable::AdminProhibit
-            } else {
-                icmpv6::DstUnreachable::NoRoute
+            reason: match m.param {
+                UNREACH_ADMIN => icmpv6::DstUnreachable::AdminProhibit,
+                UNREACH_PORT => icmpv6::DstUnreachable::PortUnreachable,
+                _ => icmpv6::DstUnreachable::NoRoute,
             },
             data,
         },

@@ -7,7 +7,8 @@ use std::net::Ipv6Addr;
 use lace_shared::status::DropReason;
 use lace_shared::types::{EncapRec, MacAddr, PortId};
 
-use super::input::L3;
+use super::input::{self, L3};
+use super::lookup;
 use super::neigh::UnderlayNeighbors;
 use super::{Config, Hop, Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
@@ -71,13 +72,94 @@ fn decap_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta) -> Verdict {
         IpProtocol::Ipv6 => (Stage::Ip6Lookup, EtherType::Ipv6),
         _ => return Err(DropReason::DecapUnsupportedInner),
     };
-    // Keep 14 bytes in front of the inner packet for the delivery header.
-    if !pkt.adj(off - L3) {
+    if !strip(pkt, off - L3, ethertype) {
         return Err(DropReason::Malformed);
     }
-    ethernet::Frame::new_unchecked(pkt.data_mut()).set_ethertype(ethertype);
     m.flags &= !Meta::CHECKED;
     Ok(inner)
+}
+
+/// Removes the `outer` bytes after the Ethernet header — the outer IPv6 header and SRH — by
+/// moving the data start, no bytes copied: the inner packet keeps 14 bytes in front of it for
+/// the delivery header, whose EtherType becomes `ethertype`. `false`: too short.
+#[inline(always)]
+fn strip<B: PacketBuf>(pkt: &mut B, outer: usize, ethertype: EtherType) -> bool {
+    if !pkt.adj(outer) {
+        return false;
+    }
+    match pkt.head_mut::<L3>() {
+        Some(h) => {
+            ethernet::Frame::new_unchecked(&mut h[..]).set_ethertype(ethertype);
+            true
+        }
+        None => false,
+    }
+}
+
+/// `srv6-decap` of a vector uplink-input checked whole: every packet is IPv6 carrying IPv4,
+/// without extension headers, to an End.DT46 SID of network `fresh.net`, and has no [`Meta`]
+/// yet (`fresh` is what it would hold). The outer headers are stripped; when every inner
+/// header is the plain case ([`input::plain_ipv4`]), the vector goes on to ip4-lookup in the
+/// same call chain, still without a `Meta`; otherwise each packet gets one and the general way
+/// on.
+pub(super) fn decap_fresh<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    fresh: Meta,
+) {
+    let mut keys = [0u32; VEC_CAP];
+    // The fast pass, as long as every inner header is the plain case.
+    let len = frame.len();
+    let mut plain = 0;
+    let mut stopped_stripped = false;
+    while let Some(&i) = frame.get(plain) {
+        let Some(pkt) = n.bufs[usize::from(i)].as_mut() else {
+            break;
+        };
+        // uplink-input checked that the 40-byte IPv6 header lies in front of the inner packet.
+        if !strip(pkt, ipv6::HEADER_LEN, EtherType::Ipv4) {
+            break;
+        }
+        let Some((_, dst)) = input::plain_ipv4(pkt, false) else {
+            stopped_stripped = true;
+            break;
+        };
+        keys[plain] = dst;
+        plain += 1;
+    }
+    let checked = Meta {
+        flags: Meta::CHECKED,
+        ..fresh
+    };
+    if plain == len {
+        n.chain(Stage::Ip4Lookup, len as u64);
+        return lookup::ip4_fresh(n, frame, &keys[..len], checked);
+    }
+    // The general way: the plain packets so far with their Meta, then one by one.
+    for &i in &frame[..plain] {
+        n.meta[usize::from(i)] = checked;
+    }
+    n.q.forward(n.at, Stage::Ip4Lookup, &frame[..plain]);
+    for (k, &i) in frame.iter().enumerate().skip(plain) {
+        let slot = usize::from(i);
+        n.meta[slot] = fresh;
+        let Some(pkt) = n.bufs[slot].as_mut() else {
+            let to = n.gone(i);
+            n.send_on(i, to);
+            continue;
+        };
+        let stripped =
+            (k == plain && stopped_stripped) || strip(pkt, ipv6::HEADER_LEN, EtherType::Ipv4);
+        if !stripped {
+            let to = n.drop_for(i, DropReason::Malformed);
+            n.send_on(i, to);
+            continue;
+        }
+        if input::plain_ipv4(pkt, false).is_some() {
+            n.meta[slot].flags = Meta::CHECKED;
+        }
+        n.send_on(i, Stage::Ip4Lookup);
+    }
 }
 
 /// `l2-decap`: End.DT2U and End.DT2M (RFC 8986 §4.11, §4.12): strip the outer IPv6 header
@@ -163,7 +245,8 @@ fn l2_flow_label(frame: &[u8], seed: u64) -> u32 {
     };
     let ip = &frame[ethernet::HEADER_LEN..];
     match u16::from_be_bytes([h[12], h[13]]) {
-        0x0800 => flow::ipv4_flow_label(ip, seed),
+        // A bridged frame's IPv4 header was never checked: only a whole one is hashed as a flow.
+        0x0800 if ipv4::Packet::new_checked(ip).is_ok() => flow::ipv4_flow_label(ip, seed),
         0x86dd => FiveTuple::from_ipv6(ip).map_or(1, |t| t.flow_label(seed)),
         ethertype => {
             let mut macs = [0u8; 16];
@@ -272,58 +355,169 @@ pub(super) struct Encap<'a> {
     pub(super) hop_limit: u8,
 }
 
-/// H.Encaps.Red of one packet (its TTL decremented unless it is generated): the precomputed
-/// outer header copied in front, its payload length, traffic class, flow label, next header
-/// and hop limit patched. `Err`: why the packet cannot be encapsulated (it is unchanged).
+/// The encapsulation toward one remote next hop, resolved once per vector (or per run of
+/// packets to that next hop): the outer Ethernet header (uplink → underlay next hop) and the
+/// outer IPv6 header (the rewrite control published, hop limit set) as one block copied in
+/// front of each packet, which then patches only its traffic class, flow label, payload length
+/// and next header.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EncapPlan {
+    head: [u8; L3 + ENCAP_LEN],
+    max_inner: usize,
+    seed: u64,
+}
+
+impl EncapPlan {
+    /// The plan for `rewrite`; `mac`: the underlay next hop's, when resolved (else underlay-out
+    /// writes the Ethernet header later).
+    fn outer(cfg: &Config, rewrite: &EncapRec, mac: Option<MacAddr>) -> EncapPlan {
+        let mut head = [0u8; L3 + ENCAP_LEN];
+        ethernet::Repr {
+            dst_addr: EthernetAddress(mac.map_or([0; 6], |m| m.0)),
+            src_addr: EthernetAddress(cfg.uplink_mac.0),
+            ethertype: EtherType::Ipv6,
+            vlan: None,
+        }
+        .emit(&mut ethernet::Frame::new_unchecked(&mut head[..L3]));
+        head[L3..].copy_from_slice(&rewrite.ip6);
+        ipv6::Packet::new_unchecked(&mut head[L3..]).set_hop_limit(cfg.hop_limit);
+        EncapPlan {
+            head,
+            max_inner: usize::from(cfg.underlay_mtu).saturating_sub(ENCAP_LEN),
+            seed: cfg.flow_seed,
+        }
+    }
+
+    /// The whole way out toward remote next hop `nh`: its rewrite usable and its underlay MAC
+    /// resolved; `None` otherwise (the general nodes then say why).
+    #[inline]
+    pub(super) fn new<B: PacketBuf, I: Io<B>>(
+        n: &mut NodeCtx<'_, '_, '_, B, I>,
+        nh: u32,
+    ) -> Option<EncapPlan> {
+        let cfg = n.cfg;
+        n.cx.encap_plan(n.neigh, nh, |rewrite, mac| {
+            EncapPlan::outer(cfg, rewrite, Some(mac))
+        })
+    }
+}
+
+/// The H.Encaps.L2.Red toward one remote next hop, resolved once per run of frames to it:
+/// the outer Ethernet and IPv6 headers of [`EncapPlan`] with what every bridged frame's outer
+/// header shares — traffic class 0, next header 143 — already in place, so that each frame
+/// patches only its flow label and payload length.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct L2Plan {
+    head: [u8; L3 + ENCAP_LEN],
+    max_inner: usize,
+    seed: u64,
+}
+
+impl L2Plan {
+    /// The way out toward remote next hop `nh` when its rewrite is usable and its underlay MAC
+    /// resolved; `None` otherwise (the general nodes then say why).
+    #[inline]
+    pub(super) fn new<B: PacketBuf, I: Io<B>>(
+        n: &mut NodeCtx<'_, '_, '_, B, I>,
+        nh: u32,
+    ) -> Option<L2Plan> {
+        let plan = EncapPlan::new(n, nh)?;
+        let mut head = plan.head;
+        let mut ip = ipv6::Packet::new_unchecked(&mut head[L3..]);
+        ip.set_traffic_class(0);
+        ip.set_next_header(IpProtocol::Ethernet);
+        Some(L2Plan {
+            head,
+            max_inner: plan.max_inner,
+            seed: plan.seed,
+        })
+    }
+}
+
+/// H.Encaps.L2.Red of one frame from `plan`, with the outer Ethernet header: the bytes
+/// [`l2_encap_one`] and underlay-out write. `false`: the frame is too big or has no headroom
+/// (it is unchanged; the general l2-encap says why).
 #[inline(always)]
-fn encap_one<B: PacketBuf>(pkt: &mut B, generated: bool, e: Encap<'_>) -> Result<(), Miss> {
-    let inner_len = pkt.len() - L3;
-    if inner_len > e.max_inner {
+pub(super) fn l2_encap_planned<B: PacketBuf>(pkt: &mut B, plan: &L2Plan) -> bool {
+    const INNER: usize = L3 + ENCAP_LEN;
+    let inner_len = pkt.len();
+    if inner_len > plan.max_inner {
+        return false;
+    }
+    let rss = pkt.rss_hash();
+    if !pkt.prepend(INNER) {
+        return false;
+    }
+    let Some((head, inner)) = pkt.data_mut().split_first_chunk_mut::<INNER>() else {
+        // Never (the prepend made room for the headers); the frame as it was.
+        pkt.adj(INNER);
+        return false;
+    };
+    let label = match rss {
+        Some(h) => flow::label_of(h),
+        None => l2_flow_label(inner, plan.seed),
+    };
+    *head = plan.head;
+    let mut ip = ipv6::Packet::new_unchecked(&mut head[L3..]);
+    ip.set_flow_label(label);
+    ip.set_payload_len(inner_len as u16);
+    true
+}
+
+/// H.Encaps.Red of one packet (its TTL decremented unless it is generated): the plan's outer
+/// headers copied in front, the traffic class, flow label, payload length and next header
+/// patched. `Err`: why the packet cannot be encapsulated (it is unchanged).
+#[inline(always)]
+fn encap_one<B: PacketBuf>(pkt: &mut B, generated: bool, plan: &EncapPlan) -> Result<(), Miss> {
+    let inner_len = pkt.len().saturating_sub(L3);
+    if inner_len > plan.max_inner {
         return Err(Miss::TooBig);
     }
+    let rss = pkt.rss_hash();
     if !pkt.prepend(ENCAP_LEN) {
         return Err(Miss::NoHeadroom);
     }
-    // From here on the inner packet is at OUTER_END; the outer header goes in front of it.
+    // From here on the inner packet is at INNER; the outer headers go in front of it.
     const INNER: usize = L3 + ENCAP_LEN;
-    let rss = pkt.rss_hash();
-    let d = pkt.data_mut();
-    let (next, tclass) = match d.get(INNER).map(|v| v >> 4) {
-        Some(4) => {
-            if !generated {
-                if let Some(h) = d.get_mut(INNER..INNER + ipv4::HEADER_LEN) {
-                    ipv4::Packet::new_unchecked(h).decrement_ttl();
-                }
-            }
-            let ip = ipv4::Packet::new_unchecked(&d[INNER..]);
-            (IpProtocol::Ipv4, ip.dscp() << 2 | ip.ecn())
-        }
-        _ => {
-            if !generated {
-                if let Some(h) = d.get_mut(INNER..INNER + ipv6::HEADER_LEN) {
-                    ipv6::Packet::new_unchecked(h).decrement_hop_limit();
-                }
-            }
-            let ip = ipv6::Packet::new_unchecked(&d[INNER..]);
-            (IpProtocol::Ipv6, ip.traffic_class())
-        }
-    };
-    let label = match (rss, next) {
-        (Some(h), _) => flow::label_of(h),
-        (None, IpProtocol::Ipv4) => flow::ipv4_flow_label(&d[INNER..], e.seed),
-        (None, _) => FiveTuple::from_ipv6(&d[INNER..]).map_or(1, |t| t.flow_label(e.seed)),
-    };
-    let Some(h) = d.first_chunk_mut::<INNER>() else {
+    let Some((head, inner)) = pkt.data_mut().split_first_chunk_mut::<INNER>() else {
         return Err(Miss::NoHeadroom);
     };
-    let outer = &mut h[L3..];
-    outer.copy_from_slice(&e.rewrite.ip6);
-    let mut ip = ipv6::Packet::new_unchecked(outer);
-    ip.set_traffic_class(tclass);
-    ip.set_flow_label(label);
+    let (next, tclass, label) = match inner.first_chunk_mut::<{ ipv4::HEADER_LEN }>() {
+        Some(h) if h[0] >> 4 == 4 => {
+            let mut ip = ipv4::Packet::new_unchecked(&mut h[..]);
+            if !generated {
+                ip.decrement_ttl();
+            }
+            let tclass = ip.dscp() << 2 | ip.ecn();
+            let label = match rss {
+                Some(hash) => flow::label_of(hash),
+                None => flow::ipv4_flow_label(inner, plan.seed),
+            };
+            (IpProtocol::Ipv4, tclass, label)
+        }
+        _ => {
+            let tclass = match inner.first_chunk_mut::<{ ipv6::HEADER_LEN }>() {
+                Some(h) => {
+                    let mut ip = ipv6::Packet::new_unchecked(&mut h[..]);
+                    if !generated {
+                        ip.decrement_hop_limit();
+                    }
+                    ip.traffic_class()
+                }
+                None => 0,
+            };
+            let label = match rss {
+                Some(hash) => flow::label_of(hash),
+                None => FiveTuple::from_ipv6(inner).map_or(1, |t| t.flow_label(plan.seed)),
+            };
+            (IpProtocol::Ipv6, tclass, label)
+        }
+    };
+    *head = plan.head;
+    let mut ip = ipv6::Packet::new_unchecked(&mut head[L3..]);
+    ip.set_version_class_label(tclass, label);
     ip.set_payload_len(inner_len as u16);
     ip.set_next_header(next);
-    ip.set_hop_limit(e.hop_limit);
     Ok(())
 }
 
@@ -354,11 +548,10 @@ fn underlay_eth<B: PacketBuf>(pkt: &mut B, mac: MacAddr, uplink_mac: EthernetAdd
 /// MAC is resolved (one pod talking to one node), the vector runs through srv6-encap,
 /// underlay-out and tx in one loop, counted in all three.
 pub(super) fn encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
-    let max_inner = usize::from(n.cfg.underlay_mtu).saturating_sub(ENCAP_LEN);
-    let (seed, hop_limit) = (n.cfg.flow_seed, n.cfg.hop_limit);
-    if let Some(done) = encap_uniform(n, frame, max_inner, seed, hop_limit) {
+    if let Some(done) = encap_uniform(n, frame) {
         return done;
     }
+    let mut plan: Option<(u32, EncapPlan)> = None;
     let mut to = [Stage::Drop; VEC_CAP];
     for (k, &i) in frame.iter().enumerate() {
         let slot = usize::from(i);
@@ -366,31 +559,30 @@ pub(super) fn encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, f
             to[k] = n.drop_for(i, DropReason::UnknownNode);
             continue;
         };
-        let rewrite = match n.cx.encap(nh) {
-            Some(e) if e.usable() => e,
-            Some(e) => {
-                to[k] = n.drop_for(i, unusable(e));
-                continue;
+        if plan.as_ref().map(|(at, _)| *at) != Some(nh) {
+            match n.cx.encap(nh) {
+                Some(e) if e.usable() => plan = Some((nh, EncapPlan::outer(n.cfg, e, None))),
+                Some(e) => {
+                    to[k] = n.drop_for(i, unusable(e));
+                    continue;
+                }
+                None => {
+                    to[k] = n.drop_for(i, DropReason::UnknownNode);
+                    continue;
+                }
             }
-            None => {
-                to[k] = n.drop_for(i, DropReason::UnknownNode);
-                continue;
-            }
+        }
+        let Some((_, p)) = &plan else {
+            continue;
         };
         let generated = n.meta[slot].is(Meta::GENERATED);
         let Some(pkt) = n.bufs[slot].as_mut() else {
             to[k] = n.gone(i);
             continue;
         };
-        let e = Encap {
-            rewrite,
-            max_inner,
-            seed,
-            hop_limit,
-        };
-        to[k] = match encap_one(pkt, generated, e) {
+        to[k] = match encap_one(pkt, generated, p) {
             Ok(()) => Stage::UnderlayOut,
-            Err(Miss::TooBig) => n.icmp_for(i, DropReason::TooBig, max_inner as u32),
+            Err(Miss::TooBig) => n.icmp_for(i, DropReason::TooBig, p.max_inner as u32),
             Err(Miss::NoHeadroom) => n.drop_for(i, DropReason::NoHeadroom),
         };
     }
@@ -403,9 +595,6 @@ pub(super) fn encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, f
 fn encap_uniform<B: PacketBuf, I: Io<B>>(
     n: &mut NodeCtx<'_, '_, '_, B, I>,
     frame: &[u8],
-    max_inner: usize,
-    seed: u64,
-    hop_limit: u8,
 ) -> Option<()> {
     let &first = frame.first()?;
     let hop = n.meta[usize::from(first)].hop;
@@ -415,46 +604,54 @@ fn encap_uniform<B: PacketBuf, I: Io<B>>(
     if frame.iter().any(|&i| n.meta[usize::from(i)].hop != hop) {
         return None;
     }
-    let rewrite = n.cx.encap(nh).filter(|e| e.usable())?;
-    let mac = n.cx.underlay_mac(n.neigh, rewrite.underlay_addr())?;
-    let e = Encap {
-        rewrite,
-        max_inner,
-        seed,
-        hop_limit,
-    };
-    let uplink_mac = EthernetAddress(n.cfg.uplink_mac.0);
-    // Packets that cannot be encapsulated (too big, no headroom) take the general way on.
-    let mut rest = [0u8; VEC_CAP];
-    let mut to = [Stage::Drop; VEC_CAP];
-    let mut left = 0;
+    let plan = EncapPlan::new(n, nh)?;
+    encap_run(n, frame, &plan, None, |_| {});
+    Some(())
+}
+
+/// srv6-encap, underlay-out and tx in one loop over a vector whose packets all go to `plan`'s
+/// remote next hop. Packets that cannot be encapsulated (too big, no headroom) take the
+/// general way on. `fresh`: the packets have no [`Meta`] yet (they come from an input node's
+/// fused path; one is written only for a packet that leaves the loop). `before` edits each
+/// packet first (the fused conntrack hit translates it there).
+#[inline(always)]
+pub(super) fn encap_run<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    plan: &EncapPlan,
+    fresh: Option<Meta>,
+    mut before: impl FnMut(&mut B),
+) {
     let mut sent = 0u64;
     for &i in frame {
         let slot = usize::from(i);
-        let generated = n.meta[slot].is(Meta::GENERATED);
+        let generated = match fresh {
+            Some(_) => false,
+            None => n.meta[slot].is(Meta::GENERATED),
+        };
         let Some(mut pkt) = n.bufs[slot].take() else {
             continue;
         };
-        match encap_one(&mut pkt, generated, e) {
+        before(&mut pkt);
+        match encap_one(&mut pkt, generated, plan) {
             Ok(()) => {
-                underlay_eth(&mut pkt, mac, uplink_mac);
                 n.io.send(PortId::UPLINK, pkt);
                 sent += 1;
             }
             Err(miss) => {
                 n.bufs[slot] = Some(pkt);
-                rest[left] = i;
-                to[left] = match miss {
-                    Miss::TooBig => n.icmp_for(i, DropReason::TooBig, max_inner as u32),
+                if let Some(m) = fresh {
+                    n.meta[slot] = m;
+                }
+                let to = match miss {
+                    Miss::TooBig => n.icmp_for(i, DropReason::TooBig, plan.max_inner as u32),
                     Miss::NoHeadroom => n.drop_for(i, DropReason::NoHeadroom),
                 };
-                left += 1;
+                n.send_on(i, to);
             }
         }
     }
     n.through(&[Stage::Srv6Encap, Stage::UnderlayOut, Stage::Tx], sent);
-    n.hand_over(&rest[..left], &to[..left]);
-    Some(())
 }
 
 /// `underlay-out`: the outer Ethernet header toward the remote node's underlay address, its

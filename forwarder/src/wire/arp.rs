@@ -1,4 +1,5 @@
-//! ARP for IPv4 over Ethernet (RFC 826; operation codes RFC 5494).
+//! ARP for IPv4 over Ethernet (RFC 826; operation codes RFC 5494). The same packet layout
+//! carries RARP (RFC 903) under another EtherType, with operations 3 and 4: [`super::rarp`].
 //!
 //! The view reads the Ethernet/IPv4 layout (hardware length 6, protocol length 4: 28 bytes);
 //! [`Repr::parse`] refuses any other hardware or protocol type. Trailing bytes (Ethernet
@@ -23,6 +24,10 @@ wire_enum! {
         Request = 1,
         /// The sender has the sender protocol address.
         Reply = 2,
+        /// RARP (RFC 903): who has the protocol address of the target hardware address?
+        RequestReverse = 3,
+        /// RARP (RFC 903): the answer to a reverse request.
+        ReplyReverse = 4,
     }
 }
 
@@ -426,6 +431,7 @@ mod tests {
                 "byte {at} = {value}"
             );
         }
-        assert_eq!(Operation::from(3), Operation::Unknown(3));
+        assert_eq!(Operation::from(3), Operation::RequestReverse);
+        assert_eq!(Operation::from(5), Operation::Unknown(5));
     }
 }

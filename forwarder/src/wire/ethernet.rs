@@ -81,6 +81,8 @@ wire_enum! {
         Ipv4 = 0x0800,
         /// ARP (RFC 826).
         Arp = 0x0806,
+        /// Reverse ARP (RFC 903); QEMU announces a migrated VM's MAC with it.
+        Rarp = 0x8035,
         /// IEEE 802.1Q customer VLAN tag (C-tag) follows.
         Vlan = 0x8100,
         /// IPv6 (RFC 2464).

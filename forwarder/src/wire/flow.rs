@@ -175,15 +175,16 @@ pub fn ipv4_flow_label(packet: &[u8], seed: u64) -> u32 {
     // the Total Length.
     if let Some(h) = packet.first_chunk::<{ ipv4::HEADER_LEN + 4 }>() {
         let ip = ipv4::Packet::new_unchecked(&h[..]);
-        let protocol = ip.protocol();
+        // The Protocol byte as it is (offset 9, RFC 791 §3.1): TCP, UDP or SCTP.
+        let protocol = h[9];
         if ip.header_len() == ipv4::HEADER_LEN
-            && protocol.has_ports()
+            && matches!(protocol, 6 | 17 | 132)
             && !ip.is_fragment()
             && usize::from(ip.total_len()) >= h.len()
         {
             let (s, d) = (read_u16(h, 20), read_u16(h, 22));
             let (src, dst) = (ip.src_addr().to_bits(), ip.dst_addr().to_bits());
-            return label_of(hash_v4(seed, src, dst, tail(protocol, s, d)));
+            return label_of(hash_v4(seed, src, dst, raw_tail(protocol, s, d)));
         }
     }
     let ip = ipv4::Packet::new_unchecked(packet);
@@ -219,7 +220,13 @@ pub fn label_of(hash: u32) -> u32 {
 /// The protocol and ports as one word.
 #[inline(always)]
 fn tail(protocol: Protocol, src_port: u16, dst_port: u16) -> u64 {
-    (u64::from(u8::from(protocol)) << 32) | (u64::from(src_port) << 16) | u64::from(dst_port)
+    raw_tail(u8::from(protocol), src_port, dst_port)
+}
+
+/// [`tail`] of a protocol number.
+#[inline(always)]
+fn raw_tail(protocol: u8, src_port: u16, dst_port: u16) -> u64 {
+    (u64::from(protocol) << 32) | (u64::from(src_port) << 16) | u64::from(dst_port)
 }
 
 /// The initial CRC for `seed`.

@@ -150,6 +150,7 @@ impl<B: AsRef<[u8]>> Packet<B> {
 }
 
 impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
+    #[inline(always)]
     fn update_first_word(&mut self, mask: u32, bits: u32) {
         let word = read_u32(self.buffer.as_ref(), field::VER_TC_FLOW);
         write_u32(
@@ -175,6 +176,14 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     #[inline(always)]
     pub fn set_flow_label(&mut self, value: u32) {
         self.update_first_word(FLOW_LABEL_MASK, value);
+    }
+
+    /// Sets version 6, the Traffic Class and the Flow Label (the low 20 bits of `label`) in one
+    /// store: the whole first word, as an encapsulation writes it.
+    #[inline(always)]
+    pub fn set_version_class_label(&mut self, class: u8, label: u32) {
+        let word = (6u32 << 28) | (u32::from(class) << 20) | (label & FLOW_LABEL_MASK);
+        write_u32(self.buffer.as_mut(), field::VER_TC_FLOW, word);
     }
 
     /// Sets the Payload Length.
@@ -282,11 +291,7 @@ impl Repr {
     /// # Panics
     /// If the buffer is shorter than 40 bytes.
     pub fn emit<B: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<B>) {
-        // Version, traffic class and flow label in one store.
-        let first = (6u32 << 28)
-            | (u32::from(self.traffic_class) << 20)
-            | (self.flow_label & FLOW_LABEL_MASK);
-        write_u32(packet.buffer.as_mut(), field::VER_TC_FLOW, first);
+        packet.set_version_class_label(self.traffic_class, self.flow_label);
         packet.set_payload_len(self.payload_len as u16);
         packet.set_next_header(self.next_header);
         packet.set_hop_limit(self.hop_limit);
@@ -368,6 +373,19 @@ pub(crate) mod tests {
         packet.set_flow_label(0xfff_ffff);
         assert_eq!(packet.flow_label(), 0xf_ffff);
         assert_eq!(packet.traffic_class(), 0xb9);
+        // The whole first word at once, whatever it held.
+        bytes[0] = 0x4f;
+        let mut packet = Packet::new_unchecked(&mut bytes[..]);
+        packet.set_version_class_label(0x2e, 0x1234_5678);
+        assert_eq!(
+            (
+                packet.version(),
+                packet.traffic_class(),
+                packet.flow_label()
+            ),
+            (6, 0x2e, 0x4_5678)
+        );
+        assert_eq!(&bytes[..4], &[0x62, 0xe4, 0x56, 0x78]);
     }
 
     #[test]

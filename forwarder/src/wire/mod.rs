@@ -27,7 +27,7 @@
 //! round-trip through `u8`/`u16`, but `Unknown(x)` for an `x` that has a name converts back to
 //! the named variant.
 //!
-//! Modules: [`ethernet`] (incl. one 802.1Q tag), [`arp`], [`ipv4`], [`ipv6`], [`srh`] (SRv6
+//! Modules: [`ethernet`] (incl. one 802.1Q tag), [`arp`], [`rarp`], [`ipv4`], [`ipv6`], [`srh`] (SRv6
 //! Segment Routing Header), [`icmpv4`], [`icmpv6`] (incl. NDP neighbor messages), [`udp`] and
 //! [`tcp`] (ports and checksums only), [`checksum`] (RFC 1071 sums, RFC 1624 updates), [`flow`]
 //! (5-tuple and flow-label hash), [`ip`] (protocol numbers).
@@ -46,6 +46,7 @@ pub mod icmpv6;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
+pub mod rarp;
 pub mod srh;
 pub mod tcp;
 pub mod udp;

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each test uses a different part of the harness
 
+pub mod guest;
+
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -21,8 +23,8 @@ use std::time::{Duration, Instant};
 use lace_shared::status::{status_path, DropReason, PortState, RunState, StatusReader};
 use lace_shared::tables::{TableWriter, TablesConfig};
 use lace_shared::types::{
-    IfName, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, NodeId, NodeInfo, PortId,
-    PortInfo, PortKind, Sid, SidBehavior,
+    FdbEntry, FdbTarget, FloodTarget, IfName, L2Settings, MacAddr, NetworkId, NetworkInfo,
+    NetworkKind, NextHop, NodeId, NodeInfo, PortId, PortInfo, PortKind, Sid, SidBehavior,
 };
 
 /// Where the table sets and status regions live (tmpfs: no huge pages needed).
@@ -201,25 +203,26 @@ pub fn shs(cmd: &str) -> String {
     sh(&v)
 }
 
-/// Runs `ip netns exec <ns> <cmd…>` (cmd whitespace-separated), must succeed.
+/// Runs `ip netns exec <ns> <cmd…>` (cmd whitespace-separated), must succeed — on this host
+/// or in the guest `ns` lives in.
 pub fn nsx(ns: &str, cmd: &str) -> String {
     let mut v = vec!["ip", "netns", "exec", ns];
     v.extend(cmd.split_whitespace());
-    sh(&v)
+    guest::in_ns(ns, &v).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `ip -n <ns> <args…>`, must succeed.
+/// `ip -n <ns> <args…>`, must succeed (on this host or in `ns`'s guest).
 pub fn ipn(ns: &str, args: &str) -> String {
     let mut v = vec!["ip", "-n", ns];
     v.extend(args.split_whitespace());
-    sh(&v)
+    guest::in_ns(ns, &v).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Sets sysctls inside a namespace (`key=value` pairs).
 pub fn sysctl(ns: &str, kv: &[&str]) {
     let mut v = vec!["ip", "netns", "exec", ns, "sysctl", "-q", "-w"];
     v.extend(kv);
-    sh(&v);
+    guest::in_ns(ns, &v).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Polls `f` every 100 ms until it yields a value; panics naming `what` after `timeout`.
@@ -403,6 +406,18 @@ pub fn sid_dt6(k: u32) -> Ipv6Addr {
 pub fn sid_dx4(k: u32) -> Ipv6Addr {
     format!("fc00:0:{k:x}:4::").parse().unwrap()
 }
+/// End.DX2 SID of Linux node k (its l2 pod's frames, out of `lp` whole).
+pub fn sid_dx2(k: u32) -> Ipv6Addr {
+    format!("fc00:0:{k:x}:2::").parse().unwrap()
+}
+/// End.DT2U SID of forwarder node k for l2 network n.
+pub fn sid_dt2u(k: u32, n: u32) -> Ipv6Addr {
+    format!("fc00:0:{k:x}:e020:0:{n:x}::").parse().unwrap()
+}
+/// End.DT2M SID of forwarder node k for l2 network n.
+pub fn sid_dt2m(k: u32, n: u32) -> Ipv6Addr {
+    format!("fc00:0:{k:x}:e02f:0:{n:x}::").parse().unwrap()
+}
 /// IPv4 address `i` in network n's block on node k (`.1` is the gateway).
 pub fn pod4(n: u32, k: u32, i: u32) -> Ipv4Addr {
     Ipv4Addr::new(10, n as u8, k as u8, i as u8)
@@ -414,6 +429,10 @@ pub fn pod6(n: u32, k: u32, i: u32) -> Ipv6Addr {
 /// MAC of pod i of network n on node k.
 pub fn pod_mac(n: u32, k: u32, i: u32) -> MacAddr {
     MacAddr([0x02, 0, 0, n as u8, k as u8, i as u8])
+}
+/// The MAC of Linux node k's underlay NIC (a guest's; QEMU's prefix, locally administered).
+pub fn linux_mac(k: u32) -> MacAddr {
+    MacAddr([0x52, 0x54, 0, 0x1a, 0xce, k as u8])
 }
 /// The gateway MAC the forwarder of node k answers with for network n.
 pub fn gateway_mac(n: u32, k: u32) -> MacAddr {
@@ -478,6 +497,23 @@ pub struct LinuxNode {
     pub pod: Pod,
 }
 
+/// An endpoint of an l2 network behind another node, as control compiles it for the
+/// forwarder: its MAC and addresses, at that node's SID (the Linux interop test: a Linux
+/// node's End.DX2 SID).
+#[derive(Debug, Clone)]
+pub struct RemoteL2 {
+    /// Network id.
+    pub net: u32,
+    /// The node.
+    pub node: u32,
+    /// The SID its frames are sent to.
+    pub sid: Ipv6Addr,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// Its addresses.
+    pub addrs: Vec<IpAddr>,
+}
+
 /// One test's topology. Dropping it stops every process, deletes every namespace (and with
 /// them every veth and the bridge), table set, status region and (unless the test failed) the
 /// work directory.
@@ -499,12 +535,18 @@ pub struct Lab {
     pub pods: Vec<Pod>,
     /// Networks in the tables.
     pub nets: Vec<u32>,
+    /// Those of them that are l2 networks (no routes: neighbor table, FDB, flood list).
+    pub l2_nets: Vec<u32>,
+    /// l2 endpoints behind other nodes, in every forwarder's FDB.
+    pub l2_remote: Vec<RemoteL2>,
     /// `[pods] mechanism` of the forwarders (`packet_socket`, the default, or `af_packet`,
     /// which also attaches the uplink with DPDK's af_packet driver).
     pub mechanism: &'static str,
     /// Whether pods keep the kernel's checksum and segmentation offloads (large segments);
     /// off, they send MTU-sized frames with complete checksums.
     pub pod_offloads: bool,
+    /// Linux peer guests (their namespaces are not in `netns`: they go with the guest).
+    guests: Vec<std::sync::Arc<guest::Guest>>,
     netns: Vec<String>,
     shm: Vec<PathBuf>,
 }
@@ -529,8 +571,11 @@ impl Lab {
             linux: Vec::new(),
             pods: Vec::new(),
             nets: vec![1],
+            l2_nets: Vec::new(),
+            l2_remote: Vec::new(),
             mechanism: "packet_socket",
             pod_offloads: false,
+            guests: Vec::new(),
             netns: Vec::new(),
             shm: Vec::new(),
         };
@@ -583,7 +628,7 @@ impl Lab {
         nsx(&ns, "ethtool -K ul tx off tso off gso off gro off");
         ipn(&ns, "link set ul up");
         let name = format!("{}-{}", self.tag, node_label(k));
-        for ext in ["tables", "qsbr", "status"] {
+        for ext in ["tables", "qsbr", "status", "flows"] {
             self.shm
                 .push(Path::new(SHM).join(format!("lace-{name}.{ext}")));
         }
@@ -623,11 +668,21 @@ impl Lab {
         gw6: Ipv6Addr,
         host_plen: (u8, u8),
     ) {
-        self.add_netns(ns);
-        sh(&[
-            "ip", "link", "add", "name", "eth0", "netns", ns, "type", "veth", "peer", "name",
-            host_if, "netns", host_ns,
-        ]);
+        match guest::of(host_ns) {
+            Some(g) => {
+                g.add_netns(ns);
+                ipn(ns, "link set lo up");
+            }
+            None => self.add_netns(ns),
+        }
+        guest::in_ns(
+            host_ns,
+            &[
+                "ip", "link", "add", "name", "eth0", "netns", ns, "type", "veth", "peer", "name",
+                host_if, "netns", host_ns,
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let mtu = POD_MTU;
         ipn(ns, &format!("link set eth0 address {mac} mtu {mtu}"));
         ipn(host_ns, &format!("link set dev {host_if} mtu {mtu}"));
@@ -669,6 +724,10 @@ impl Lab {
     /// Adds pod `idx` of network `net` to forwarder node k (a port in its tables once
     /// published). Returns the pod.
     pub fn add_pod(&mut self, k: u32, net: u32, idx: u32) -> Pod {
+        self.add_pod_with(k, net, idx, (32, 128))
+    }
+
+    fn add_pod_with(&mut self, k: u32, net: u32, idx: u32, plen: (u8, u8)) -> Pod {
         if !self.nets.contains(&net) {
             self.nets.push(net);
         }
@@ -699,10 +758,19 @@ impl Lab {
             pod.ip6,
             pod4(net, k, 1),
             pod6(net, k, 1),
-            (32, 128),
+            plen,
         );
         self.pods.push(pod.clone());
         pod
+    }
+
+    /// Adds pod `idx` of l2 network `net` to forwarder node k: its addresses carry the
+    /// network's prefix length (10.n.0.0/16, fdnn::/48: one L2 domain).
+    pub fn add_l2_pod(&mut self, k: u32, net: u32, idx: u32) -> Pod {
+        if !self.l2_nets.contains(&net) {
+            self.l2_nets.push(net);
+        }
+        self.add_pod_with(k, net, idx, (16, 48))
     }
 
     /// Removes pod `pod` from its node: its port and routes leave the tables (published: the
@@ -726,12 +794,25 @@ impl Lab {
         self.netns.retain(|n| *n != pod.ns);
     }
 
-    /// Adds Linux node k: the kernel's SRv6 on the underlay (address `underlay(k)`), with
-    /// End.DT6 (table main) and End.DX4 (toward its pod) SIDs, and one pod of network 1 behind
-    /// `lp` (10.1.k.2/24, fd01:0:0:k::2/64, gateway .1 on `lp`).
-    pub fn add_linux_node(&mut self, k: u32) -> Pod {
+    /// Linux node k's namespace `<tag>-n<label>`, inside a guest of its own (Debian's kernel:
+    /// see `guest`) whose NIC is the node's underlay bridge port: `ul` at `underlay(k)`,
+    /// routing and SRv6 on, the SRv6 source address set. Returns the namespace.
+    fn linux_node_base(&mut self, k: u32) -> String {
         let ns = format!("{}-n{}", self.tag, node_label(k));
-        self.add_netns(&ns);
+        let port = node_label(k);
+        let u = self.underlay_ns.clone();
+        let g = guest::Guest::boot(&port, &self.dir, &u, &port, linux_mac(k));
+        self.guests.push(g.clone());
+        ipn(&u, &format!("link set dev {port} master br0"));
+        ipn(&u, &format!("link set dev {port} up"));
+        g.add_netns(&ns);
+        for cmd in [
+            vec!["ip", "link", "set", "eth0", "netns", &ns],
+            vec!["ip", "-n", &ns, "link", "set", "eth0", "name", "ul"],
+            vec!["ip", "-n", &ns, "link", "set", "lo", "up"],
+        ] {
+            g.run(&cmd).unwrap_or_else(|e| panic!("{e}"));
+        }
         sysctl(
             &ns,
             &[
@@ -745,12 +826,19 @@ impl Lab {
                 "net.ipv4.conf.default.rp_filter=0",
             ],
         );
-        self.underlay_link(&ns, "ul", &node_label(k));
         nsx(&ns, "ethtool -K ul tx off tso off gso off gro off");
         sysctl(&ns, &["net.ipv6.conf.ul.seg6_enabled=1"]);
         ipn(&ns, "link set ul up");
         ipn(&ns, &format!("-6 addr add {}/64 dev ul nodad", underlay(k)));
         ipn(&ns, &format!("sr tunsrc set {}", underlay(k)));
+        ns
+    }
+
+    /// Adds Linux node k: the kernel's SRv6 on the underlay (address `underlay(k)`), with
+    /// End.DT6 (table main) and End.DX4 (toward its pod) SIDs, and one pod of network 1 behind
+    /// `lp` (10.1.k.2/24, fd01:0:0:k::2/64, gateway .1 on `lp`).
+    pub fn add_linux_node(&mut self, k: u32) -> Pod {
+        let ns = self.linux_node_base(k);
         let pod = Pod {
             ns: format!("{}-p{}1x2", self.tag, node_label(k)),
             node: k,
@@ -803,6 +891,102 @@ impl Lab {
         pod
     }
 
+    /// Adds Linux node k as a peer of l2 network `net` (the kernel's own SRv6 L2 VPN, as its
+    /// selftests set it up): a pod behind `lp` (MAC, addresses of the network, a static
+    /// neighbor entry for `peer`), an End.DX2 SID that sends decapsulated frames out of `lp`
+    /// whole, and `encap seg6 mode l2encap.red` routes that carry the pod's frames to `peer`
+    /// whole to `peer`'s node's End.DT2U SID. The kernel routes (and so encapsulates) only
+    /// frames addressed to its own MAC, so `lp` takes `peer`'s MAC — the pod's frames to `peer`
+    /// are then the ones it encapsulates. Registers the pod as an l2 endpoint behind this node
+    /// (its End.DX2 SID) for the forwarders' tables.
+    pub fn add_linux_l2_node(&mut self, k: u32, net: u32, peer: &Pod) -> Pod {
+        let ns = self.linux_node_base(k);
+        let pod = Pod {
+            ns: format!("{}-p{}{}x2", self.tag, node_label(k), net),
+            node: k,
+            net,
+            idx: 2,
+            port: PortId(0),
+            mac: pod_mac(net, k, 2),
+            ip4: pod4(net, k, 2),
+            ip6: pod6(net, k, 2),
+            host_if: "lp".into(),
+        };
+        self.make_pod_ns(
+            &pod.ns,
+            &ns,
+            "lp",
+            pod.mac,
+            pod.ip4,
+            pod.ip6,
+            pod4(net, 0, 1),
+            pod6(net, 0, 1),
+            (16, 48),
+        );
+        sysctl(
+            &ns,
+            &[
+                "net.ipv6.conf.lp.disable_ipv6=0",
+                "net.ipv4.conf.lp.rp_filter=0",
+            ],
+        );
+        ipn(&ns, &format!("link set dev lp address {}", peer.mac));
+        // Where the peer's frames come from: its node's locator over the underlay.
+        ipn(
+            &ns,
+            &format!(
+                "-6 route add {}/48 via {} dev ul",
+                locator(peer.node),
+                underlay(peer.node)
+            ),
+        );
+        let dt2u = sid_dt2u(peer.node, net);
+        ipn(
+            &ns,
+            &format!(
+                "route add {}/32 encap seg6 mode l2encap.red segs {dt2u} dev ul",
+                peer.ip4
+            ),
+        );
+        ipn(
+            &ns,
+            &format!(
+                "-6 route add {}/128 encap seg6 mode l2encap.red segs {dt2u} dev ul",
+                peer.ip6
+            ),
+        );
+        ipn(
+            &ns,
+            &format!(
+                "-6 route add {}/128 encap seg6local action End.DX2 oif lp dev ul",
+                sid_dx2(k)
+            ),
+        );
+        // Static neighbours on the Linux side: ARP and NDP never cross the underlay.
+        for ip in [IpAddr::V4(peer.ip4), IpAddr::V6(peer.ip6)] {
+            ipn(
+                &pod.ns,
+                &format!(
+                    "neigh replace {ip} lladdr {} nud permanent dev eth0",
+                    peer.mac
+                ),
+            );
+        }
+        self.l2_remote.push(RemoteL2 {
+            net,
+            node: k,
+            sid: sid_dx2(k),
+            mac: pod.mac,
+            addrs: vec![IpAddr::V4(pod.ip4), IpAddr::V6(pod.ip6)],
+        });
+        self.linux.push(LinuxNode {
+            k,
+            ns,
+            pod: pod.clone(),
+        });
+        pod
+    }
+
     /// On Linux node `k`: reach node `peer`'s locator over the underlay and encapsulate traffic
     /// for `prefix` (v4 or v6) toward `sid` with `encap seg6 mode <mode>`: `encap` (H.Encaps:
     /// the kernel adds an SRH even for one segment, Segments Left 0) or `encap.red`
@@ -830,6 +1014,7 @@ impl Lab {
     /// End.DX4 (IPv4) and End.DT6 (IPv6) SIDs, and this node's End.DT46 SIDs.
     pub fn publish(&mut self, k: u32) {
         let nets = self.nets.clone();
+        let (l2_nets, l2_remote) = (self.l2_nets.clone(), self.l2_remote.clone());
         let pods: Vec<Pod> = self.pods.iter().filter(|p| p.node == k).cloned().collect();
         let others: Vec<u32> = self.nodes.iter().map(|n| n.k).filter(|&j| j != k).collect();
         let linux: Vec<u32> = self.linux.iter().map(|l| l.k).collect();
@@ -854,6 +1039,10 @@ impl Lab {
         ok(w.set_srv6_source(underlay(k)), "set_srv6_source");
         for &n in &nets {
             let net = NetworkId(n);
+            if l2_nets.contains(&n) {
+                publish_l2(w, k, n, &pods, &l2_remote);
+                continue;
+            }
             ok(
                 w.set_network(
                     net,
@@ -864,6 +1053,8 @@ impl Lab {
                         gateway4: Some(pod4(n, k, 1)),
                         gateway6: Some(pod6(n, k, 1)),
                         mtu: POD_MTU as u16,
+                        stateful: false,
+                        l2: L2Settings::default(),
                     },
                 ),
                 "set_network",
@@ -921,10 +1112,14 @@ impl Lab {
                         ipv6: Some(p.ip6),
                         endpoint: endpoint_id(p),
                         iface: IfName::new(&p.host_if).unwrap(),
+                        policy: lace_shared::policy::PolicySetId::NONE,
                     },
                 ),
                 "set_port",
             );
+            if l2_nets.contains(&p.net) {
+                continue;
+            }
             let hop = NextHop::Local {
                 port: p.port,
                 mac: p.mac,
@@ -1101,8 +1296,8 @@ mechanism = "{mechanism}"
                 s,
                 "== linux node {} neighbors/routes ==\n{}{}",
                 l.ns,
-                run_capture(&["ip", "-n", &l.ns, "-6", "neigh"]).unwrap_or_else(|e| e),
-                run_capture(&["ip", "-n", &l.ns, "-6", "route"]).unwrap_or_else(|e| e)
+                guest::in_ns(&l.ns, &["ip", "-n", &l.ns, "-6", "neigh"]).unwrap_or_else(|e| e),
+                guest::in_ns(&l.ns, &["ip", "-n", &l.ns, "-6", "route"]).unwrap_or_else(|e| e)
             );
         }
         s
@@ -1137,6 +1332,13 @@ impl Drop for Lab {
         }
         for n in &mut self.nodes {
             n.writer.take();
+        }
+        for g in self.guests.drain(..) {
+            g.unregister();
+            if panicking {
+                eprintln!("{}", g.log());
+            }
+            g.stop();
         }
         for ns in self.netns.iter().rev() {
             kill_netns_pids(ns);
@@ -1242,16 +1444,26 @@ pub fn ping_with(ns: &str, dst: IpAddr, count: u32, extra: &[&str]) -> PingResul
     argv.push((count * 2 + 2).to_string());
     argv.extend(extra.iter().map(|s| s.to_string()));
     argv.push(dst.to_string());
-    let out = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ping");
-    let output = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, output) = match guest::of(ns) {
+        Some(g) => {
+            let v: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let (rc, out) = g.run_status(&v);
+            (rc == 0, out)
+        }
+        None => {
+            let out = Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(Stdio::null())
+                .output()
+                .expect("run ping");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.success(), text)
+        }
+    };
     let stat = |word: &str| -> u32 {
         output
             .lines()
@@ -1265,7 +1477,7 @@ pub fn ping_with(ns: &str, dst: IpAddr, count: u32, extra: &[&str]) -> PingResul
             .unwrap_or(0)
     };
     PingResult {
-        ok: out.status.success(),
+        ok,
         transmitted: stat("transmitted"),
         received: stat("received"),
         output,
@@ -1305,6 +1517,75 @@ pub fn ping_ok(ns: &str, dst: IpAddr, count: u32, diag: impl Fn() -> String) {
     );
 }
 
+/// l2 network `n` in forwarder node k's tables, as control compiles it: the local pods' ports,
+/// every endpoint's MAC and addresses (local ports, remote endpoints at their SIDs), the
+/// flood list (local ports), this node's End.DT2U and End.DT2M SIDs. No learning, no BUM
+/// limit.
+fn publish_l2(w: &mut TableWriter, k: u32, n: u32, pods: &[Pod], remote: &[RemoteL2]) {
+    let ok = |r: lace_shared::Result<()>, what: &str| {
+        r.unwrap_or_else(|e| panic!("tables of node {k}: {what}: {e}"))
+    };
+    let net = NetworkId(n);
+    ok(
+        w.set_network(
+            net,
+            &NetworkInfo {
+                kind: NetworkKind::L2,
+                anonymous: false,
+                gateway_mac: gateway_mac(n, k),
+                gateway4: Some(pod4(n, 0, 1)),
+                gateway6: Some(pod6(n, 0, 1)),
+                mtu: POD_MTU as u16 - 14,
+                l2: L2Settings {
+                    learning: None,
+                    bum_pps: 0,
+                    bum_burst: 1,
+                },
+                stateful: false,
+            },
+        ),
+        "set_network (l2)",
+    );
+    let mut flood = Vec::new();
+    for p in pods.iter().filter(|p| p.net == n) {
+        flood.push(FloodTarget::Port(p.port));
+        let entry = FdbEntry {
+            target: FdbTarget::Port(p.port),
+            seq: 0,
+            learned: false,
+        };
+        w.set_fdb(net, p.mac, entry)
+            .unwrap_or_else(|e| panic!("tables of node {k}: fdb: {e}"));
+        for ip in [IpAddr::V4(p.ip4), IpAddr::V6(p.ip6)] {
+            ok(w.set_neighbor(net, ip, p.mac, false), "neighbor");
+        }
+    }
+    for r in remote.iter().filter(|r| r.net == n) {
+        let entry = FdbEntry {
+            target: FdbTarget::Remote {
+                node: NodeId(r.node),
+                sid: Sid(r.sid),
+            },
+            seq: 0,
+            learned: false,
+        };
+        w.set_fdb(net, r.mac, entry)
+            .unwrap_or_else(|e| panic!("tables of node {k}: fdb: {e}"));
+        for ip in &r.addrs {
+            ok(w.set_neighbor(net, *ip, r.mac, false), "neighbor");
+        }
+    }
+    ok(w.set_flood(net, &flood), "flood list");
+    ok(
+        w.set_local_sid(Sid(sid_dt2u(k, n)), SidBehavior::EndDt2u(net)),
+        "DT2U SID",
+    );
+    ok(
+        w.set_local_sid(Sid(sid_dt2m(k, n)), SidBehavior::EndDt2m(net)),
+        "DT2M SID",
+    );
+}
+
 // ---- captures --------------------------------------------------------------------------------
 
 /// A tshark capture running in a namespace, writing a pcapng file.
@@ -1326,11 +1607,11 @@ pub struct EncapRow {
     pub flow: u32,
     /// Outer hop limit.
     pub hlim: u8,
-    /// Outer next header (4 or 41; 43 when an SRH follows).
+    /// Outer next header (4, 41 or 143; 43 when an SRH follows).
     pub nxt: u8,
-    /// What is carried (4 or 41), after the SRH if there is one.
+    /// What is carried (4, 41, or 143: an Ethernet frame), after the SRH if there is one.
     pub payload: u8,
-    /// Inner source.
+    /// Inner (IP) source; of an Ethernet frame, its IP packet's.
     pub inner_src: IpAddr,
     /// Inner destination.
     pub inner_dst: IpAddr,
@@ -1438,7 +1719,13 @@ fn parse_row(line: &str) -> Option<EncapRow> {
     } else {
         nxt
     };
-    let (inner_src, inner_dst): (IpAddr, IpAddr) = match payload {
+    // An Ethernet frame (143): IPv4 when the frame carries it, else its IPv6 (the second).
+    let payload_ip = match payload {
+        143 if first(f[5]).is_some() => 4,
+        143 => 41,
+        p => p,
+    };
+    let (inner_src, inner_dst): (IpAddr, IpAddr) = match payload_ip {
         4 => (
             first(f[5])?.parse::<Ipv4Addr>().ok()?.into(),
             first(f[6])?.parse::<Ipv4Addr>().ok()?.into(),

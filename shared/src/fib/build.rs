@@ -19,6 +19,36 @@ pub(super) struct Built {
     queue: VecDeque<Task>,
 }
 
+/// Shrinks a scratch buffer holding more than four times its contents (and `keep`) to them.
+pub(super) fn trim<T>(v: &mut Vec<T>, keep: usize) {
+    if v.capacity() > 4 * v.len().max(keep) {
+        v.shrink_to(v.len().max(keep));
+    }
+}
+
+impl Built {
+    /// [`trim`]s every buffer.
+    pub(super) fn release(&mut self, keep: usize) {
+        trim(&mut self.nodes, keep);
+        trim(&mut self.leaves, keep);
+        trim(&mut self.singles, keep);
+        // Empty between builds.
+        if self.queue.capacity() > 4 * keep {
+            self.queue.shrink_to(keep);
+        }
+    }
+
+    /// Bytes the buffers hold (their capacity).
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.nodes.capacity() * size_of::<Node>()
+            + self.leaves.capacity() * size_of::<u32>()
+            + self.singles.capacity() * size_of::<Single>()
+            + self.queue.capacity() * size_of::<Task>()
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Task {
     depth: u32,

@@ -383,3 +383,38 @@ fn large_batches_in_shared_arena_match_linear_scan() {
     }
     assert_eq!(a.stats().live_bytes, 0);
 }
+
+/// A big subtree rebuild (a table load: 16,384 host routes under one /18) followed by small
+/// ones leaves the writer's scratch buffers sized for the small ones, not the big one; the
+/// table stays right.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "a 16,384-route rebuild takes most of an hour under miri; the shrink is safe code"
+)]
+fn scratch_buffers_shrink_after_a_big_rebuild() {
+    let (_b, mut a) = test_arena(1 << 24);
+    let mut h = FibHdr::default();
+    let mut w = FibWriter::<u32>::default();
+    let base = u32::from_be_bytes([10, 64, 0, 0]);
+    let load: Vec<(u32, u8, Option<u32>)> = (0..1u32 << 14)
+        .map(|i| (base + i, 32, Some(1 + i % 7)))
+        .collect();
+    w.apply(&mut a, &mut h, &load).unwrap();
+    // Scratch of the load's rebuild: at least its 16,384 routes of 12 bytes.
+    assert!(w.scratch_bytes() >= 12 << 14, "{}", w.scratch_bytes());
+    // Small batches in another slot (a pod network's few routes).
+    let other = u32::from_be_bytes([10, 128, 0, 0]);
+    for i in 0..4 {
+        w.insert(&mut a, &mut h, other + i, 32, 9).unwrap();
+    }
+    // Bounded by what SCRATCH_KEEP entries of each buffer hold, far below the load's.
+    assert!(w.scratch_bytes() <= 64 << 10, "{}", w.scratch_bytes());
+    assert_eq!(h.routes, (1 << 14) + 4);
+    assert_eq!(Fib::lookup(a.mem(), &h, base + 100), 1 + 100 % 7);
+    assert_eq!(Fib::lookup(a.mem(), &h, other + 3), 9);
+    // Steady small batches keep their room (no shrink and regrow at each).
+    let kept = w.scratch_bytes();
+    w.insert(&mut a, &mut h, other + 5, 32, 9).unwrap();
+    assert_eq!(w.scratch_bytes(), kept);
+}

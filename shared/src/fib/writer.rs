@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::build::{build, Built};
+use super::build::{build, trim, Built};
 use super::{
     block_of, leaf_shift, mask, n_chunks, records_size, root_of, sub_info, sub_routes,
     visit_routes, ChunkTail, Fib, FibHdr, LpmKey, Node, SubHdr, SubLayout, CHUNK_BITS, CHUNK_BYTES,
@@ -15,6 +15,10 @@ use crate::fasthash::FastMap;
 
 /// Routes as (prefix, length, next hop).
 type Routes<K> = Vec<(K, u8, u32)>;
+
+/// Entries each scratch buffer keeps whatever its last use (see
+/// [`FibWriter::release_scratch`]).
+const SCRATCH_KEEP: usize = 256;
 
 /// Slots of one chunk, as a bit set.
 type SlotSet = [u64; CHUNK_SLOTS / 64];
@@ -182,12 +186,28 @@ impl<K: LpmKey> FibWriter<K> {
             let mut routes = std::mem::take(&mut self.routes_buf);
             let r = self.apply_long(arena, hdr, changes, &long, &mut routes, &mut olds);
             self.routes_buf = routes;
+            self.release_scratch();
             r?;
         }
         if hdr.routes == 0 && *hdr != FibHdr::default() {
             self.clear(arena, hdr);
         }
         Ok(olds)
+    }
+
+    /// Gives back the room the scratch buffers kept beyond a few times what the last subtree
+    /// rebuild used: one big slot (a table load) must not leave every network's writer
+    /// holding its size for good. Steady batches of similar slots keep their buffers; a
+    /// buffer regrown after a shrink costs no more than the rebuild that needs it.
+    fn release_scratch(&mut self) {
+        trim(&mut self.routes_buf, SCRATCH_KEEP);
+        self.built.release(SCRATCH_KEEP);
+    }
+
+    /// Bytes the scratch buffers hold (their capacity).
+    #[cfg(test)]
+    pub(super) fn scratch_bytes(&self) -> usize {
+        self.routes_buf.capacity() * std::mem::size_of::<(K, u8, u32)>() + self.built.bytes()
     }
 
     // ---- short routes (len <= TOP): slot defaults ------------------------------------------

@@ -1,0 +1,598 @@
+//! End to end in Kubernetes mode on this machine (root): the fake API server (`lace-kube-fake`,
+//! in this process, TLS and a token through a kubeconfig), two nodes as network namespaces on a
+//! bridge underlay, each with a `lace-forwarder` and a `lace-control --source kubernetes` that
+//! keeps the node's host interface. The test plays the user (`kubectl apply` of the CRDs, the
+//! example networks, the seed's CEL binding policy, the pods), the kubelet (Node status, then
+//! `lace-cni` with kubelet's CNI_ARGS for each pod) and the operator (deleting a pod, stopping
+//! and restarting the API server). Shows:
+//!
+//! - the binding policy applied with kubectl decides each pod's network (its CEL rule too);
+//! - ping and TCP across nodes (l3 over SRv6, and the l2 network), isolation until a
+//!   NetworkRoutingPolicy is applied with kubectl;
+//! - from each node's host namespace an HTTP probe reaches every local pod (IPv4 and IPv6),
+//!   through the host interface; a pod reaches its node's address;
+//! - every endpoint is a NetworkEndpoint in its pod's namespace; deleting a pod (no DEL)
+//!   removes it;
+//! - status with `kubectl get networks -o yaml` (id, conditions, lace-control's field manager);
+//! - stopping the API server does not interrupt traffic; the watches survive its restart and a
+//!   forced relist (410 Gone) and converge: a pod created afterwards is bound and reachable.
+//!
+//! Without root or kubectl: prints "skipped: …" (fails under CI=true).
+
+mod e2e_support;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use e2e_support::*;
+use ipnet::IpNet;
+use lace_kube_fake::{FakeApiServer, Restart};
+use serde_json::json;
+
+/// (node, underlay address, the node's own IPv4 and IPv6 addresses).
+const NODES: [(&str, &str, &str, &str); 2] = [
+    ("node-a", "fd00:100::a", "192.168.200.1", "fd00:200::a"),
+    ("node-b", "fd00:100::b", "192.168.200.2", "fd00:200::b"),
+];
+const HOST_IF: &str = "lace-host";
+
+/// kubectl: `$LACE_DEPLOY_TOOLS/bin`, the workspace's `target/deploy-tools/bin` (what
+/// `.ci/install-deps` installs) or PATH.
+fn kubectl_bin() -> Option<PathBuf> {
+    let tools = std::env::var_os("LACE_DEPLOY_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/deploy-tools"));
+    let there = tools.join("bin/kubectl");
+    if there.is_file() {
+        return Some(there);
+    }
+    which("kubectl")
+}
+
+/// Processes first (dropped first), then the API server, then namespaces and files.
+struct Lab {
+    controls: Vec<Option<Proc>>,
+    forwarders: Vec<Option<Proc>>,
+    api: FakeApiServer,
+    res: Resources,
+    node_ns: Vec<String>,
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    fwd_bin: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+struct Pod {
+    ns: String,
+    node: usize,
+    namespace: &'static str,
+    name: &'static str,
+    uid: String,
+    container: String,
+    v4: IpAddr,
+    v6: IpAddr,
+}
+
+impl Lab {
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(&self.kubectl)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("kubectl: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kubectl {}: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            ))
+        }
+    }
+
+    fn k(&self, args: &[&str]) -> String {
+        self.kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `kubectl get … -o json`, parsed.
+    fn get_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&self.k(&a)).unwrap()
+    }
+
+    fn tables_name(&self, k: usize) -> String {
+        node::tables_name(&self.res.tag, NODES[k].0)
+    }
+
+    fn socket(&self, k: usize) -> PathBuf {
+        self.res.dir.join(format!("control-{}.sock", NODES[k].0))
+    }
+
+    fn start_control(&mut self, k: usize) {
+        let (node, ..) = NODES[k];
+        let argv: Vec<String> = vec![
+            env!("CARGO_BIN_EXE_lace-control").into(),
+            "run".into(),
+            "--node".into(),
+            node.into(),
+            "--source".into(),
+            "kubernetes".into(),
+            "--kubeconfig".into(),
+            self.kubeconfig.display().to_string(),
+            "--state-dir".into(),
+            self.res
+                .dir
+                .join(format!("state-{node}"))
+                .display()
+                .to_string(),
+            "--socket".into(),
+            self.socket(k).display().to_string(),
+            "--tables-dir".into(),
+            SHM.into(),
+            "--tables-name".into(),
+            self.tables_name(k),
+            "--attach-timeout-ms".into(),
+            "30000".into(),
+            "--host-interface".into(),
+            HOST_IF.into(),
+            "--host-netns".into(),
+            format!("/var/run/netns/{}", self.node_ns[k]),
+        ];
+        let log = self.res.dir.join(format!("control-{node}.log"));
+        self.controls[k] = Some(Proc::spawn(&format!("lace-control {node}"), &argv, log));
+        let sock = self.socket(k);
+        let ctl = self.controls[k].as_mut().unwrap();
+        wait_for(&format!("lace-control {node} ready"), WAIT, || {
+            if let Some(s) = ctl.try_wait() {
+                panic!("lace-control {node} exited ({s}):\n{}", ctl.log_tail(40));
+            }
+            let r = try_control_request(&sock, &json!({"op": "status"})).ok()?;
+            (r["result"] == "ok").then_some(())
+        });
+    }
+
+    fn start_forwarder(&mut self, k: usize) {
+        let (node, underlay, ..) = NODES[k];
+        let tables = self.tables_name(k);
+        let fwd = node::start_forwarder(
+            &self.res,
+            &self.fwd_bin,
+            &self.node_ns[k],
+            node,
+            &tables,
+            underlay,
+        );
+        self.forwarders[k] = Some(fwd);
+    }
+
+    /// `lace-cni` with kubelet's environment (CNI_ARGS with the pod's namespace, name and UID),
+    /// in node k's namespace.
+    fn cni(&self, command: &str, pod: &Pod) -> Result<serde_json::Value, node::CniFailure> {
+        node::cni(
+            &self.node_ns[pod.node],
+            &self.socket(pod.node),
+            command,
+            &pod.container,
+            &pod.ns,
+            &format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};\
+                 K8S_POD_INFRA_CONTAINER_ID={};K8S_POD_UID={}",
+                pod.namespace, pod.name, pod.container, pod.uid
+            ),
+        )
+    }
+
+    /// As kubelet: the Pod object exists (applied with kubectl); make its sandbox (a network
+    /// namespace) and ADD it with its UID.
+    fn add_pod(&mut self, namespace: &'static str, name: &'static str) -> Pod {
+        let obj = self.get_json(&["pod", "-n", namespace, name]);
+        let node_name = obj["spec"]["nodeName"].as_str().unwrap();
+        let node = NODES.iter().position(|n| n.0 == node_name).unwrap();
+        let ns = self.res.netns(&format!("p-{name}"));
+        let mut pod = Pod {
+            container: format!("{}-{name}", self.res.tag),
+            uid: obj["metadata"]["uid"].as_str().unwrap().to_owned(),
+            ns,
+            node,
+            namespace,
+            name,
+            v4: IpAddr::from([0, 0, 0, 0]),
+            v6: IpAddr::from([0u16; 8]),
+        };
+        // As kubelet: a sandbox whose ADD failed is torn down (DEL) and made again, until it
+        // succeeds; only "try again later" (code 11: the pod not observed yet) is expected here.
+        let start = Instant::now();
+        let result = loop {
+            match self.cni("ADD", &pod) {
+                Ok(r) => break r,
+                Err(e) if e.code == Some(11) && start.elapsed() < WAIT => {
+                    self.cni("DEL", &pod)
+                        .unwrap_or_else(|e| panic!("{}", e.text));
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => panic!("{}", e.text),
+            }
+        };
+        (pod.v4, pod.v6) = node::result_ips(&result);
+        pod
+    }
+
+    /// An HTTP probe from node k's own namespace (as kubelet probes): the body of
+    /// `http://addr:8080/probe`.
+    fn probe(&self, k: usize, addr: IpAddr) -> Result<String, String> {
+        let url = match addr {
+            IpAddr::V4(a) => format!("http://{a}:8080/probe"),
+            IpAddr::V6(a) => format!("http://[{a}]:8080/probe"),
+        };
+        let script = format!(
+            "import urllib.request\nprint(urllib.request.urlopen('{url}', timeout=3).read().decode())"
+        );
+        run_capture(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.node_ns[k],
+            "python3",
+            "-c",
+            &script,
+        ])
+        .map(|s| s.trim().to_owned())
+    }
+}
+
+/// An HTTP server in `pod` answering `/probe` with its name (killed on drop).
+fn http_server(dir: &Path, pod: &Pod) -> Proc {
+    let root = dir.join(format!("www-{}", pod.name));
+    std::fs::create_dir_all(&root).unwrap();
+    write(&root.join("probe"), pod.name);
+    let argv = [
+        "ip",
+        "netns",
+        "exec",
+        &pod.ns,
+        "python3",
+        "-m",
+        "http.server",
+        "8080",
+        "--bind",
+        "::",
+        "--directory",
+        root.to_str().unwrap(),
+    ]
+    .map(String::from);
+    Proc::spawn(
+        &format!("http server in {}", pod.name),
+        &argv,
+        dir.join(format!("http-{}.log", pod.name)),
+    )
+}
+
+fn ping(from: &Pod, to: IpAddr, count: u32) -> bool {
+    let c = count.to_string();
+    let to = to.to_string();
+    run_capture(&[
+        "ip", "netns", "exec", &from.ns, "ping", "-c", &c, "-i", "0.2", "-W", "1", &to,
+    ])
+    .is_ok()
+}
+
+fn reachable(from: &Pod, to: IpAddr) {
+    wait_for(&format!("{} -> {to} (ping)", from.name), WAIT, || {
+        ping(from, to, 1).then_some(())
+    });
+    assert!(
+        ping(from, to, 3),
+        "{} -> {to}: lost packets once reachable",
+        from.name
+    );
+}
+
+/// 64 KiB through a TCP connection from `from` to `to` and back, compared.
+fn tcp_echo(from: &Pod, to: &Pod, addr: IpAddr) {
+    let server = format!(
+        "import socket\ns = socket.socket(socket.AF_INET6 if ':' in '{addr}' else socket.AF_INET)\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('{addr}', 7007))\n\
+         s.listen(1)\ns.settimeout(30)\nc, _ = s.accept()\nc.settimeout(30)\ngot = b''\n\
+         while len(got) < 65536:\n    d = c.recv(65536)\n    if not d:\n        break\n    got += d\n\
+         c.sendall(got)\nc.close()\n"
+    );
+    let mut srv = Command::new("ip")
+        .args(["netns", "exec", &to.ns, "python3", "-c", &server])
+        .spawn()
+        .expect("spawn the TCP server");
+    let client = format!(
+        "import socket, sys, time\ndata = bytes(range(256)) * 256\nfor _ in range(50):\n    try:\n\
+         \x20       c = socket.create_connection(('{addr}', 7007), timeout=10)\n        break\n\
+         \x20   except OSError:\n        time.sleep(0.2)\nelse:\n    sys.exit('no connection')\n\
+         c.sendall(data)\ngot = b''\nwhile len(got) < len(data):\n    d = c.recv(65536)\n\
+         \x20   if not d:\n        break\n    got += d\nsys.exit(0 if got == data else 'echo differs')\n"
+    );
+    let out = run_capture(&["ip", "netns", "exec", &from.ns, "python3", "-c", &client]);
+    let _ = srv.kill();
+    let _ = srv.wait();
+    if let Err(e) = out {
+        panic!("TCP {} -> {} ({addr}): {e}", from.name, to.name);
+    }
+}
+
+fn in_subnet(a: IpAddr, subnet: &str) -> bool {
+    subnet.parse::<IpNet>().unwrap().contains(&a)
+}
+
+/// The NetworkEndpoints of `namespace`: (pod, node).
+fn endpoints(lab: &Lab, namespace: &str) -> Vec<(String, String)> {
+    let list = lab.get_json(&["networkendpoints", "-n", namespace]);
+    let mut out: Vec<(String, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["spec"]["pod"].as_str().unwrap().to_owned(),
+                e["spec"]["node"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn two_nodes_in_kubernetes_mode_end_to_end() {
+    if !prerequisites() {
+        return;
+    }
+    let Some(kubectl) = kubectl_bin() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kubectl missing with CI=true: .ci/install-deps installs it into target/deploy-tools"
+        );
+        println!("skipped: needs kubectl (.ci/install-deps installs it into target/deploy-tools)");
+        return;
+    };
+    let fwd_bin = forwarder_bin();
+    let mut res = Resources::new();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+
+    // ---- the machines: an underlay bridge, two node namespaces with their own addresses ----
+    let node_ns = node::underlay(&mut res, &NODES.map(|n| n.0));
+    for (ns, (_, _, v4, v6)) in node_ns.iter().zip(NODES) {
+        // The node's own addresses (its InternalIP), on lo; the node keeps IPv6 beside `ul`
+        // (its host interface reaches the pods' IPv6 addresses).
+        ipn(ns, &format!("addr add {v4}/32 dev lo"));
+        ipn(ns, &format!("addr add {v6}/128 dev lo nodad"));
+    }
+
+    // ---- the cluster: CRDs, namespaces, networks, the seed's binding policy, pods ----
+    let api = FakeApiServer::start_new().unwrap();
+    let kubeconfig = res.dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let mut lab = Lab {
+        controls: vec![None, None],
+        forwarders: vec![None, None],
+        api,
+        res,
+        node_ns,
+        kubeconfig,
+        kubectl,
+        fwd_bin,
+    };
+    lab.k(&["apply", "-f", crds.to_str().unwrap()]);
+    let namespaces = lab.res.dir.join("namespaces.yaml");
+    write(
+        &namespaces,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: lace-system}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n",
+    );
+    lab.k(&["apply", "-f", namespaces.to_str().unwrap()]);
+    for f in [
+        "namespaces.yaml",
+        "networks.yaml",
+        "binding.yaml",
+        "nodes.yaml",
+        "pods.yaml",
+    ] {
+        lab.k(&["apply", "-f", examples.join(f).to_str().unwrap()]);
+    }
+    // As each kubelet: the Node's addresses.
+    for (name, _, v4, v6) in NODES {
+        let status = json!({"status": {"addresses": [
+            {"type": "InternalIP", "address": v4}, {"type": "InternalIP", "address": v6},
+            {"type": "Hostname", "address": name}]}});
+        lab.k(&[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ]);
+    }
+    for k in 0..2 {
+        lab.start_control(k);
+    }
+    for k in 0..2 {
+        lab.start_forwarder(k);
+    }
+
+    // ---- binding: the policies applied with kubectl decide, CEL included ----
+    let frontend1 = lab.add_pod("team-blue", "frontend-1");
+    let backend2 = lab.add_pod("team-blue", "backend-2");
+    let backend1 = lab.add_pod("team-blue", "backend-1");
+    let tools1 = lab.add_pod("team-blue", "tools-1");
+    let cart1 = lab.add_pod("shop", "cart-1");
+    let storage1 = lab.add_pod("team-blue", "storage-1");
+    let storage2 = lab.add_pod("team-blue", "storage-2");
+    for (p, v4) in [
+        (&frontend1, "10.41.0.0/16"),
+        (&backend2, "10.40.0.0/16"),
+        (&backend1, "10.40.0.0/16"),
+        // per-team's CEL rule: team-blue → blue; shop → its second rule, default.
+        (&tools1, "10.42.0.0/16"),
+        (&cart1, "10.43.0.0/16"),
+        (&storage1, "10.50.0.0/24"),
+        (&storage2, "10.50.0.0/24"),
+    ] {
+        assert!(in_subnet(p.v4, v4), "{}: {} not in {v4}", p.name, p.v4);
+    }
+    assert_ne!(backend1.node, backend2.node);
+
+    // ---- every endpoint is a NetworkEndpoint of its pod, owned by it ----
+    assert_eq!(
+        endpoints(&lab, "team-blue"),
+        [
+            ("backend-1", "node-b"),
+            ("backend-2", "node-a"),
+            ("frontend-1", "node-a"),
+            ("storage-1", "node-a"),
+            ("storage-2", "node-b"),
+            ("tools-1", "node-b"),
+        ]
+        .map(|(p, n)| (p.to_owned(), n.to_owned()))
+    );
+    let ep = lab.get_json(&["networkendpoints", "-n", "shop"]);
+    let owner = &ep["items"][0]["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["uid"]),
+        (&json!("Pod"), &json!(cart1.uid))
+    );
+
+    // ---- across nodes: ping both families, TCP; the l2 network too ----
+    reachable(&backend2, backend1.v4);
+    reachable(&backend2, backend1.v6);
+    tcp_echo(&backend2, &backend1, backend1.v4);
+    reachable(&storage1, storage2.v4);
+    tcp_echo(&storage1, &storage2, storage2.v4);
+
+    // ---- isolation until a NetworkRoutingPolicy is applied with kubectl ----
+    assert!(
+        !ping(&frontend1, backend1.v4, 2),
+        "frontend reached backend without a routing policy"
+    );
+    assert!(!ping(&tools1, backend1.v4, 2), "blue reached backend");
+    lab.k(&[
+        "apply",
+        "-f",
+        examples.join("later/routing.yaml").to_str().unwrap(),
+    ]);
+    reachable(&frontend1, backend1.v4);
+    reachable(&backend1, frontend1.v6);
+    assert!(
+        !ping(&tools1, backend1.v4, 2),
+        "blue reached backend after the policy"
+    );
+
+    // ---- the node's own stack reaches its pods (as kubelet's probes do) ----
+    let pods = [
+        &frontend1, &backend2, &storage1, &backend1, &tools1, &cart1, &storage2,
+    ];
+    let servers: Vec<Proc> = pods.iter().map(|p| http_server(&lab.res.dir, p)).collect();
+    for p in pods {
+        for a in [p.v4, p.v6] {
+            let body = wait_for(
+                &format!("HTTP probe from {} to {} ({a})", NODES[p.node].0, p.name),
+                WAIT,
+                || lab.probe(p.node, a).ok(),
+            );
+            assert_eq!(body, p.name);
+        }
+    }
+    // A pod reaches its node's address (through the host interface).
+    let node_a: IpAddr = NODES[0].2.parse().unwrap();
+    reachable(&backend2, node_a);
+    // A pod of another node is not the host's business: no route to it.
+    assert!(
+        lab.probe(0, backend1.v4).is_err(),
+        "node-a's host reached node-b's pod"
+    );
+    drop(servers);
+
+    // ---- status: kubectl get networks -o yaml ----
+    let yaml = wait_for("Network status applied", WAIT, || {
+        let y = lab.kubectl(&["get", "networks", "-o", "yaml"]).ok()?;
+        (y.matches("type: Ready").count() >= 5).then_some(y)
+    });
+    let nets = lab.get_json(&["networks", "--show-managed-fields"]);
+    for n in nets["items"].as_array().unwrap() {
+        let name = n["metadata"]["name"].as_str().unwrap();
+        assert!(n["status"]["id"].as_u64().is_some(), "{name}: {yaml}");
+        let ready = n["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap_or_else(|| panic!("{name}: no Ready condition: {yaml}"));
+        assert_eq!(ready["status"], "True", "{name}: {yaml}");
+        let managers = &n["metadata"]["managedFields"];
+        assert!(
+            managers.as_array().is_some_and(|m| m
+                .iter()
+                .any(|m| m["manager"] == "lace-control" && m["subresource"] == "status")),
+            "{name}: status not applied by lace-control: {n}"
+        );
+    }
+    let described = lab.k(&["describe", "networkroutingpolicy", "frontend-backend"]);
+    assert!(
+        described.contains("Supported=True"),
+        "the transition is an Event kubectl describe shows:\n{described}"
+    );
+
+    // ---- deleting a pod (no DEL: its node's control lists pods) removes its endpoint ----
+    lab.k(&[
+        "delete",
+        "pod",
+        "-n",
+        "team-blue",
+        "tools-1",
+        "--grace-period=0",
+        "--force",
+    ]);
+    wait_for("tools-1's NetworkEndpoint gone", WAIT, || {
+        (!endpoints(&lab, "team-blue")
+            .iter()
+            .any(|(p, _)| p == "tools-1"))
+        .then_some(())
+    });
+
+    // ---- the API server goes away: traffic goes on ----
+    lab.api.stop();
+    for _ in 0..3 {
+        assert!(
+            ping(&backend2, backend1.v4, 3),
+            "forwarding stopped with the API server down"
+        );
+        assert!(ping(&frontend1, backend1.v4, 2), "the policy path stopped");
+    }
+    // ---- it returns (a restart, state kept), then history is compacted (410 Gone) ----
+    lab.api.restart(Restart::KeepState).unwrap();
+    lab.api.drop_watches();
+    lab.api.compact();
+    let pod3 = lab.res.dir.join("pod3.yaml");
+    write(
+        &pod3,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: backend-3, namespace: team-blue, labels: \
+         {tier: backend}}\nspec: {nodeName: node-b, containers: [{name: app, image: \
+         registry.k8s.io/pause:3.10}]}\n",
+    );
+    lab.k(&["apply", "-f", pod3.to_str().unwrap()]);
+    // The watches converge: the new pod is bound (its ADD waits for the watch) and reachable.
+    let backend3 = lab.add_pod("team-blue", "backend-3");
+    assert!(in_subnet(backend3.v4, "10.40.0.0/16"), "{}", backend3.v4);
+    reachable(&backend2, backend3.v4);
+    reachable(&frontend1, backend3.v4);
+    assert!(endpoints(&lab, "team-blue")
+        .iter()
+        .any(|(p, n)| p == "backend-3" && n == "node-b"));
+    for c in lab.controls.iter_mut().flatten() {
+        assert!(c.try_wait().is_none(), "{}: {}", c.name, c.log_tail(30));
+    }
+}

@@ -1,0 +1,137 @@
+//! The node's host interface as control makes it (ADR 0023), in a network namespace of its
+//! own (root): the veth pair, its MAC, MTU and gateway neighbors, the routes kept equal to
+//! what the tables want, and a restart that finds it as it was.
+//!
+//! Without root: prints "skipped: needs root" (fails under CI=true).
+
+mod e2e_support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use e2e_support::{ipn, prerequisites, run_capture, sysctl, Resources};
+use ipnet::IpNet;
+use lace_control::daemon::host::{host_mac, HostInterface};
+
+fn routes(ns: &str) -> Vec<String> {
+    let mut out: Vec<String> = ["-4", "-6"]
+        .iter()
+        .flat_map(|f| {
+            run_capture(&["ip", "-n", ns, f, "route", "show", "dev", "lhtest"])
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains(" via "))
+                .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn set(list: &[&str]) -> BTreeSet<IpNet> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+#[test]
+fn the_host_interface_is_made_kept_in_sync_and_found_again() {
+    if !prerequisites() {
+        return;
+    }
+    let mut res = Resources::new();
+    let ns = res.netns("host");
+    let path = PathBuf::from(format!("/var/run/netns/{ns}"));
+    let mut h = HostInterface::open("lhtest", Some(&path), "node-a", 1446).unwrap();
+    assert_eq!(h.peer(), "lhtest-fw");
+    let link = ipn(&ns, "-o link show lhtest");
+    assert!(
+        link.contains("mtu 1446") && (link.contains("state UP") || link.contains(",UP")),
+        "{link}"
+    );
+    assert!(link.contains(&host_mac("node-a").to_string()), "{link}");
+    let peer = ipn(&ns, "-o link show lhtest-fw");
+    assert!(peer.contains("mtu 1446"), "{peer}");
+    let v6off = run_capture(&[
+        "ip",
+        "netns",
+        "exec",
+        &ns,
+        "cat",
+        "/proc/sys/net/ipv6/conf/lhtest-fw/disable_ipv6",
+    ])
+    .unwrap();
+    assert_eq!(v6off.trim(), "1", "the forwarder answers for its end");
+    let neigh = ipn(&ns, "neigh show dev lhtest");
+    for gw in ["169.254.0.1", "fe80::1"] {
+        let line = neigh
+            .lines()
+            .find(|l| l.starts_with(gw))
+            .unwrap_or_default();
+        assert!(
+            line.contains("PERMANENT") && line.contains("06:00:00:00:ff:ff"),
+            "{neigh}"
+        );
+    }
+    // The routes follow the tables: added, then the ones no longer wanted removed.
+    let first = port_endpoint(&h);
+    h.sync(&set(&["10.40.3.0/24", "fd40:0:0:3::/64", "10.50.0.7/32"]))
+        .unwrap();
+    assert_eq!(
+        routes(&ns),
+        [
+            "10.40.3.0/24 via 169.254.0.1",
+            "10.50.0.7 via 169.254.0.1",
+            "fd40:0:0:3::/64 via fe80::1"
+        ]
+    );
+    h.sync(&set(&["10.40.3.0/24"])).unwrap();
+    assert_eq!(routes(&ns), ["10.40.3.0/24 via 169.254.0.1"]);
+    drop(h);
+
+    // A restart finds the pair as it was: the same port, and the routes a previous run left
+    // are known (what is no longer wanted goes).
+    let mut h = HostInterface::open("lhtest", Some(&path), "node-a", 1446).unwrap();
+    assert_eq!(
+        port_endpoint(&h),
+        first,
+        "the same interface, the same endpoint"
+    );
+    h.sync(&set(&["fd40:0:0:3::/64"])).unwrap();
+    assert_eq!(routes(&ns), ["fd40:0:0:3::/64 via fe80::1"]);
+    drop(h);
+
+    // The pair vanished: made again, as a new endpoint the forwarder attaches anew.
+    ipn(&ns, "link del lhtest");
+    let h = HostInterface::open("lhtest", Some(&path), "node-a", 1446).unwrap();
+    assert_ne!(port_endpoint(&h), first);
+    drop(h);
+    drop(res);
+}
+
+fn port_endpoint(h: &HostInterface) -> u64 {
+    h.port().endpoint
+}
+
+#[test]
+fn a_host_without_ipv6_gets_the_ipv4_half() {
+    if !prerequisites() {
+        return;
+    }
+    let mut res = Resources::new();
+    let ns = res.netns("v4only");
+    sysctl(&ns, &["net.ipv6.conf.default.disable_ipv6=1"]);
+    let path = PathBuf::from(format!("/var/run/netns/{ns}"));
+    let mut h = HostInterface::open("lhtest", Some(&path), "node-a", 1500).unwrap();
+    let neigh = ipn(&ns, "neigh show dev lhtest");
+    assert!(neigh.contains("169.254.0.1"), "{neigh}");
+    assert!(!neigh.contains("fe80::1"), "{neigh}");
+    // The pods' IPv6 blocks are not routed (the host has no IPv6 to reach them with); the
+    // IPv4 ones are, and a sync with the same wish changes nothing.
+    let wanted = set(&["10.40.3.0/24", "fd40:0:0:3::/64"]);
+    h.sync(&wanted).unwrap();
+    assert_eq!(routes(&ns), ["10.40.3.0/24 via 169.254.0.1"]);
+    h.sync(&wanted).unwrap();
+    assert_eq!(routes(&ns), ["10.40.3.0/24 via 169.254.0.1"]);
+    drop(h);
+    drop(res);
+}
