@@ -340,6 +340,53 @@ fn every_admission_rule_compiles_and_fits_the_cost_budget() {
     assert!(total > 100, "{total} rules");
 }
 
+/// Every CRD fits the budget a real kube-apiserver holds it to when it is installed: each
+/// rule's estimated cost times the number of times it can run for one object, and all rules
+/// together (`lace_kube_fake::cost`, the server's model). Half the budget at most, so a rule
+/// added later or a server that estimates a little higher still installs.
+#[test]
+fn every_crd_fits_the_api_servers_cel_cost_budget_with_room_to_spare() {
+    use lace_kube_fake::cost::{rule_costs, CRD_COST_LIMIT, RULE_COST_LIMIT};
+    let mut rules = 0;
+    for (file, text) in committed() {
+        let crd = parse(&text);
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut costs = rule_costs(schema).unwrap_or_else(|e| panic!("{file}: {e}"));
+        costs.sort_by_key(|c| std::cmp::Reverse(c.total()));
+        let sum: u64 = costs.iter().map(|c| c.total()).sum();
+        println!(
+            "{file}: {} rules, total {sum} of {CRD_COST_LIMIT}",
+            costs.len()
+        );
+        for c in costs.iter().take(3) {
+            println!(
+                "  {} × {} = {}: {}",
+                c.cost,
+                c.cardinality,
+                c.total(),
+                c.field
+            );
+        }
+        for c in &costs {
+            assert!(
+                c.total() <= RULE_COST_LIMIT / 2,
+                "{file}: {} costs {} × {} = {} (limit {RULE_COST_LIMIT}): {}",
+                c.field,
+                c.cost,
+                c.cardinality,
+                c.total(),
+                c.rule
+            );
+        }
+        assert!(
+            sum <= CRD_COST_LIMIT / 2,
+            "{file}: all rules cost {sum} (limit {CRD_COST_LIMIT})"
+        );
+        rules += costs.len();
+    }
+    assert!(rules > 100, "{rules} rules");
+}
+
 #[test]
 fn policy_crds_have_their_printer_columns_and_enums() {
     let files = committed();

@@ -65,7 +65,9 @@
 //! **Custom resources.** Every write is pruned of fields the schema does not declare,
 //! defaulted, checked structurally (`lace_control::api::schema::check`: types, required,
 //! enums, bounds) and then against the CRD's CEL rules (`x-kubernetes-validations`, with
-//! `oldSelf` on updates, through `kube-cel`) — `422 Invalid` with one cause per error.
+//! `oldSelf` on updates, through `kube-cel`) — `422 Invalid` with one cause per error. A CRD
+//! is refused as the real server refuses it when its rules' estimated cost exceeds the budget
+//! ([`cost`]: one rule times the number of times it can run, and all rules together).
 //!
 //! **Lists.** `resourceVersion` unset: the latest state; `resourceVersion=N` (`NotOlderThan`,
 //! also `0`): the latest state, `504 ResourceVersionTooLarge` when `N` is in the future;
@@ -106,6 +108,7 @@
 //! counting them as requests: a benchmark's 10,000 pods in a fraction of a second, served by
 //! list and watch like any other.
 
+pub mod cost;
 mod error;
 mod events;
 mod fields;

@@ -1469,6 +1469,27 @@ impl Store {
                 format!("Invalid value: compilation failed: {errors}"),
             ));
         }
+        let over_budget = crate::cost::refusals(&schema).map_err(|e| {
+            invalid(
+                &e.field,
+                format!("Invalid value: compilation failed: {}", e.message),
+            )
+        })?;
+        if !over_budget.is_empty() {
+            return Err(ApiError::invalid(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                &name,
+                over_budget
+                    .into_iter()
+                    .map(|(field, message)| Cause {
+                        reason: "FieldValueForbidden",
+                        field,
+                        message,
+                    })
+                    .collect(),
+            ));
+        }
         let mut names: Vec<String> = vec![storage["name"].as_str().unwrap_or_default().to_owned()];
         names.extend(
             versions

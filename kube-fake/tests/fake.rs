@@ -580,6 +580,68 @@ async fn openapi_v3_offers_field_validation_and_strict_refuses_unknown_fields() 
     );
 }
 
+/// A CRD whose validation rules may cost more than the API server's budget is refused, as
+/// kube-apiserver refuses it: lace's binding-policy CRD with the bound on selector values taken
+/// away (as it was before they were bounded) is `422 Invalid`, naming the rule and the whole
+/// schema's total; every committed lace CRD is accepted.
+#[tokio::test]
+async fn a_crd_over_the_cel_cost_budget_is_refused_and_lace_crds_are_accepted() {
+    type Crd =
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let server = FakeApiServer::start_new().unwrap();
+    let (client, _dir) = client_for(&server).await;
+    let crds: Api<Crd> = Api::all(client.clone());
+    let text = include_str!("../../deploy/crds/lace-cni.io_networkbindingpolicies.yaml");
+    let mut unbounded: serde_json::Value = serde_yaml::from_str(text).unwrap();
+    let values = &mut unbounded["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        ["spec"]["properties"]["rules"]["items"]["properties"]["selector"]["properties"]
+        ["matchExpressions"]["items"]["properties"]["values"]["items"];
+    assert!(
+        values
+            .as_object_mut()
+            .unwrap()
+            .remove("maxLength")
+            .is_some(),
+        "the committed CRD bounds selector values: {values}"
+    );
+    let crd: Crd = serde_json::from_value(unbounded).unwrap();
+    let e = crds.create(&PostParams::default(), &crd).await.unwrap_err();
+    assert_eq!(status_code(&e), 422, "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains(
+            "properties[matchExpressions].items.properties[values].items.x-kubernetes-validations[0].rule: \
+             Forbidden: estimated rule cost exceeds budget by factor of more than 100x"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("estimated rule cost total for entire OpenAPIv3 schema"),
+        "{message}"
+    );
+    assert!(crds
+        .get_opt(&crd.metadata.name.clone().unwrap())
+        .await
+        .unwrap()
+        .is_none());
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+    let mut accepted = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        let crd: Crd = serde_yaml::from_str(&text).unwrap();
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .unwrap_or_else(|e| panic!("{:?} refused: {e}", crd.metadata.name));
+        accepted += 1;
+    }
+    assert_eq!(accepted, 8);
+}
+
 /// Objects put in the store directly (a benchmark's large cluster) are what a client sees:
 /// paginated lists and field selectors serve them, a watcher lists them and then follows new
 /// ones; refusals are the API server's (missing namespace, name taken, unknown kind); none of

@@ -39,7 +39,7 @@ use super::{
 
 /// A CRD whose generated schema does not have the shape the post-processing expects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("CRD {crd}: {what} not found in the generated schema; api::crd's post-processing needs updating")]
+#[error("CRD {crd}: {what}; api::crd's post-processing needs updating")]
 pub struct ShapeError {
     /// The CRD's name.
     pub crd: String,
@@ -325,6 +325,36 @@ fn label_selector_bounds(out: &mut Vec<(String, Bound)>, base: &str) {
         format!("{base}.matchExpressions[].values"),
         Bound::Items(MAX_VALUES),
     ));
+    out.push((
+        format!("{base}.matchExpressions[].key"),
+        Bound::Length(MAX_LABEL_KEY_LENGTH),
+    ));
+    out.push((
+        format!("{base}.matchExpressions[].operator"),
+        Bound::Length(MAX_OPERATOR_LENGTH),
+    ));
+    out.push((
+        format!("{base}.matchExpressions[].values[]"),
+        Bound::Length(MAX_LABEL_VALUE_LENGTH),
+    ));
+    out.push((
+        format!("{base}.matchLabels{{}}"),
+        Bound::Length(MAX_LABEL_VALUE_LENGTH),
+    ));
+}
+
+/// `status.conditions`, as `metav1.Condition` bounds them.
+fn condition_bounds(out: &mut Vec<(String, Bound)>) {
+    out.push(("status.conditions".into(), Bound::Items(MAX_CONDITIONS)));
+    for (field, max) in [
+        ("type", MAX_CONDITION_TYPE_LENGTH),
+        ("status", MAX_CONDITION_STATUS_LENGTH),
+        ("reason", MAX_CONDITION_REASON_LENGTH),
+        ("message", MAX_CONDITION_MESSAGE_LENGTH),
+        ("lastTransitionTime", MAX_TIMESTAMP_LENGTH),
+    ] {
+        out.push((format!("status.conditions[].{field}"), Bound::Length(max)));
+    }
 }
 
 fn network_rules() -> Vec<(String, Vec<Rule>)> {
@@ -883,7 +913,11 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
             ] {
                 out.push((p.into(), Bound::Length(MAX_ADDRESS_LENGTH)));
             }
-            out.push(("spec.uplinks[].interface".into(), Bound::Length(15)));
+            out.push((
+                "spec.uplinks[].interface".into(),
+                Bound::Length(MAX_INTERFACE_NAME_LENGTH),
+            ));
+            condition_bounds(&mut out);
             out.push(("spec.externalPrefixes".into(), Bound::Items(MAX_PREFIXES)));
             out.push(("spec.uplinks".into(), Bound::Items(MAX_UPLINKS)));
             out.push((
@@ -905,6 +939,7 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
             ));
             label_selector_bounds(&mut out, "spec.rules[].selector");
             label_selector_bounds(&mut out, "spec.rules[].selector.namespaceSelector");
+            condition_bounds(&mut out);
         }
         "NetworkRoutingPolicy" => {
             names(
@@ -924,6 +959,7 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
             for p in ["spec.destination.prefixes[]", "spec.nextHop.gateway"] {
                 out.push((p.into(), Bound::Length(MAX_ADDRESS_LENGTH)));
             }
+            condition_bounds(&mut out);
         }
         "NetworkEndpoint" => {
             names(&mut out, &["spec.network", "spec.pod", "spec.node"]);
@@ -935,6 +971,10 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
             ));
             out.push(("spec.addresses[]".into(), Bound::Length(MAX_ADDRESS_LENGTH)));
             out.push(("spec.mac".into(), Bound::Length(17)));
+            for p in ["spec.interface", "spec.hostInterface"] {
+                out.push((p.into(), Bound::Length(MAX_INTERFACE_NAME_LENGTH)));
+            }
+            out.push(("spec.identity".into(), Bound::Length(MAX_IDENTITY_LENGTH)));
         }
         "Allocation" => {
             names(&mut out, &["spec.network", "spec.node"]);
@@ -957,7 +997,7 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
                 Bound::Items(MAX_ENDPOINT_ADDRESSES),
             ));
             out.push(("spec.addresses[]".into(), Bound::Length(MAX_ADDRESS_LENGTH)));
-            out.push(("spec.lastSeen".into(), Bound::Length(MAX_ADDRESS_LENGTH)));
+            out.push(("spec.lastSeen".into(), Bound::Length(MAX_TIMESTAMP_LENGTH)));
         }
         "NodeLocator" => {
             for p in ["spec.locator", "spec.underlay"] {
@@ -1051,7 +1091,7 @@ fn strip_nullable(v: &mut Value) {
 fn post_process(crd: &str, value: &mut Value) -> Result<(), ShapeError> {
     let shape = |what: &str| ShapeError {
         crd: crd.to_owned(),
-        what: what.to_owned(),
+        what: format!("{what} not found in the generated schema"),
     };
     let kind = value["spec"]["names"]["kind"]
         .as_str()
@@ -1110,11 +1150,62 @@ fn post_process(crd: &str, value: &mut Value) -> Result<(), ShapeError> {
                     .map(|(rule, message)| json!({"rule": rule, "message": message})),
             );
         }
+        // apiVersion, kind and metadata are the API server's own.
+        let mut unbounded = Vec::new();
+        for part in ["spec", "status"] {
+            if let Some(n) = root["properties"].get(part) {
+                unbounded_fields(n, part, &mut unbounded);
+            }
+        }
+        if let Some(first) = unbounded.first() {
+            return Err(ShapeError {
+                crd: crd.to_owned(),
+                what: format!(
+                    "{first} has no bound (every string, list and map needs one in bounds_of: \
+                     the API server sizes an unbounded one by its largest request and refuses \
+                     rules over it{})",
+                    if unbounded.len() > 1 {
+                        format!("; also {}", unbounded[1..].join(", "))
+                    } else {
+                        String::new()
+                    }
+                ),
+            });
+        }
         if has_status {
             version["subresources"]["status"] = json!({});
         }
     }
     Ok(())
+}
+
+/// The paths (as [`node`] writes them) of the strings without `maxLength` or `enum`, the lists
+/// without `maxItems` and the maps without `maxProperties` at or below `v`.
+fn unbounded_fields(v: &Value, path: &str, out: &mut Vec<String>) {
+    let has = |key: &str| v.get(key).is_some();
+    match v.get("type").and_then(Value::as_str) {
+        Some("string") if !has("maxLength") && !has("enum") => out.push(path.to_owned()),
+        Some("array") => {
+            if !has("maxItems") {
+                out.push(path.to_owned());
+            }
+            if let Some(items) = v.get("items") {
+                unbounded_fields(items, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+    if let Some(values) = v.get("additionalProperties").filter(|a| a.is_object()) {
+        if !has("maxProperties") {
+            out.push(path.to_owned());
+        }
+        unbounded_fields(values, &format!("{path}{{}}"), out);
+    }
+    if let Some(props) = v.get("properties").and_then(Value::as_object) {
+        for (name, child) in props {
+            unbounded_fields(child, &format!("{path}.{name}"), out);
+        }
+    }
 }
 
 fn rule_json(r: &Rule) -> Value {
@@ -1174,4 +1265,29 @@ pub fn schema(kind: &str) -> Option<&'static Value> {
             .collect()
     });
     all.get(kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_unbounded_string_list_and_map_is_named() {
+        let spec = json!({"type": "object", "properties": {
+            "name": {"type": "string"},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "short": {"type": "string", "maxLength": 3},
+            "list": {"type": "array", "items": {"type": "string", "maxLength": 3}},
+            "bounded": {"type": "array", "maxItems": 2, "items": {"type": "string"}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
+            "n": {"type": "integer"}
+        }});
+        let mut out = Vec::new();
+        unbounded_fields(&spec, "spec", &mut out);
+        out.sort();
+        assert_eq!(
+            out,
+            ["spec.bounded[]", "spec.labels", "spec.list", "spec.name"]
+        );
+    }
 }

@@ -136,7 +136,7 @@ impl<S: StatusSink> StatusSink for ApiStatusSink<S> {
             wanted.push(Wanted {
                 kind: "Network",
                 name: n.name.clone(),
-                status: s,
+                status: bounded(s),
             });
         }
         for (kind, entries) in [
@@ -147,7 +147,7 @@ impl<S: StatusSink> StatusSink for ApiStatusSink<S> {
                 wanted.push(Wanted {
                     kind,
                     name: e.name.clone(),
-                    status: json!({"conditions": e.conditions}),
+                    status: bounded(json!({"conditions": e.conditions})),
                 });
             }
         }
@@ -364,14 +364,7 @@ impl Writer {
         let name = o.metadata.name.clone().unwrap_or_default();
         let now = k8s_openapi::jiff::Timestamp::now();
         let mut note = format!("{}={}: {}", c.type_, c.status, c.message);
-        if note.len() > MAX_NOTE {
-            let mut cut = MAX_NOTE - 3;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
-        }
+        cut(&mut note, MAX_NOTE);
         let reason: String = c.reason.chars().take(128).collect();
         let event = Event {
             metadata: ObjectMeta {
@@ -421,6 +414,31 @@ impl Writer {
     }
 }
 
+/// Cuts `s` to at most `max` bytes, ending in `...` when it was longer.
+fn cut(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut at = max - 3;
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s.truncate(at);
+        s.push_str("...");
+    }
+}
+
+/// `status` with every condition message cut to what the CRDs allow
+/// ([`crate::api::limits::MAX_CONDITION_MESSAGE_LENGTH`]: a longer one would be refused whole).
+fn bounded(mut status: Value) -> Value {
+    if let Some(list) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in list {
+            if let Some(Value::String(m)) = c.get_mut("message") {
+                cut(m, crate::api::limits::MAX_CONDITION_MESSAGE_LENGTH);
+            }
+        }
+    }
+    status
+}
+
 fn conditions(status: &Value) -> Vec<Condition> {
     status
         .get("conditions")
@@ -454,6 +472,21 @@ mod tests {
             last_transition_time: None,
             observed_generation: None,
         }
+    }
+
+    #[test]
+    fn a_condition_message_longer_than_the_crd_allows_is_cut_at_a_character() {
+        let max = crate::api::limits::MAX_CONDITION_MESSAGE_LENGTH;
+        // Two-byte characters, so the cut falls inside one unless it is moved.
+        let long = "é".repeat(max);
+        let mut c = cond("Valid", "False", "Invalid");
+        c.message = long.clone();
+        let short = cond("Ready", "True", "Programmed");
+        let status = bounded(json!({"conditions": [c, short]}));
+        let m = status["conditions"][0]["message"].as_str().unwrap();
+        assert!(m.len() <= max, "{} bytes", m.len());
+        assert!(m.ends_with("...") && long.starts_with(m.trim_end_matches("...")));
+        assert_eq!(status["conditions"][1]["message"], "m");
     }
 
     #[test]
