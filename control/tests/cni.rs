@@ -4,7 +4,8 @@
 //!
 //! Tests that make interfaces need root: they run the plugin inside a fresh "node" network
 //! namespace (so nothing touches this machine's own links) and give it a fresh "pod" namespace.
-//! Without root they print "skipped: needs root" — except under `CI=true`, where they fail.
+//! They are `#[ignore]`d, run with `--include-ignored` (as `.ci/run` does); without root or `ip`
+//! they then fail, naming what is missing.
 //! Every namespace and socket is removed by a guard, also when a test fails.
 
 use std::io::{BufRead, BufReader, Write};
@@ -18,6 +19,7 @@ use std::thread::JoinHandle;
 use lace_control::proto::{
     Allocation, Attachment, ErrorCode, IpConfig, Request, Response, RouteConfig,
 };
+use lace_prereq::{program, require, root};
 use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_lace-cni");
@@ -37,23 +39,9 @@ fn unique(tag: &str) -> String {
     )
 }
 
-/// True when the test may make namespaces; prints why not otherwise (fails under CI=true).
-fn have_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let uid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap();
-    if uid == "0" {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "this test needs root (network namespaces) and CI runs as root"
-    );
-    eprintln!("skipped: needs root");
-    false
+/// Fails the test unless it may make namespaces and links (root, `ip`).
+fn prerequisites() {
+    require(&[root(), program("ip", "iproute2")]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -614,10 +602,9 @@ impl Sandbox {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn add_creates_the_configured_pod_interface() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = healthy_control();
     let out = sb.invoke("ADD", &control, "c-add").run();
@@ -770,10 +757,9 @@ fn remembering_control() -> FakeControl {
 /// CNI plugin MUST return with an error." A second ADD without a DEL fails and leaves the first
 /// ADD's interface, addresses and allocation as they were.
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn a_second_add_for_an_existing_interface_is_an_error_and_changes_nothing() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = remembering_control();
     sb.invoke("ADD", &control, "c-retry").run().ok();
@@ -800,10 +786,9 @@ fn a_second_add_for_an_existing_interface_is_an_error_and_changes_nothing() {
 /// attaches it; control's side (a new endpoint id, the forwarder's new port) is shown by the
 /// end-to-end test with the real forwarder.
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn a_retried_add_after_the_interface_vanished_makes_it_again() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = remembering_control();
     let first = sb.invoke("ADD", &control, "c-gone").run();
@@ -828,10 +813,9 @@ fn a_retried_add_after_the_interface_vanished_makes_it_again() {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn add_over_a_foreign_interface_is_already_exists_and_leaves_it() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     sh(&[
         "ip",
@@ -865,10 +849,9 @@ fn add_over_a_foreign_interface_is_already_exists_and_leaves_it() {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn a_failed_attach_removes_the_interface_and_releases() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = FakeControl::start(|req| {
         Some(match req {
@@ -890,10 +873,9 @@ fn a_failed_attach_removes_the_interface_and_releases() {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn an_attach_that_never_answers_times_out_and_cleans_up() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = FakeControl::start(|req| match req {
         Request::Allocate(_) => Some(Response::Allocated(allocation())),
@@ -912,10 +894,9 @@ fn an_attach_that_never_answers_times_out_and_cleans_up() {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn check_passes_after_add_and_names_what_was_tampered_with() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = healthy_control();
     sb.invoke("ADD", &control, "c-check").run().ok();
@@ -944,10 +925,9 @@ fn check_passes_after_add_and_names_what_was_tampered_with() {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn del_after_add_removes_both_ends() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = healthy_control();
     sb.invoke("ADD", &control, "c-del").run().ok();
@@ -963,10 +943,9 @@ fn del_after_add_removes_both_ends() {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn del_after_the_netns_is_gone_succeeds() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let node = Netns::new("node");
     let pod = Netns::new("pod");
     let pod_path = pod.path();
@@ -988,10 +967,9 @@ fn del_after_the_netns_is_gone_succeeds() {
 }
 
 #[test]
+#[ignore = "needs root and ip (network namespaces); run with --include-ignored"]
 fn del_without_netns_removes_the_host_end_by_name() {
-    if !have_root() {
-        return;
-    }
+    prerequisites();
     let sb = Sandbox::new();
     let control = healthy_control();
     sb.invoke("ADD", &control, "c-nons").run().ok();

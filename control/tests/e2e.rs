@@ -10,7 +10,8 @@
 //! flows again; forwarding survives a killed lace-control, and after its restart nothing is
 //! reallocated; a restarted forwarder forwards again from the shared tables.
 //!
-//! Without root: prints "skipped: needs root" (fails under CI=true).
+//! Needs root and host tools: `#[ignore]`d, run with `--include-ignored` (as `.ci/run` does); a
+//! missing prerequisite then fails the test, named with what provides it.
 
 mod e2e_support;
 
@@ -22,6 +23,7 @@ use std::time::Duration;
 use e2e_support::standalone::*;
 use e2e_support::*;
 use ipnet::IpNet;
+use lace_prereq::program;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -190,11 +192,10 @@ fn start_lab(extra: &[(&str, &str)]) -> Lab {
 }
 
 #[test]
+#[ignore = "end-to-end: needs root, ip, ping, ethtool; run with --include-ignored"]
 fn two_nodes_end_to_end() {
     let _serial = serial();
-    if !prerequisites() {
-        return;
-    }
+    prerequisites([]);
     let mut lab = start_lab(&[]);
     let examples = examples();
 
@@ -644,11 +645,10 @@ fn rows(pcap: &Path, filter: &str, fields: &[&str]) -> Vec<String> {
 /// underlay never carries ARP or NDP (answered locally on each node), and carries the VM's
 /// frames whole inside SRv6 (next header 143) to the End.DT2U SID of its node.
 #[test]
+#[ignore = "end-to-end: needs root, ip, ping, ethtool, tshark, python3; run with --include-ignored"]
 fn l2_learning_and_vm_mobility() {
     let _serial = serial();
-    if !prerequisites_with(&["tshark", "python3"]) {
-        return;
-    }
+    prerequisites([program("tshark", "tshark"), program("python3", "python3")]);
     let mut lab = start_lab(&[("vms.yaml", VMS)]);
     let underlay = format!("{}-u", lab.res.tag);
     let capture = UnderlayCapture::start(&lab, &underlay);

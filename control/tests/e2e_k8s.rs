@@ -17,7 +17,8 @@
 //! - stopping the API server does not interrupt traffic; the watches survive its restart and a
 //!   forced relist (410 Gone) and converge: a pod created afterwards is bound and reachable.
 //!
-//! Without root or kubectl: prints "skipped: …" (fails under CI=true).
+//! Needs root, host tools and kubectl: `#[ignore]`d, run with `--include-ignored` (as `.ci/run`
+//! does); a missing prerequisite then fails the test, named with what provides it.
 
 mod e2e_support;
 
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 use e2e_support::*;
 use ipnet::IpNet;
 use lace_kube_fake::{FakeApiServer, Restart};
+use lace_prereq::{which, Need};
 use serde_json::json;
 
 /// (node, underlay address, the node's own IPv4 and IPv6 addresses).
@@ -345,18 +347,14 @@ fn endpoints(lab: &Lab, namespace: &str) -> Vec<(String, String)> {
 }
 
 #[test]
+#[ignore = "end-to-end: needs root, ip, ping, ethtool, kubectl; run with --include-ignored"]
 fn two_nodes_in_kubernetes_mode_end_to_end() {
-    if !prerequisites() {
-        return;
-    }
-    let Some(kubectl) = kubectl_bin() else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "kubectl missing with CI=true: .ci/install-deps installs it into target/deploy-tools"
-        );
-        println!("skipped: needs kubectl (.ci/install-deps installs it into target/deploy-tools)");
-        return;
-    };
+    prerequisites([Need::probe(
+        "kubectl",
+        ".ci/install-deps installs it into target/deploy-tools",
+        || kubectl_bin().is_some(),
+    )]);
+    let kubectl = kubectl_bin().expect("kubectl was just found");
     let fwd_bin = forwarder_bin();
     let mut res = Resources::new();
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");

@@ -25,7 +25,8 @@
 //! - **no backend**: once the last backend is deleted the Service rejects TCP and UDP (refused,
 //!   `service-unavailable` counted), never blackholes.
 //!
-//! Without root: prints "skipped: needs root" (fails under CI=true).
+//! Needs root and host tools: `#[ignore]`d, run with `--include-ignored` (as `.ci/run` does); a
+//! missing prerequisite then fails the test, named with what provides it.
 
 mod e2e_support;
 
@@ -35,6 +36,7 @@ use std::path::{Path, PathBuf};
 
 use e2e_support::standalone::*;
 use e2e_support::*;
+use lace_prereq::program;
 use lace_shared::status::DropReason;
 
 /// The Services' ClusterIPs (outside the network's subnet, as standalone manifests carry them).
@@ -384,18 +386,9 @@ fn release(p: &Proc, trigger: &Path) -> String {
 }
 
 #[test]
+#[ignore = "end-to-end: needs root, ip, ping, ethtool, python3; run with --include-ignored"]
 fn policy_and_services_end_to_end() {
-    if !prerequisites() {
-        return;
-    }
-    if which("python3").is_none() {
-        assert!(
-            std::env::var("CI").ok().as_deref() != Some("true"),
-            "prerequisite missing with CI=true: python3"
-        );
-        println!("skipped: needs python3");
-        return;
-    }
+    prerequisites([program("python3", "python3")]);
     let res = Resources::new();
     let manifests = res.dir.join("manifests");
     fs::create_dir_all(&manifests).unwrap();

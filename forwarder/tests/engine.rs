@@ -3,9 +3,10 @@
 //! SIGKILL and restart) and pod-port hot-plug on a veth pair.
 //!
 //! Prerequisites for the runtime tests: root (DPDK memory, af_packet, network namespaces),
-//! DPDK's PMDs and `ip`. Without them a test prints "skipped: needs root …" and passes, except
-//! under `CI=true`, where it fails. Every process is killed, and every namespace, link and
-//! file removed, when a test ends, also on failure (Drop guards).
+//! DPDK's PMDs and `ip`. Those tests are `#[ignore]`d, run with `--include-ignored` (as
+//! `.ci/run` does); a missing prerequisite then fails the test, named with what provides it.
+//! Every process is killed, and every namespace, link and file removed, when a test ends, also
+//! on failure (Drop guards).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use lace_prereq::{dpdk_null_pmd, program, require, root};
 use lace_shared::tables::{TableWriter, TablesConfig};
 use lace_shared::types::PortKind;
 use lace_shared::types::{
@@ -35,56 +37,13 @@ fn unique(prefix: &str) -> String {
     )
 }
 
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|l| l.split_whitespace().next() == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn missing_prerequisite(needs_ip: bool) -> Option<String> {
-    if !is_root() {
-        return Some("needs root (DPDK memory, af_packet, network namespaces)".to_owned());
+/// Fails the test naming what it lacks: root and DPDK's PMDs, and `ip` when it makes links.
+fn prerequisites(needs_ip: bool) {
+    let mut needs = vec![root(), dpdk_null_pmd()];
+    if needs_ip {
+        needs.push(program("ip", "iproute2"));
     }
-    let pmds = Path::new("/usr/lib/x86_64-linux-gnu/dpdk");
-    if pmds.exists()
-        && !fs::read_dir(pmds)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|d| d.path().join("librte_net_null.so").exists())
-    {
-        return Some(format!(
-            "needs DPDK's net_null PMD under {}",
-            pmds.display()
-        ));
-    }
-    if needs_ip
-        && !Command::new("ip")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    {
-        return Some("needs iproute2 (`ip`)".to_owned());
-    }
-    None
-}
-
-/// Returns early from the test when a prerequisite is missing (fails under CI=true).
-macro_rules! require {
-    ($needs_ip:expr) => {
-        if let Some(missing) = missing_prerequisite($needs_ip) {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("prerequisite missing with CI=true: {missing}");
-            }
-            println!("skipped: {missing}");
-            return;
-        }
-    };
+    require(&needs);
 }
 
 /// A directory for one test's tables, status region, configs and logs; removed on drop.
@@ -467,8 +426,9 @@ fn check_prints_the_effective_eal_arguments() {
 // ---- the run lifecycle (root) -------------------------------------------------------------
 
 #[test]
+#[ignore = "runs the forwarder: needs root and DPDK's PMDs; run with --include-ignored"]
 fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
-    require!(false);
+    prerequisites(false);
     let dir = Workdir::new("life");
     let name = unique("l");
     let cfg = write_config(&dir.path, &name, "");
@@ -585,8 +545,9 @@ fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
 }
 
 #[test]
+#[ignore = "runs the forwarder: needs root and DPDK's PMDs; run with --include-ignored"]
 fn hugepage_shortage_names_the_fix() {
-    require!(false);
+    prerequisites(false);
     let dir = Workdir::new("huge");
     let name = unique("h");
     let cfg = write_config(&dir.path, &name, "");
@@ -678,20 +639,23 @@ fn packet_sockets_on(ifindex: u32) -> usize {
 }
 
 #[test]
+#[ignore = "runs the forwarder: needs root, DPDK's PMDs and ip; run with --include-ignored"]
 fn pod_ports_hot_plug_fail_and_detach() {
-    require!(true);
+    prerequisites(true);
     hot_plug("af_packet");
 }
 
 #[test]
+#[ignore = "runs the forwarder: needs root, DPDK's PMDs and ip; run with --include-ignored"]
 fn pod_ports_hot_plug_packet_socket() {
-    require!(true);
+    prerequisites(true);
     hot_plug("packet_socket");
 }
 
 #[test]
+#[ignore = "runs the forwarder: needs root, DPDK's PMDs and ip; run with --include-ignored"]
 fn pod_ports_hot_plug_af_xdp() {
-    require!(true);
+    prerequisites(true);
     hot_plug("af_xdp");
 }
 

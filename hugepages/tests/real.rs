@@ -1,5 +1,6 @@
 //! `lace-hugepages` on this machine's kernel: reserve 2M pages, see them in `check --json`,
-//! mount hugetlbfs, release. Needs root; fails without it under `CI=true`, skips otherwise.
+//! mount hugetlbfs, release. Needs root: `#[ignore]`d, run with `--include-ignored` (as `.ci/run`
+//! does); without root it then fails saying so.
 //!
 //! Other tests may reserve huge pages at the same time: this one raises only by what it needs
 //! over what is available when it starts, gives back only what it was granted, touches only
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use lace_hugepages::{PageSize, Roots};
+use lace_prereq::{require, root};
 
 const NR: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
 
@@ -86,15 +88,9 @@ fn number_before(s: &str, marker: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root (reserves huge pages, mounts hugetlbfs); run with --include-ignored"]
 fn reserve_check_mount_release_on_the_live_kernel() {
-    if !nix::unistd::Uid::effective().is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: this test needs root (to reserve huge pages and mount hugetlbfs)"
-        );
-        eprintln!("skipped: needs root (reserve_check_mount_release_on_the_live_kernel)");
-        return;
-    }
+    require(&[root()]);
     assert!(
         Path::new(NR).exists(),
         "{NR} missing: this kernel has no 2M huge pages"

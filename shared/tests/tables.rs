@@ -3,6 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
+use lace_prereq::{require, root};
 use lace_shared::fib::Fib;
 use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
 use lace_shared::types::*;
@@ -485,25 +486,10 @@ impl Drop for HugeMount {
     }
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
+#[ignore = "needs root (reserves huge pages, mounts hugetlbfs); run with --include-ignored"]
 fn tables_live_on_hugetlbfs_when_mounted() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: this test needs root (to reserve huge pages and mount hugetlbfs)"
-        );
-        eprintln!("skipped: tables_live_on_hugetlbfs_when_mounted needs root");
-        return;
-    }
+    require(&[root()]);
     let mount = HugeMount::new(48).unwrap_or_else(|e| panic!("hugetlbfs setup: {e}"));
     let cfg = TablesConfig {
         dir: mount.dir.clone(),
@@ -546,15 +532,9 @@ fn tables_live_on_hugetlbfs_when_mounted() {
 }
 
 #[test]
+#[ignore = "needs root (reserves huge pages, mounts hugetlbfs); run with --include-ignored"]
 fn too_few_huge_pages_is_a_clear_error() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: this test needs root (to mount hugetlbfs)"
-        );
-        eprintln!("skipped: too_few_huge_pages_is_a_clear_error needs root");
-        return;
-    }
+    require(&[root()]);
     // A mount with no pages reserved for us beyond what other tests hold: ask for far more.
     let mount = HugeMount::new(1).unwrap_or_else(|e| panic!("hugetlbfs setup: {e}"));
     let cfg = TablesConfig {

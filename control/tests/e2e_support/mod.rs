@@ -32,47 +32,21 @@ pub const SHM: &str = "/dev/shm";
 /// Bound for anything the test waits for (small, noisy machine).
 pub const WAIT: Duration = Duration::from_secs(60);
 
-fn is_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+use lace_prereq::{program, require, root, Need};
 
-/// Full path of a program on PATH (or /usr/sbin, /sbin).
-pub fn which(prog: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-        .map(|d| d.join(prog))
-        .find(|p| p.is_file())
-}
-
-/// True when the test can run; with `CI=true` a missing prerequisite fails the test,
-/// otherwise it prints why it skips.
-pub fn prerequisites() -> bool {
-    prerequisites_with(&[])
-}
-
-/// [`prerequisites`], with more tools the test needs (`tshark`, `python3`).
-pub fn prerequisites_with(extra: &[&str]) -> bool {
-    let mut missing = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root".to_string());
-    }
-    for &tool in ["ip", "ping", "ethtool", "sysctl"].iter().chain(extra) {
-        if which(tool).is_none() {
-            missing.push(tool.to_string());
-        }
-    }
-    if missing.is_empty() {
-        cleanup_leftovers();
-        return true;
-    }
-    assert!(
-        !is_ci(),
-        "prerequisite missing with CI=true: {} (the end-to-end test must run in CI)",
-        missing.join(", ")
-    );
-    println!("skipped: needs root (missing: {})", missing.join(", "));
-    false
+/// Fails the test naming whatever it lacks of what every end-to-end test needs (root, `ip`,
+/// `ping`, `ethtool`, `sysctl`) and of `extra`; then removes what dead runs left behind.
+pub fn prerequisites(extra: impl IntoIterator<Item = Need>) {
+    let mut needs = vec![
+        root(),
+        program("ip", "iproute2"),
+        program("ping", "iputils-ping"),
+        program("ethtool", "ethtool"),
+        program("sysctl", "procps"),
+    ];
+    needs.extend(extra);
+    require(&needs);
+    cleanup_leftovers();
 }
 
 fn pid_alive(pid: i32) -> bool {

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use lace_shared::types::MacAddr;
 
-use super::{is_ci, run_capture, wait_for, which, Proc};
+use lace_prereq::{file, program, Need};
+
+use super::{run_capture, wait_for, Proc};
 
 /// How long one command (or the boot, until the first command answers) may take. Guests run
 /// under TCG (software emulation: nested KVM is not dependable on the machines this runs on),
@@ -33,36 +35,15 @@ pub fn peer_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/cache/lace/linux-peer"))
 }
 
-/// True when Linux peer guests can boot. Missing QEMU or the prepared guest: with `CI=true`
-/// the test fails, otherwise it prints why it skips and the caller returns.
-pub fn linux_peer_prerequisites() -> bool {
+/// What booting a Linux peer guest needs: QEMU and the kernel and initramfs that
+/// `tests/linux-peer/prepare` (run by `.ci/install-deps`) puts in [`peer_dir`].
+pub fn needs() -> Vec<Need> {
     let dir = peer_dir();
-    let mut missing = Vec::new();
-    if which("qemu-system-x86_64").is_none() {
-        missing.push("qemu-system-x86_64 (package qemu-system-x86)".to_string());
-    }
+    let mut needs = vec![program("qemu-system-x86_64", "qemu-system-x86")];
     for f in ["vmlinuz", "initrd.gz"] {
-        if !dir.join(f).is_file() {
-            missing.push(format!(
-                "{} (run tests/linux-peer/prepare)",
-                dir.join(f).display()
-            ));
-        }
+        needs.push(file(dir.join(f), "run tests/linux-peer/prepare"));
     }
-    if missing.is_empty() {
-        return true;
-    }
-    if is_ci() {
-        panic!(
-            "prerequisite missing with CI=true: {} (the Linux SRv6 peer must run in CI)",
-            missing.join(", ")
-        );
-    }
-    println!(
-        "skipped: needs the Linux SRv6 peer guest (missing: {})",
-        missing.join(", ")
-    );
-    false
+    needs
 }
 
 /// Namespaces that live in a guest, by name.
@@ -89,6 +70,11 @@ fn quote(arg: &str) -> String {
     } else {
         format!("'{}'", arg.replace('\'', r"'\''"))
     }
+}
+
+/// `argv` as one line for the guest's shell.
+fn command_line(argv: &[&str]) -> String {
+    argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
 }
 
 /// One running guest.
@@ -198,10 +184,64 @@ impl Guest {
 
     /// Runs `argv` in the guest; its exit status and output (stdout and stderr together).
     pub fn run_status(&self, argv: &[&str]) -> (i32, String) {
-        let line: Vec<String> = argv.iter().map(|a| quote(a)).collect();
+        self.run_line(&command_line(argv), argv)
+    }
+
+    /// Starts `argv` in the guest in the background; `name` (unique in this guest) names the
+    /// files that hold its output, process id and exit status there.
+    pub fn spawn(self: &Arc<Guest>, name: &str, argv: &[&str]) -> Task {
+        let file = |ext: &str| format!("/run/lace-task-{name}.{ext}");
+        let (log, pid, rc) = (file("log"), file("pid"), file("rc"));
+        // The inner shell records its own pid, then becomes the program; the outer group
+        // records the exit status once it ends.
+        let mut inner = vec![
+            "sh",
+            "-c",
+            "echo $$ > \"$0\"; shift; exec \"$@\"",
+            &pid,
+            "-",
+        ];
+        inner.extend_from_slice(argv);
+        let line = format!(
+            "{{ {}; echo $? > {rc}; }} > {log} 2>&1 &",
+            command_line(&inner)
+        );
+        let (status, out) = self.run_line(&line, argv);
+        assert!(
+            status == 0,
+            "starting `{}` in guest {}: exit status {status}: {out}",
+            argv.join(" "),
+            self.label
+        );
+        Task {
+            guest: self.clone(),
+            name: name.to_string(),
+            log,
+            pid,
+            rc,
+            status: None,
+        }
+    }
+
+    /// Writes `contents` to `path` in the guest (under `/run` or `/tmp`: the rest of its file
+    /// system is the host's root, read-only). The bytes go as octal escapes of the shell's
+    /// `printf`, so any content fits the agent's one-line commands.
+    pub fn write_file(&self, path: &str, contents: &[u8]) {
+        let format: String = contents.iter().map(|b| format!("\\{b:03o}")).collect();
+        let line = format!("printf {} > {}", quote(&format), quote(path));
+        let (status, out) = self.run_line(&line, &["printf", "…", ">", path]);
+        assert!(
+            status == 0,
+            "writing {path} in guest {}: exit status {status}: {out}",
+            self.label
+        );
+    }
+
+    /// Sends one command line to the agent; `argv` names the command in failures.
+    fn run_line(&self, line: &str, argv: &[&str]) -> (i32, String) {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let (reader, writer) = &mut *conn;
-        if let Err(e) = writer.write_all(format!("{}\n", line.join(" ")).as_bytes()) {
+        if let Err(e) = writer.write_all(format!("{line}\n").as_bytes()) {
             panic!(
                 "guest {}: sending a command: {e}\n{}",
                 self.label,
@@ -267,6 +307,57 @@ impl Guest {
     pub fn stop(&self) {
         let mut q = self.qemu.lock().unwrap_or_else(|p| p.into_inner());
         q.stop(libc::SIGTERM, Duration::from_secs(10));
+    }
+}
+
+/// A program started in a guest's background by [`Guest::spawn`]; killed on drop if still
+/// running, its output printed when a test fails.
+#[derive(Debug)]
+pub struct Task {
+    guest: Arc<Guest>,
+    name: String,
+    log: String,
+    pid: String,
+    rc: String,
+    status: Option<i32>,
+}
+
+impl Task {
+    /// Its exit status, once it has ended.
+    pub fn exit_status(&mut self) -> Option<i32> {
+        if self.status.is_none() {
+            if let Ok(rc) = self.guest.run(&["cat", &self.rc]) {
+                self.status = Some(rc.trim().parse().unwrap_or_else(|e| {
+                    panic!("guest task {}: exit status {rc:?}: {e}", self.name)
+                }));
+            }
+        }
+        self.status
+    }
+
+    /// Its output so far.
+    pub fn log_text(&self) -> String {
+        self.guest.run(&["cat", &self.log]).unwrap_or_default()
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        if self.exit_status().is_none() {
+            let kill = format!("kill -KILL $(cat {})", self.pid);
+            let _ = self.guest.run(&["sh", "-c", &kill]);
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "----- guest {} task {} ({:?}) output -----\n{}\n----- end {} -----",
+                self.guest.label,
+                self.name,
+                self.status,
+                self.log_text(),
+                self.name
+            );
+        }
+        // Its files go with the guest's /run.
     }
 }
 

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
+use lace_prereq::{program, require, root, Need};
 use lace_shared::status::{status_path, DropReason, PortState, RunState, StatusReader};
 use lace_shared::tables::{TableWriter, TablesConfig};
 use lace_shared::types::{
@@ -48,47 +49,23 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn is_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+pub use lace_prereq::which;
 
-/// Full path of a program on PATH.
-pub fn which(prog: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-        .map(|d| d.join(prog))
-        .find(|p| p.is_file())
-}
-
-/// True when the test can run. Missing root or tools: with `CI=true` the test fails (CI must
-/// run it), otherwise it prints why it skips and the caller returns.
-pub fn prerequisites() -> bool {
-    let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        missing.push("root".to_string());
-    }
-    for tool in ["ip", "tshark", "ping", "python3", "ethtool", "sysctl"] {
-        if which(tool).is_none() {
-            missing.push(tool.to_string());
-        }
-    }
-    if missing.is_empty() {
-        CLEANUP.call_once(cleanup_leftovers);
-        return true;
-    }
-    if is_ci() {
-        panic!(
-            "prerequisite missing with CI=true: {} (host tests must run in CI)",
-            missing.join(", ")
-        );
-    }
-    println!(
-        "skipped: needs root and ip, tshark, ping, python3, ethtool (missing: {})",
-        missing.join(", ")
-    );
-    false
+/// Fails the test naming whatever it lacks of what every host test needs (root and the tools
+/// it runs) and of `extra`; then removes, once per process, what dead runs left behind.
+pub fn prerequisites(extra: impl IntoIterator<Item = Need>) {
+    let mut needs = vec![
+        root(),
+        program("ip", "iproute2"),
+        program("tshark", "tshark"),
+        program("ping", "iputils-ping"),
+        program("python3", "python3"),
+        program("ethtool", "ethtool"),
+        program("sysctl", "procps"),
+    ];
+    needs.extend(extra);
+    require(&needs);
+    CLEANUP.call_once(cleanup_leftovers);
 }
 
 /// The forwarder binary Cargo built for this test crate.
@@ -861,6 +838,12 @@ impl Lab {
             pod6(1, k, 1),
             (24, 64),
         );
+        // Routes of a Linux node toward a forwarder may use `mode encap` (with an SRH: 40 + 8 +
+        // 16 bytes), so its pod's MTU leaves room for that, as the operator of such a node sets
+        // it: the kernel's seg6 does not fit a full-sized forwarded packet in the underlay.
+        let mtu = UNDERLAY_MTU - 64;
+        ipn(&pod.ns, &format!("link set eth0 mtu {mtu}"));
+        ipn(&ns, &format!("link set lp mtu {mtu}"));
         sysctl(&ns, &["net.ipv6.conf.lp.disable_ipv6=0"]);
         ipn(&ns, &format!("addr add {}/24 dev lp", pod4(1, k, 1)));
         ipn(
@@ -1805,18 +1788,77 @@ s.recv(1)
 print("sent", sent, h.hexdigest(), "seconds", round(time.time() - t0, 2), flush=True)
 "#;
 
-/// Runs a Python program in a namespace as a guarded process.
-pub fn python_in(lab: &Lab, ns: &str, label: &str, script: &str, args: &[String]) -> Proc {
+/// A program a test runs: a guarded process on this host, or a task in a Linux peer guest.
+#[derive(Debug)]
+pub enum Running {
+    /// On this host.
+    Host(Proc),
+    /// In a guest.
+    Guest(guest::Task),
+}
+
+impl Running {
+    /// `Some(succeeded)` once it has ended, `None` while it runs.
+    pub fn ended(&mut self) -> Option<bool> {
+        match self {
+            Running::Host(p) => p.try_wait().map(|s| s.success()),
+            Running::Guest(t) => t.exit_status().map(|rc| rc == 0),
+        }
+    }
+
+    /// Waits up to `timeout` for it to end: `Some(succeeded)`, or `None` if it still runs.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<bool> {
+        let start = Instant::now();
+        loop {
+            if let Some(ok) = self.ended() {
+                return Some(ok);
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Its output so far.
+    pub fn log_text(&self) -> String {
+        match self {
+            Running::Host(p) => p.log_text(),
+            Running::Guest(t) => t.log_text(),
+        }
+    }
+}
+
+/// Runs a Python program in namespace `ns` — on this host, or in the guest `ns` lives in.
+pub fn python_in(lab: &Lab, ns: &str, label: &str, script: &str, args: &[String]) -> Running {
     let py = which("python3").expect("python3").display().to_string();
+    let guest = guest::of(ns);
+    let file = match &guest {
+        Some(g) => {
+            let file = format!("/run/lace-{label}.py");
+            g.write_file(&file, script.as_bytes());
+            file
+        }
+        None => {
+            let file = lab.path(&format!("{label}.py"));
+            fs::write(&file, script).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
+            file.display().to_string()
+        }
+    };
     let mut argv: Vec<String> = vec![
         "ip".into(),
         "netns".into(),
         "exec".into(),
         ns.into(),
         py,
-        "-c".into(),
-        script.into(),
+        file,
     ];
     argv.extend_from_slice(args);
-    Proc::spawn(label, &argv, lab.path(&format!("{label}.log")))
+    match guest {
+        Some(g) => {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            Running::Guest(g.spawn(label, &argv))
+        }
+        None => Running::Host(Proc::spawn(label, &argv, lab.path(&format!("{label}.log")))),
+    }
 }
