@@ -166,13 +166,6 @@ fn check_ips(lab: &Lab, pod: &Pod) -> Vec<String> {
         .collect()
 }
 
-/// The tests of this file run one at a time: each is a whole two-node cluster.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples")
 }

@@ -25,6 +25,16 @@
 //! - **no backend**: once the last backend is deleted the Service rejects TCP and UDP (refused,
 //!   `service-unavailable` counted), never blackholes.
 //!
+//! A second cluster shows what pods of a real cluster lean on:
+//!
+//! - **cluster DNS**: a real DNS server (dnsmasq) in a pod behind a ClusterIP Service (port 53,
+//!   UDP and TCP) answers a pod on the other node resolving a name through the ClusterIP over
+//!   UDP and over TCP;
+//! - **hairpin**: a pod reaches itself through its own Service, and sees the connection come
+//!   from the Service's address;
+//! - **terminating backends**: a Service whose EndpointSlice holds only a serving, terminating
+//!   endpoint (and one that is not serving) still serves, from that endpoint only (KEP-1669).
+//!
 //! Needs root and host tools: `#[ignore]`d, run with `--include-ignored` (as `.ci/run` does); a
 //! missing prerequisite then fails the test, named with what provides it.
 
@@ -388,6 +398,7 @@ fn release(p: &Proc, trigger: &Path) -> String {
 #[test]
 #[ignore = "end-to-end: needs root, ip, ping, ethtool, python3; run with --include-ignored"]
 fn policy_and_services_end_to_end() {
+    let _serial = serial();
     prerequisites([program("python3", "python3")]);
     let res = Resources::new();
     let manifests = res.dir.join("manifests");
@@ -568,5 +579,304 @@ fn policy_and_services_end_to_end() {
     assert!(
         drops(&lab, DropReason::ServiceUnavailable) >= unavailable + 2,
         "rejected connections counted service-unavailable"
+    );
+}
+
+/// The DNS test's Services and their ClusterIPs.
+const DNS_VIP: &str = "10.96.0.10";
+const HAIRPIN_VIP: &str = "10.96.0.30";
+const DRAINING_VIP: &str = "10.96.0.31";
+/// The name the DNS server answers, and its address.
+const WEB_NAME: &str = "web.x.svc.cluster.local";
+
+const CLUSTER: &str = r#"
+apiVersion: lace-cni.io/v1alpha1
+kind: Network
+metadata: {name: apps}
+spec:
+  type: l3
+  ipv4Subnet: {prefix: 10.60.0.0/16, hostLocalPrefixLength: 24}
+  ipv6Subnet: {prefix: "fd60::/48", hostLocalPrefixLength: 64}
+---
+apiVersion: lace-cni.io/v1alpha1
+kind: NetworkBindingPolicy
+metadata: {name: apps}
+spec:
+  matchKind: [pod, service]
+  rules:
+  - network: apps
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: x}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: x}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: dns}
+  ports:
+  - {name: dns, port: 53, targetPort: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, targetPort: 53, protocol: TCP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: x}
+spec:
+  clusterIP: 10.96.0.30
+  selector: {app: web}
+  ports:
+  - {port: 80, targetPort: 8080, protocol: TCP}
+---
+# No selector: its backends are the EndpointSlice the test writes once the pods have addresses.
+apiVersion: v1
+kind: Service
+metadata: {name: draining, namespace: x}
+spec:
+  clusterIP: 10.96.0.31
+  ports:
+  - {name: http, port: 80, targetPort: 8080, protocol: TCP}
+"#;
+
+/// The `draining` Service's slice, as the EndpointSlice controller writes it while its pods
+/// terminate: `serving` is still serving, `gone` no longer is.
+fn draining_slice(serving: IpAddr, gone: IpAddr) -> String {
+    format!(
+        r#"
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: draining-1
+  namespace: x
+  labels: {{kubernetes.io/service-name: draining}}
+addressType: IPv4
+ports:
+- {{name: http, port: 8080, protocol: TCP}}
+endpoints:
+- addresses: ["{serving}"]
+  conditions: {{ready: false, serving: true, terminating: true}}
+- addresses: ["{gone}"]
+  conditions: {{ready: false, serving: false, terminating: true}}
+"#
+    )
+}
+
+/// `resolve.py udp|tcp SERVER NAME`: one A query; prints each address of the answer. Exit 3
+/// when nothing answers within 3 s, 4 when refused, 6 when the answer is not a valid answer
+/// to the query (its id, flags or counts).
+const RESOLVE: &str = r#"
+import random, socket, struct, sys
+proto, server, name = sys.argv[1], sys.argv[2], sys.argv[3]
+qid = random.randrange(1 << 16)
+query = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+query += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+query += struct.pack(">HH", 1, 1)
+def exact(s, n):
+    b = b""
+    while len(b) < n:
+        d = s.recv(n - len(b))
+        if not d:
+            sys.exit(6)
+        b += d
+    return b
+try:
+    if proto == "udp":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(3)
+        s.connect((server, 53))
+        s.send(query)
+        r = s.recv(4096)
+    else:
+        s = socket.create_connection((server, 53), timeout=3)
+        s.sendall(struct.pack(">H", len(query)) + query)
+        r = exact(s, struct.unpack(">H", exact(s, 2))[0])
+except socket.timeout:
+    print("timeout"); sys.exit(3)
+except ConnectionRefusedError:
+    print("refused"); sys.exit(4)
+rid, flags, qd, an = struct.unpack(">HHHH", r[:8])
+if rid != qid or not flags & 0x8000 or flags & 0xF != 0 or qd != 1:
+    print("bad answer", rid, qid, hex(flags), qd); sys.exit(6)
+def skip_name(o):
+    while r[o] != 0:
+        if r[o] & 0xC0 == 0xC0:
+            return o + 2
+        o += 1 + r[o]
+    return o + 1
+o = skip_name(12) + 4
+for _ in range(an):
+    o = skip_name(o)
+    rtype, rclass, ttl, size = struct.unpack(">HHIH", r[o:o + 10])
+    o += 10
+    if rtype == 1 and size == 4:
+        print(socket.inet_ntoa(r[o:o + 4]))
+    o += size
+"#;
+
+/// Resolves `name` through `server` over `proto` from `from`: the addresses, or why not.
+fn resolve(
+    script: &Path,
+    from: &Pod,
+    proto: &str,
+    server: &str,
+    name: &str,
+) -> Result<Vec<String>, String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &from.ns, "python3"])
+        .arg(script)
+        .args([proto, server, name])
+        .output()
+        .expect("run the resolver");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    match out.status.code() {
+        Some(0) => Ok(stdout.split_whitespace().map(str::to_owned).collect()),
+        Some(3 | 4) => Err(stdout),
+        _ => panic!(
+            "resolve {proto} {name} via {server} from {}: {}\n{stdout}{}",
+            from.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+#[test]
+#[ignore = "end-to-end: needs root, ip, ping, ethtool, python3, dnsmasq; run with --include-ignored"]
+fn cluster_dns_hairpin_and_terminating_backends_end_to_end() {
+    let _serial = serial();
+    prerequisites([
+        program("python3", "python3"),
+        program("dnsmasq", "dnsmasq-base"),
+    ]);
+    let res = Resources::new();
+    let manifests = res.dir.join("manifests");
+    fs::create_dir_all(&manifests).unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    fs::copy(examples.join("nodes.yaml"), manifests.join("nodes.yaml")).unwrap();
+    write(&manifests.join("cluster.yaml"), CLUSTER);
+    let pods: [(&str, usize, &str); 5] = [
+        ("dns-a", 0, "app: dns"),
+        ("web-a", 0, "app: web"),
+        ("client-b", 1, "role: client"),
+        ("old-b", 1, "role: old"),
+        ("gone-a", 0, "role: old"),
+    ];
+    for (name, node, labels) in pods {
+        write(
+            &manifests.join(format!("pod-{name}.yaml")),
+            &pod_manifest("x", name, node, labels),
+        );
+    }
+    let scripts = Scripts {
+        probe: res.dir.join("probe.py"),
+        hold: res.dir.join("hold.py"),
+    };
+    write(&scripts.probe, PROBE);
+    write(&scripts.hold, HOLD);
+    let resolver = res.dir.join("resolve.py");
+    write(&resolver, RESOLVE);
+    let server = res.dir.join("server.py");
+    write(&server, SERVER);
+
+    let mut lab = Lab::new(res, manifests);
+    lab.start();
+    let mut running = Vec::new();
+    let mut pod = std::collections::BTreeMap::new();
+    for (name, node, _) in pods {
+        let p = lab.add_pod(node, "x", name);
+        let log = lab.res.dir.join(format!("server-{name}.log"));
+        let proc = if name == "dns-a" {
+            // A real DNS server, as cluster DNS is one: it answers the Service's name with its
+            // ClusterIP, over UDP and TCP, and logs every query.
+            let argv = [
+                "ip",
+                "netns",
+                "exec",
+                &p.ns,
+                "dnsmasq",
+                "--keep-in-foreground",
+                "--log-facility=-",
+                "--log-queries",
+                "--conf-file=/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--pid-file=",
+                "--user=root",
+                "--port=53",
+                &format!("--address=/{WEB_NAME}/{HAIRPIN_VIP}"),
+            ]
+            .map(String::from);
+            Proc::spawn("dnsmasq in dns-a", &argv, log)
+        } else {
+            let argv = [
+                "ip",
+                "netns",
+                "exec",
+                &p.ns,
+                "python3",
+                &server.display().to_string(),
+                name,
+            ]
+            .map(String::from);
+            let srv = Proc::spawn(&format!("server in {name}"), &argv, log);
+            wait_for(&format!("{} ready", srv.name), WAIT, || {
+                printed(&srv, "ready")
+            });
+            srv
+        };
+        running.push(proc);
+        pod.insert(name, p);
+    }
+    let [web_a, client_b, old_b, gone_a] =
+        ["web-a", "client-b", "old-b", "gone-a"].map(|n| pod[n].clone());
+    let s = &scripts;
+
+    // ---- cluster DNS: a pod on the other node resolves through the ClusterIP, UDP and TCP ----
+    for proto in ["udp", "tcp"] {
+        let got = wait_for(
+            &format!("{WEB_NAME} over {proto} via {DNS_VIP}"),
+            WAIT,
+            || resolve(&resolver, &client_b, proto, DNS_VIP, WEB_NAME).ok(),
+        );
+        assert_eq!(got, [HAIRPIN_VIP], "{proto}: the DNS answer");
+    }
+    let dns_log = fs::read_to_string(&running[0].log).unwrap_or_default();
+    assert!(
+        dns_log.contains(&format!("query[A] {WEB_NAME} from {}", client_b.v4)),
+        "dnsmasq saw the query from client-b's own address:\n{dns_log}"
+    );
+
+    // ---- hairpin: web-a through its own Service reaches itself, from the Service address ----
+    let vip: IpAddr = HAIRPIN_VIP.parse().unwrap();
+    for _ in 0..4 {
+        assert_eq!(
+            probe(s, &web_a, "tcp", HAIRPIN_VIP, 80),
+            Probe::Answered("web-a".into(), vip),
+            "web-a -> {HAIRPIN_VIP}:80 (its own Service)"
+        );
+    }
+
+    // ---- terminating backends: only the serving one, while no endpoint is ready ----
+    write(
+        &lab.manifests.join("slice-draining.yaml"),
+        &draining_slice(old_b.v4, gone_a.v4),
+    );
+    let first = wait_for("the draining Service programmed", WAIT, || {
+        match probe(s, &client_b, "tcp", DRAINING_VIP, 80) {
+            Probe::Answered(name, seen) => Some((name, seen)),
+            _ => None,
+        }
+    });
+    assert_eq!(first, ("old-b".to_string(), client_b.v4));
+    let got = backends(s, &client_b, DRAINING_VIP, 12);
+    assert!(
+        got.iter().all(|b| b == "old-b"),
+        "only the serving terminating endpoint takes connections: {got:?}"
+    );
+    let gone_log = fs::read_to_string(&running[4].log).unwrap_or_default();
+    assert!(
+        !gone_log.contains("got 8080"),
+        "the endpoint that no longer serves got a connection:\n{gone_log}"
     );
 }

@@ -49,6 +49,13 @@ pub fn prerequisites(extra: impl IntoIterator<Item = Need>) {
     cleanup_leftovers();
 }
 
+/// The tests of one binary run one at a time: each is a whole two-node cluster.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn pid_alive(pid: i32) -> bool {
     kill(Pid::from_raw(pid), None).is_ok()
 }
