@@ -530,6 +530,7 @@ fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
                 id: NodeId(k),
                 locator: format!("fc00:0:{k:x}::/48").parse()?,
                 underlay: format!("fd00::{k:x}").parse()?,
+                addresses: Vec::new(),
             },
         );
     }

@@ -129,6 +129,7 @@ pub fn vnet_world(s: &VnetSizes) -> anyhow::Result<World> {
                 id: NodeId(k),
                 locator: format!("fc00:0:{k:x}::/48").parse()?,
                 underlay: format!("fd00::{k:x}").parse()?,
+                addresses: Vec::new(),
             },
         );
         w.allocations.insert(

@@ -83,6 +83,9 @@ pub struct NodeModel {
     pub locator: Ipv6Net,
     /// Underlay (uplink) address.
     pub underlay: Ipv6Addr,
+    /// The node's own addresses (`status.addresses`, `InternalIP`): every l3 network routes
+    /// them to the node, where its host interface takes them (ADR 0036).
+    pub addresses: Vec<IpAddr>,
 }
 
 /// Identifies an attachment the way CNI does: (container id, interface in the container).

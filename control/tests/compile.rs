@@ -37,6 +37,7 @@ fn node(k: u32) -> NodeModel {
         id: NodeId(k),
         locator: format!("fc00:0:{k:x}::/48").parse().unwrap(),
         underlay: format!("fd00::{k:x}").parse().unwrap(),
+        addresses: Vec::new(),
     }
 }
 
@@ -1595,10 +1596,11 @@ proptest! {
 // ---- the host interface ----------------------------------------------------------------------
 
 /// Node 1 with its host interface: the port, the host network holding every local endpoint of
-/// every network (l3 and l2) and this node's blocks, the node's addresses routed to the host
-/// port in every programmed network, and the host's routes: the blocks and the l2 endpoints.
+/// every network (l3 and l2), this node's blocks and other nodes' l3 blocks (through SRv6),
+/// the node's addresses routed to the host port in every programmed network and another node's
+/// to that node's SID in the l3 ones, and the host's routes: the blocks and the l2 endpoints.
 #[test]
-fn the_host_interface_reaches_every_local_pod_and_pods_reach_the_node() {
+fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
     let mut world = two_nodes();
     add_network(&mut world, 2);
     allocate(&mut world, 2, 1);
@@ -1608,6 +1610,9 @@ fn the_host_interface_reaches_every_local_pod_and_pods_reach_the_node() {
     let host_mac = MacAddr([0x0a, 0, 0, 0, 0, 1]);
     let node4: IpAddr = "192.168.100.1".parse().unwrap();
     let node6: IpAddr = "fd00:200::1".parse().unwrap();
+    let other4: IpAddr = "192.168.100.2".parse().unwrap();
+    let other6: IpAddr = "fd00:200::2".parse().unwrap();
+    world.nodes.get_mut(&name(2)).unwrap().addresses = vec![other4, other6];
     world.host = Some(HostModel {
         iface: IfName::new("lace-host-fw").unwrap(),
         mac: host_mac,
@@ -1649,24 +1654,35 @@ fn the_host_interface_reaches_every_local_pod_and_pods_reach_the_node() {
     });
     let host = NetworkId::HOST.0;
     // The host reaches the local pods of every network; a free address of a local block is
-    // unreachable; another node's pod is not in the host network.
+    // unreachable; another node's pods through that node's SID of their network.
     assert_eq!(v.hop4(host, addr4(1, 1, 2)), Some(local(1, 1, 2)));
     assert_eq!(v.hop6(host, addr6(1, 1, 2)), Some(local(1, 1, 2)));
     assert_eq!(v.hop4(host, addr4(2, 1, 7)), Some(local(2, 1, 7)));
     assert_eq!(v.hop4(host, addr4(L2, 1, 5)), Some(local(L2, 1, 5)));
     assert_eq!(v.hop4(host, addr4(1, 1, 99)), Some(NextHop::Unreachable));
-    assert_eq!(v.hop4(host, addr4(1, 2, 2)), None);
+    assert_eq!(v.hop4(host, addr4(1, 2, 2)), Some(remote(2, 1)));
+    assert_eq!(v.hop6(host, addr6(1, 2, 2)), Some(remote(2, 1)));
+    // Another node's addresses are not the host network's: the host reaches them its own way.
+    assert_eq!(v.hop(host, other4), None);
     assert_eq!(
         v.hop(host, node4),
         to_host,
         "answers to the host go back to it"
     );
-    // Pods of every programmed network reach the node's addresses.
+    // Pods of every programmed network reach the node's addresses, and those of an l3
+    // network another node's addresses through that node's SID of the network (where its host
+    // port takes them).
     for n in [1, 2, L2] {
         assert_eq!(v.hop(n, node4), to_host, "net-{n}");
         assert_eq!(v.hop(n, node6), to_host, "net-{n}");
     }
-    // The host's routes: this node's blocks (their pods inside them) and the l2 endpoints.
+    for n in [1, 2] {
+        assert_eq!(v.hop(n, other4), Some(remote(2, n)), "net-{n}");
+        assert_eq!(v.hop(n, other6), Some(remote(2, n)), "net-{n}");
+    }
+    assert_eq!(v.hop(L2, other4), None, "an l2 network has no End.DT46 SID");
+    // The host's routes: every node's blocks (this node's pods inside them) and the l2
+    // endpoints.
     let routes: Vec<String> = host_routes(c.last())
         .iter()
         .map(ToString::to_string)
@@ -1675,9 +1691,11 @@ fn the_host_interface_reaches_every_local_pod_and_pods_reach_the_node() {
         routes,
         [
             "10.1.1.0/24",
+            "10.1.2.0/24",
             "10.2.1.0/24",
             "10.4.1.5/32",
             "fd01:0:0:1::/64",
+            "fd01:0:0:2::/64",
             "fd02:0:0:1::/64",
             "fd04:0:0:1::5/128"
         ]

@@ -10,7 +10,8 @@
 //! - ping and TCP across nodes (l3 over SRv6, and the l2 network), isolation until a
 //!   NetworkRoutingPolicy is applied with kubectl;
 //! - from each node's host namespace an HTTP probe reaches every local pod (IPv4 and IPv6),
-//!   through the host interface; a pod reaches its node's address;
+//!   through the host interface, and another node's pod through SRv6; a pod reaches its
+//!   node's address, and another node's;
 //! - every endpoint is a NetworkEndpoint in its pod's namespace; deleting a pod (no DEL)
 //!   removes it;
 //! - status with `kubectl get networks -o yaml` (id, conditions, lace-control's field manager);
@@ -507,11 +508,17 @@ fn two_nodes_in_kubernetes_mode_end_to_end() {
     // A pod reaches its node's address (through the host interface).
     let node_a: IpAddr = NODES[0].2.parse().unwrap();
     reachable(&backend2, node_a);
-    // A pod of another node is not the host's business: no route to it.
-    assert!(
-        lab.probe(0, backend1.v4).is_err(),
-        "node-a's host reached node-b's pod"
-    );
+    // The host reaches another node's pods too, through that node's SID of the pod's network,
+    // and a pod reaches another node's address the same way back (ADR 0036).
+    for a in [backend1.v4, backend1.v6] {
+        let body = wait_for(
+            &format!("HTTP probe from node-a to backend-1 on node-b ({a})"),
+            WAIT,
+            || lab.probe(0, a).ok(),
+        );
+        assert_eq!(body, backend1.name);
+    }
+    reachable(&backend1, node_a);
     drop(servers);
 
     // ---- status: kubectl get networks -o yaml ----

@@ -113,6 +113,7 @@ fn node(k: u32) -> NodeModel {
         id: NodeId(k),
         locator: format!("fc00:0:{k:x}::/48").parse().unwrap(),
         underlay: format!("fd00::{k:x}").parse().unwrap(),
+        addresses: Vec::new(),
     }
 }
 

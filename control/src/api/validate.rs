@@ -2106,6 +2106,7 @@ pub fn node_model(name: &str, spec: &NodeLocatorSpec) -> Result<NodeModel, Error
         id: NodeId(spec.id),
         locator,
         underlay,
+        addresses: Vec::new(),
     })
 }
 

@@ -53,9 +53,12 @@
 //! - **The host interface** (when the world has one, ADR 0023): its port
 //!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network
 //!   ([`NetworkId::HOST`]): every local endpoint's addresses → `Local`, this node's l3 blocks →
-//!   `Unreachable`, the node's own addresses → the host port, the gateways [`HOST_GATEWAY4`] /
+//!   `Unreachable`, other nodes' blocks of the programmed l3 networks → their End.DT46 SIDs
+//!   (ADR 0036), the node's own addresses → the host port, the gateways [`HOST_GATEWAY4`] /
 //!   [`HOST_GATEWAY6`] → `Receive`. Every programmed network routes the node's addresses to the
-//!   host port. [`host_routes`] is what the host's own routing table sends into the interface.
+//!   host port, and an l3 network every other node's addresses (its Node's `InternalIP`s) to
+//!   that node's End.DT46 SID of the network, so replies to another node's host come back to it.
+//!   [`host_routes`] is what the host's own routing table sends into the interface.
 //!
 //! **Incremental.** [`Compiler`] keeps this node's endpoints indexed by network, each
 //! network's route set, and each programmed network's compiled tables (shared through [`Arc`]).
@@ -104,8 +107,8 @@ pub const HOST_GATEWAY4: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
 pub const HOST_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 
 /// What the host sends into its host interface: the host network's destinations (local
-/// endpoints, this node's blocks), without those a wider one covers. Empty without a host
-/// network.
+/// endpoints, this node's blocks, other nodes' blocks of the l3 networks), without those a
+/// wider one covers. Empty without a host network.
 pub fn host_routes(t: &NodeTables) -> BTreeSet<IpNet> {
     let Some(host) = t.networks.get(&NetworkId::HOST) else {
         return BTreeSet::new();
@@ -115,7 +118,7 @@ pub fn host_routes(t: &NodeTables) -> BTreeSet<IpNet> {
         .iter()
         .filter(|(_, r)| match r.nh {
             NextHop::Local { port, .. } => port != PortId::HOST,
-            NextHop::Unreachable => true,
+            NextHop::Unreachable | NextHop::Remote { .. } => true,
             _ => false,
         })
         .map(|(p, _)| *p)

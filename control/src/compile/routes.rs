@@ -543,7 +543,7 @@ impl Cache {
             for (_, nh, a) in ports_of(self.index.of(name)) {
                 fib.insert(host(a), nh, &|| "a local endpoint".into());
             }
-            node_addresses(ctx.world, &mut fib);
+            node_addresses(ctx, None, &mut fib);
             l2 = self.compile_l2(ctx, name, net, &info, &mut notes);
             for (f, b) in [
                 (SidFunction::EndDt2u, SidBehavior::EndDt2u(net.id)),
@@ -563,7 +563,7 @@ impl Cache {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
                 fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
             }
-            node_addresses(ctx.world, &mut fib);
+            node_addresses(ctx, Some(net.id), &mut fib);
             let own = self.set(ctx, name);
             notes.extend(own.notes.iter().cloned());
             if !net.anonymous {
@@ -1032,15 +1032,36 @@ impl Cache {
     }
 }
 
-/// The node's own addresses, in a pod network's FIB: to the host port.
-fn node_addresses(world: &World, fib: &mut FibBuilder<'_>) {
-    if let Some(h) = &world.host {
+/// The nodes' own addresses, in a pod network's FIB: this node's to the host port; in an l3
+/// network (`l3`: its id), every other node's to that node's End.DT46 SID of the network, where
+/// that node's host port takes them (ADR 0036).
+fn node_addresses(ctx: &Ctx<'_>, l3: Option<NetworkId>, fib: &mut FibBuilder<'_>) {
+    if let Some(h) = &ctx.world.host {
         let nh = NextHop::Local {
             port: PortId::HOST,
             mac: h.mac,
         };
         for a in &h.addresses {
             fib.insert(host(*a), nh, &|| "the node's address".into());
+        }
+    }
+    let Some(id) = l3 else { return };
+    for (name, peer) in &ctx.world.nodes {
+        if *name == ctx.me.name || peer.addresses.is_empty() {
+            continue;
+        }
+        match encode_sid(peer.locator, SidFunction::EndDt46, id) {
+            Ok(sid) => {
+                let nh = NextHop::Remote { node: peer.id, sid };
+                for a in &peer.addresses {
+                    fib.insert(host(*a), nh, &|| format!("the address of node {name}"));
+                }
+            }
+            Err(e) => fib.notes.push(Note {
+                kind: NoteKind::Unsupported,
+                object: format!("Node {name}"),
+                message: format!("its addresses are not routed: {e}"),
+            }),
         }
     }
 }
@@ -1082,11 +1103,35 @@ impl Cache {
                 });
             }
         }
+        // This node's blocks (a free address is not forwarded anywhere), and every other
+        // node's blocks of the l3 networks to that node's End.DT46 SID of the network: the
+        // host reaches every pod of the cluster (ADR 0036).
         for ((net, node), blocks) in &ctx.world.allocations {
-            if *node == ctx.me.name && self.outs.contains_key(net) {
+            if !self.outs.contains_key(net) {
+                continue;
+            }
+            if *node == ctx.me.name {
                 for b in blocks {
                     fib.insert(*b, NextHop::Unreachable, &|| {
                         format!("this node's block of Network {net}")
+                    });
+                }
+                continue;
+            }
+            let (Some(model), Some(peer)) =
+                (ctx.world.networks.get(net), ctx.world.nodes.get(node))
+            else {
+                // The network's own compilation names a block of an unknown node.
+                continue;
+            };
+            if model.kind != NetworkType::L3 {
+                continue;
+            }
+            if let Ok(sid) = encode_sid(peer.locator, SidFunction::EndDt46, model.id) {
+                let nh = NextHop::Remote { node: peer.id, sid };
+                for b in blocks {
+                    fib.insert(*b, nh, &|| {
+                        format!("the block of node {node} of Network {net}")
                     });
                 }
             }

@@ -945,6 +945,7 @@ fn build_world(core: &Core, cx: BuildInputs<'_>) -> Built {
                         id: e.id,
                         locator,
                         underlay: n.underlay,
+                        addresses: n.internal_addresses(),
                     },
                 );
                 vec![condition(

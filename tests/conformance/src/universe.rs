@@ -176,6 +176,7 @@ impl Universe {
                     id: NodeId(k),
                     locator: format!("fc00:0:{k:x}::/48").parse().expect("literal"),
                     underlay: format!("fd00::{k:x}").parse().expect("literal"),
+                    addresses: Vec::new(),
                 },
             );
             world.allocations.insert(
