@@ -29,7 +29,8 @@
 //! * [`policy`]: Kubernetes NetworkPolicy compiled for one node of a kube-vnet-shaped cluster
 //!   (10,000 pods, 1,000 policies), beside the same compile of 1,000 pods.
 //! * [`podpath`]: pod-to-pod TCP, UDP and ping across two nodes, lace beside the kernel's own
-//!   SRv6 built on the same machine (`lace-bench --pod-path`, root).
+//!   SRv6, or its VXLAN where it has no seg6, built on the same machine (`lace-bench
+//!   --pod-path`, root).
 //!
 //! The `lace-bench` binary prints the whole report; the criterion benches under `benches/`
 //! reuse the same pieces. Timing figures are never asserted on.

@@ -1,25 +1,37 @@
 //! The pod path as a user feels it: pod-to-pod TCP throughput, small-packet rate and round-trip
-//! time across two nodes, lace beside the Linux kernel's own SRv6 measured in the same run.
+//! time across two nodes, lace beside the Linux kernel's own encapsulation measured in the same
+//! run.
 //!
 //! Two shapes are built on this machine, one after the other, and the same probes run in each:
 //!
-//! - **kernel**: two node namespaces joined by an underlay veth (`fd00:200::/64`), one pod
-//!   behind each on a veth; `encap seg6 mode encap.red` on the sending node, `seg6local
-//!   End.DX4` on the receiving one (the shape of `shared/peers/kernel-srv6.md`), pod MTU 1460.
-//!   Measured with the veths' default offloads, then once more with TSO/GSO/GRO (and checksum
-//!   offload) off on every veth.
+//! - **kernel**: two node namespaces joined by an underlay veth (`fd00:200::/64`, MTU 1500), one
+//!   pod behind each on a veth (proxy ARP on the node's end). Only the cross-node part depends
+//!   on the peer, chosen by asking the running kernel (a seg6 `encap.red` route and a `seg6local
+//!   End.DX4` route added in a scratch namespace; the report prints `podpath.peer = …` with the
+//!   reason):
+//!   - **seg6** where the kernel takes both: `encap seg6 mode encap.red` on the sending node,
+//!     `seg6local End.DX4` on the receiving one, pod MTU 1460 (40 bytes of outer IPv6);
+//!   - **vxlan** where it refuses either (built without `CONFIG_IPV6_SEG6_LWTUNNEL`): a VXLAN
+//!     device per node over the IPv6 underlay (VNI 1, port 4789, no learning) with the peer's
+//!     pod block routed via its VTEP address and static neighbor and FDB entries, as Flannel's
+//!     VXLAN backend programs them (Calico's VXLAN mode is the same datapath); pod MTU 1430 (70
+//!     bytes of outer IPv6, UDP, VXLAN and inner Ethernet).
+//!
+//!   Measured with the devices' default offloads, then once more with TSO/GSO/GRO (and checksum
+//!   offload) off on every veth and VXLAN device.
 //! - **lace**: the two-node stack of the demo ([`crate::control`]'s stack: a lace-forwarder and
 //!   a lace-control per node namespace, underlay veth, pods created through lace-cni exactly as
 //!   kubelet would), one pod on each node, default configuration (packet-socket ports,
-//!   adaptive polling), underlay MTU 1500.
+//!   adaptive polling), underlay MTU 1500, pod MTU 1460.
 //!
 //! Probes, each in the client pod's namespace toward the server pod on the other node:
 //! `iperf3` TCP, one stream and four, [`TCP_SECONDS`] each (receiver's rate; retransmitted ÷
 //! sent segments from the client namespace's `/proc/net/snmp`); `iperf3` UDP with 64-byte
 //! payloads at full speed (packets the server received per second); `ping` every 10 ms
 //! ([`PINGS`] replies; p50/p99). Host CPU time (all CPUs, `/proc/stat`) over the one-stream
-//! run divided by the segments sent gives the CPU cost per 1,448-byte segment in each shape:
-//! what bounds the throughput on a machine whose CPUs run the pods as well. Every lace figure
+//! run divided by the segments sent gives the CPU cost per segment in each shape (one MSS: the
+//! pod MTU less 52 bytes of IPv4 and TCP headers with timestamps, so 30 bytes fewer behind the
+//! VXLAN peer): what bounds the throughput on a machine whose CPUs run the pods as well. Every lace figure
 //! is printed as a ratio to the kernel's; lace's drop counters (pipeline drop reasons and every
 //! loss the forwarders see outside it) are printed as notes.
 
@@ -248,10 +260,179 @@ fn measure(ep: &Endpoints) -> anyhow::Result<Measured> {
     })
 }
 
-/// The kernel's shape: namespaces removed on drop.
+/// MTU of the underlay veth between the node namespaces (lace's shape runs the same).
+const UNDERLAY_MTU: u32 = 1500;
+
+/// The kernel peer of the comparison: SRv6 where the running kernel has it, VXLAN otherwise
+/// ([`Peer::probe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    /// `encap seg6 mode encap.red` with one segment (an outer IPv6 header, no SRH: 40 bytes)
+    /// and `seg6local End.DX4`.
+    Seg6,
+    /// VXLAN over the IPv6 underlay (outer IPv6, UDP, VXLAN and inner Ethernet headers: 70
+    /// bytes), a VXLAN device per node with static neighbor and FDB entries, as Flannel's VXLAN
+    /// backend programs them.
+    Vxlan,
+}
+
+impl Peer {
+    /// The name the report prints (`podpath.peer = …`).
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Seg6 => "seg6",
+            Peer::Vxlan => "vxlan",
+        }
+    }
+
+    /// The pod MTU: the underlay's less the encapsulation.
+    fn pod_mtu(self) -> u32 {
+        UNDERLAY_MTU
+            - match self {
+                Peer::Seg6 => 40,
+                Peer::Vxlan => 70,
+            }
+    }
+
+    /// Asks the running kernel rather than guessing from its version: adds a seg6 `encap.red`
+    /// route and a `seg6local End.DX4` route in a scratch namespace. Both taken: seg6. Either
+    /// refused: VXLAN, with the kernel's refusal as the reason.
+    fn probe(tag: &str) -> anyhow::Result<(Peer, String)> {
+        let scratch = Namespaces::add(&[format!("lpp-{tag}-probe")])?;
+        let ns = &scratch.0[0];
+        ip(&[
+            "-n", ns, "link", "add", "pr0", "type", "veth", "peer", "name", "pr1",
+        ])?;
+        ip(&["-n", ns, "link", "set", "pr0", "up"])?;
+        let routes: [&[&str]; 2] = [
+            &[
+                "route",
+                "add",
+                "10.90.9.0/24",
+                "encap",
+                "seg6",
+                "mode",
+                "encap.red",
+                "segs",
+                "fc00:9::e",
+                "dev",
+                "pr0",
+            ],
+            &[
+                "-6",
+                "route",
+                "add",
+                "fc00:9::e/128",
+                "encap",
+                "seg6local",
+                "action",
+                "End.DX4",
+                "nh4",
+                "10.90.9.2",
+                "dev",
+                "pr0",
+            ],
+        ];
+        for args in routes {
+            let o = Command::new("ip")
+                .args(["-n", ns])
+                .args(args)
+                .output()
+                .context("running ip route add")?;
+            if !o.status.success() {
+                return Ok((
+                    Peer::Vxlan,
+                    format!(
+                        "this kernel refused `ip {}`: {}",
+                        args.join(" "),
+                        String::from_utf8_lossy(&o.stderr)
+                            .trim()
+                            .trim_end_matches('.')
+                    ),
+                ));
+            }
+        }
+        Ok((
+            Peer::Seg6,
+            "this kernel took a seg6 encap.red route and a seg6local End.DX4 route".to_owned(),
+        ))
+    }
+}
+
+/// Network namespaces made here, deleted on drop with every link in them, also when building
+/// what they hold failed half way.
+#[derive(Debug)]
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    /// Creates each namespace (replacing a leftover of the same name), loopback up.
+    fn add(names: &[String]) -> anyhow::Result<Namespaces> {
+        let mut made = Namespaces(Vec::with_capacity(names.len()));
+        for ns in names {
+            let _ = ip(&["netns", "del", ns]);
+            ip(&["netns", "add", ns])?;
+            made.0.push(ns.clone());
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(made)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in self.0.iter().rev() {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+/// One node of the kernel's shape.
+struct Side {
+    /// Suffix of its namespaces and links: node `x`, pod `px`, underlay `ul-x`, pod veth `vpx`.
+    x: &'static str,
+    /// The node's underlay address.
+    underlay: &'static str,
+    /// The pod's address.
+    pod: &'static str,
+    /// The node's pod block.
+    block: &'static str,
+    /// The node's VXLAN device address: its block's network address, as Flannel gives it.
+    vtep: &'static str,
+}
+
+const SIDES: [Side; 2] = [
+    Side {
+        x: "a",
+        underlay: "fd00:200::a",
+        pod: "10.90.0.2",
+        block: "10.90.0.0/24",
+        vtep: "10.90.0.0",
+    },
+    Side {
+        x: "b",
+        underlay: "fd00:200::b",
+        pod: "10.90.1.2",
+        block: "10.90.1.0/24",
+        vtep: "10.90.1.0",
+    },
+];
+
+impl Side {
+    /// The MAC of the node's VXLAN device.
+    fn vtep_mac(&self) -> String {
+        format!("02:00:00:00:00:0{}", self.x)
+    }
+}
+
+/// The kernel's shape: node namespaces `a`/`b` joined by the underlay veth `ul-a`/`ul-b`
+/// (`fd00:200::a`/`::b`, MTU [`UNDERLAY_MTU`]), pods `pa` (10.90.0.2) and `pb` (10.90.1.2) on
+/// veths `vpa`/`vpb` (proxy ARP on the node's end), and the [`Peer`]'s cross-node part.
+/// Everything is removed on drop.
 #[derive(Debug)]
 struct KernelShape {
     tag: String,
+    peer: Peer,
+    _namespaces: Namespaces,
 }
 
 impl KernelShape {
@@ -271,175 +452,256 @@ impl KernelShape {
         run_ok(in_ns(ns).arg("sysctl").arg("-qw").args(keys)).map(drop)
     }
 
-    /// Builds the shape of `shared/peers/kernel-srv6.md`: node namespaces `a`/`b` joined by
-    /// `ul-a`/`ul-b`, pods `pa` (10.90.0.2) and `pb` (10.90.1.2) on veths `vpa`/`vpb`.
-    fn build() -> anyhow::Result<KernelShape> {
+    /// Builds the nodes, the underlay and the pods, the same for both peers, then the peer's
+    /// cross-node routes.
+    fn build(tag: &str, peer: Peer) -> anyhow::Result<KernelShape> {
+        let names = ["a", "b", "pa", "pb"].map(|what| format!("lpp-{tag}-{what}"));
         let k = KernelShape {
-            tag: std::process::id().to_string(),
+            tag: tag.to_owned(),
+            peer,
+            _namespaces: Namespaces::add(&names)?,
         };
-        let (a, b, pa, pb) = (k.ns("a"), k.ns("b"), k.ns("pa"), k.ns("pb"));
-        for ns in [&a, &b, &pa, &pb] {
-            let _ = ip(&["netns", "del", ns]);
-            ip(&["netns", "add", ns])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        }
+        let (a, b) = (k.ns("a"), k.ns("b"));
         ip(&[
             "link", "add", "ul-a", "netns", &a, "type", "veth", "peer", "name", "ul-b", "netns", &b,
         ])?;
-        ip(&[
-            "-n",
-            &a,
-            "addr",
-            "add",
-            "fd00:200::a/64",
-            "dev",
-            "ul-a",
-            "nodad",
-        ])?;
-        ip(&[
-            "-n",
-            &b,
-            "addr",
-            "add",
-            "fd00:200::b/64",
-            "dev",
-            "ul-b",
-            "nodad",
-        ])?;
-        for (x, node, pod, addr) in [("a", &a, &pa, "10.90.0.2"), ("b", &b, &pb, "10.90.1.2")] {
-            let vp = format!("vp{x}");
-            let ul = format!("ul-{x}");
+        let pod_mtu = peer.pod_mtu().to_string();
+        for side in &SIDES {
+            let (node, pod) = (k.ns(side.x), k.ns(&format!("p{}", side.x)));
+            let ul = format!("ul-{}", side.x);
+            let vp = format!("vp{}", side.x);
             ip(&[
-                "link", "add", &vp, "netns", node, "type", "veth", "peer", "name", "eth0", "netns",
-                pod,
+                "-n",
+                &node,
+                "addr",
+                "add",
+                &format!("{}/64", side.underlay),
+                "dev",
+                &ul,
+                "nodad",
+            ])?;
+            ip(&[
+                "link", "add", &vp, "netns", &node, "type", "veth", "peer", "name", "eth0",
+                "netns", &pod,
             ])?;
             Self::sysctl(
-                node,
+                &node,
                 &[
                     "net.ipv4.ip_forward=1",
                     "net.ipv6.conf.all.forwarding=1",
-                    "net.ipv6.conf.all.seg6_enabled=1",
-                    &format!("net.ipv6.conf.{ul}.seg6_enabled=1"),
                     "net.ipv4.conf.all.rp_filter=0",
                     "net.ipv4.conf.default.rp_filter=0",
                 ],
             )?;
-            ip(&["-n", node, "link", "set", &ul, "up"])?;
-            ip(&["-n", node, "link", "set", &vp, "up"])?;
+            ip(&[
+                "-n",
+                &node,
+                "link",
+                "set",
+                &ul,
+                "mtu",
+                &UNDERLAY_MTU.to_string(),
+                "up",
+            ])?;
+            ip(&["-n", &node, "link", "set", &vp, "up"])?;
             Self::sysctl(
-                node,
+                &node,
                 &[
                     &format!("net.ipv4.conf.{vp}.proxy_arp=1"),
                     &format!("net.ipv4.conf.{vp}.rp_filter=0"),
                 ],
             )?;
-            ip(&["-n", node, "addr", "add", "169.254.1.1/32", "dev", &vp])?;
+            ip(&["-n", &node, "addr", "add", "169.254.1.1/32", "dev", &vp])?;
             ip(&[
                 "-n",
-                node,
+                &node,
                 "route",
                 "add",
-                &format!("{addr}/32"),
+                &format!("{}/32", side.pod),
                 "dev",
                 &vp,
             ])?;
-            ip(&["-n", pod, "link", "set", "eth0", "mtu", "1460", "up"])?;
+            ip(&["-n", &pod, "link", "set", "eth0", "mtu", &pod_mtu, "up"])?;
             ip(&[
                 "-n",
-                pod,
+                &pod,
                 "addr",
                 "add",
-                &format!("{addr}/32"),
+                &format!("{}/32", side.pod),
                 "dev",
                 "eth0",
             ])?;
-            ip(&["-n", pod, "route", "add", "169.254.1.1", "dev", "eth0"])?;
-            ip(&["-n", pod, "route", "add", "default", "via", "169.254.1.1"])?;
+            ip(&["-n", &pod, "route", "add", "169.254.1.1", "dev", "eth0"])?;
+            ip(&["-n", &pod, "route", "add", "default", "via", "169.254.1.1"])?;
         }
-        for (node, peer_sid, peer_ul, peer_block, own_sid, own_pod, vp) in [
-            (
-                &a,
-                "fc00:b::/64",
-                "fd00:200::b",
-                "10.90.1.0/24",
-                "fc00:a::e/128",
-                "10.90.0.2",
-                "vpa",
-            ),
-            (
-                &b,
-                "fc00:a::/64",
-                "fd00:200::a",
-                "10.90.0.0/24",
-                "fc00:b::e/128",
-                "10.90.1.2",
-                "vpb",
-            ),
-        ] {
-            let ul = if node == &a { "ul-a" } else { "ul-b" };
-            let seg = if node == &a { "fc00:b::e" } else { "fc00:a::e" };
-            ip(&[
-                "-n", node, "-6", "route", "add", peer_sid, "via", peer_ul, "dev", ul,
-            ])?;
-            ip(&[
-                "-n",
-                node,
-                "route",
-                "add",
-                peer_block,
-                "encap",
-                "seg6",
-                "mode",
-                "encap.red",
-                "segs",
-                seg,
-                "dev",
-                ul,
-            ])?;
-            ip(&[
-                "-n",
-                node,
-                "-6",
-                "route",
-                "add",
-                own_sid,
-                "encap",
-                "seg6local",
-                "action",
-                "End.DX4",
-                "nh4",
-                own_pod,
-                "dev",
-                vp,
-            ])?;
+        for (me, other) in [(&SIDES[0], &SIDES[1]), (&SIDES[1], &SIDES[0])] {
+            match peer {
+                Peer::Seg6 => k.seg6(me, other)?,
+                Peer::Vxlan => k.vxlan(me, other)?,
+            }
         }
         Ok(k)
     }
 
-    /// Switches TSO, GSO, GRO and checksum offload on or off on every veth of the shape.
+    /// SRv6 on node `me`: `other`'s pod block encapsulated (`encap.red`) toward `other`'s
+    /// End.DX4 SID `fc00:<other>::e`, and `me`'s own SID decapsulating to its pod.
+    fn seg6(&self, me: &Side, other: &Side) -> anyhow::Result<()> {
+        let node = self.ns(me.x);
+        let ul = format!("ul-{}", me.x);
+        Self::sysctl(
+            &node,
+            &[
+                "net.ipv6.conf.all.seg6_enabled=1",
+                &format!("net.ipv6.conf.{ul}.seg6_enabled=1"),
+            ],
+        )?;
+        ip(&[
+            "-n",
+            &node,
+            "-6",
+            "route",
+            "add",
+            &format!("fc00:{}::/64", other.x),
+            "via",
+            other.underlay,
+            "dev",
+            &ul,
+        ])?;
+        ip(&[
+            "-n",
+            &node,
+            "route",
+            "add",
+            other.block,
+            "encap",
+            "seg6",
+            "mode",
+            "encap.red",
+            "segs",
+            &format!("fc00:{}::e", other.x),
+            "dev",
+            &ul,
+        ])?;
+        ip(&[
+            "-n",
+            &node,
+            "-6",
+            "route",
+            "add",
+            &format!("fc00:{}::e/128", me.x),
+            "encap",
+            "seg6local",
+            "action",
+            "End.DX4",
+            "nh4",
+            me.pod,
+            "dev",
+            &format!("vp{}", me.x),
+        ])?;
+        Ok(())
+    }
+
+    /// VXLAN on node `me`, as Flannel's VXLAN backend does it: a device `vx0` (VNI 1, port
+    /// 4789, no learning) over the underlay veth, and for `other`'s pod block a route via
+    /// `other`'s VTEP address (onlink), a permanent neighbor entry giving that address
+    /// `other`'s VTEP MAC, and a permanent FDB entry sending that MAC to `other`'s underlay
+    /// address.
+    fn vxlan(&self, me: &Side, other: &Side) -> anyhow::Result<()> {
+        let node = self.ns(me.x);
+        ip(&[
+            "-n",
+            &node,
+            "link",
+            "add",
+            "vx0",
+            "address",
+            &me.vtep_mac(),
+            "mtu",
+            &self.peer.pod_mtu().to_string(),
+            "type",
+            "vxlan",
+            "id",
+            "1",
+            "local",
+            me.underlay,
+            "dev",
+            &format!("ul-{}", me.x),
+            "dstport",
+            "4789",
+            "nolearning",
+        ])?;
+        ip(&[
+            "-n",
+            &node,
+            "addr",
+            "add",
+            &format!("{}/32", me.vtep),
+            "dev",
+            "vx0",
+        ])?;
+        ip(&["-n", &node, "link", "set", "vx0", "up"])?;
+        ip(&[
+            "-n",
+            &node,
+            "neigh",
+            "add",
+            other.vtep,
+            "lladdr",
+            &other.vtep_mac(),
+            "dev",
+            "vx0",
+            "nud",
+            "permanent",
+        ])?;
+        run_ok(in_ns(&node).args([
+            "bridge",
+            "fdb",
+            "add",
+            &other.vtep_mac(),
+            "dev",
+            "vx0",
+            "dst",
+            other.underlay,
+            "self",
+            "permanent",
+        ]))?;
+        ip(&[
+            "-n",
+            &node,
+            "route",
+            "add",
+            other.block,
+            "via",
+            other.vtep,
+            "dev",
+            "vx0",
+            "onlink",
+        ])?;
+        Ok(())
+    }
+
+    /// Switches TSO, GSO, GRO and checksum offload on or off on every veth of the shape, and
+    /// on the VXLAN devices when the peer is VXLAN (their GRO cells would merge segments
+    /// otherwise).
     fn offloads(&self, on: bool) -> anyhow::Result<()> {
         let state = if on { "on" } else { "off" };
-        for (ns, dev) in [
+        let mut devices = vec![
             (self.ns("a"), "ul-a"),
             (self.ns("a"), "vpa"),
             (self.ns("b"), "ul-b"),
             (self.ns("b"), "vpb"),
             (self.ns("pa"), "eth0"),
             (self.ns("pb"), "eth0"),
-        ] {
+        ];
+        if self.peer == Peer::Vxlan {
+            devices.extend([(self.ns("a"), "vx0"), (self.ns("b"), "vx0")]);
+        }
+        for (ns, dev) in devices {
             run_ok(in_ns(&ns).args([
                 "ethtool", "-K", dev, "tx", state, "tso", state, "gso", state, "gro", state,
             ]))?;
         }
         Ok(())
-    }
-}
-
-impl Drop for KernelShape {
-    fn drop(&mut self) {
-        for what in ["pa", "pb", "a", "b"] {
-            let _ = ip(&["netns", "del", &self.ns(what)]);
-        }
     }
 }
 
@@ -460,9 +722,10 @@ fn reachable(ep: &Endpoints) -> anyhow::Result<()> {
     bail!("{} never reached {} (20 s)", ep.client, ep.server_ip)
 }
 
-/// The kernel's figures: default offloads, then offloads off (one stream only).
-fn kernel() -> anyhow::Result<(Measured, f64)> {
-    let k = KernelShape::build().context("building the kernel SRv6 shape")?;
+/// The kernel's figures with `peer`: default offloads, then offloads off (one stream only).
+fn kernel(tag: &str, peer: Peer) -> anyhow::Result<(Measured, f64)> {
+    let k = KernelShape::build(tag, peer)
+        .with_context(|| format!("building the kernel's {} shape", peer.name()))?;
     let ep = k.endpoints();
     reachable(&ep)?;
     let on = measure(&ep)?;
@@ -567,7 +830,24 @@ pub fn figures() -> Outcome {
         return out;
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let kernel = match kernel() {
+    let tag = std::process::id().to_string();
+    let (peer, why) = match Peer::probe(&tag) {
+        Ok(p) => p,
+        Err(e) => {
+            out.not_measured.push((
+                FIGURE.to_owned(),
+                format!("probing the kernel for seg6: {e:#}"),
+            ));
+            return out;
+        }
+    };
+    out.notes.push(format!(
+        "podpath.peer = {} ({why}; pod MTU {}, underlay MTU {UNDERLAY_MTU}); the \
+         podpath.kernel.* figures are this peer's",
+        peer.name(),
+        peer.pod_mtu()
+    ));
+    let kernel = match kernel(&tag, peer) {
         Ok(k) => k,
         Err(e) => {
             out.not_measured
@@ -638,11 +918,12 @@ pub fn figures() -> Outcome {
         &kcpu,
     ));
     out.notes.push(format!(
-        "podpath: kernel shape then lace shape, back to back; iperf3 TCP {TCP_SECONDS} s (1 and \
+        "podpath: kernel {} shape then lace shape, back to back; iperf3 TCP {TCP_SECONDS} s (1 and \
          4 streams, receiver's rate), UDP 64 B {UDP_SECONDS} s (server's received packets), \
          ping -i 0.01 x{PINGS}; retransmit ratio = RetransSegs/OutSegs of the client pod; CPU \
          per segment = host busy CPU time (all CPUs, /proc/stat) over the one-stream run / \
          segments sent; load average at the start: {}",
+        peer.name(),
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
@@ -657,4 +938,15 @@ pub fn figures() -> Outcome {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_mtu_is_the_underlays_less_the_encapsulation() {
+        assert_eq!(Peer::Seg6.pod_mtu(), 1460);
+        assert_eq!(Peer::Vxlan.pod_mtu(), 1430);
+    }
 }

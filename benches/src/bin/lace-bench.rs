@@ -62,7 +62,9 @@
 //!
 //! `--pod-path` (root; not part of `--quick`) prints only the pod-path comparison
 //! (`lace_benches::podpath`): two nodes with a pod each, lace's demo shape beside the kernel's
-//! own SRv6 built on the same machine, measured back to back:
+//! own encapsulation built on the same machine, measured back to back: SRv6 (`seg6` encap.red,
+//! `seg6local End.DX4`) where the running kernel takes those routes, VXLAN over the IPv6
+//! underlay otherwise; the report's `podpath.peer = seg6|vxlan` note names the one that ran:
 //!
 //! | id | what | anchor |
 //! |---|---|---|
@@ -139,7 +141,8 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "SECTION")]
     only: Vec<Section>,
     /// Only the pod-path comparison (root): lace's two nodes with pods through lace-cni beside
-    /// the kernel's own SRv6, iperf3 and ping, about two minutes.
+    /// the kernel's own SRv6 (or VXLAN where the kernel has no seg6), iperf3 and ping, about two
+    /// minutes.
     #[arg(long, conflicts_with_all = ["quick", "smoke"])]
     pod_path: bool,
 }
@@ -187,7 +190,8 @@ fn main() -> ExitCode {
 /// `--pod-path`: the pod-path figures alone.
 fn pod_path(args: &Args, started: Instant) -> anyhow::Result<()> {
     println!(
-        "lace-bench: the pod path (kernel SRv6 shape, then lace's two-node stack) ... load {}",
+        "lace-bench: the pod path (the kernel's shape, seg6 or VXLAN as probed, then lace's \
+         two-node stack) ... load {}",
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()
