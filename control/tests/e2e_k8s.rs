@@ -12,6 +12,9 @@
 //! - from each node's host namespace an HTTP probe reaches every local pod (IPv4 and IPv6),
 //!   through the host interface, and another node's pod through SRv6; a pod reaches its
 //!   node's address, and another node's;
+//! - a ClusterIP Service and its EndpointSlice applied as the API server and the EndpointSlice
+//!   controller write them: a pod reaches both backends (on both nodes) through the ClusterIP,
+//!   and a backend the slice marks terminating takes no new connections;
 //! - every endpoint is a NetworkEndpoint in its pod's namespace; deleting a pod (no DEL)
 //!   removes it;
 //! - status with `kubectl get networks -o yaml` (id, conditions, lace-control's field manager);
@@ -230,24 +233,58 @@ impl Lab {
     /// An HTTP probe from node k's own namespace (as kubelet probes): the body of
     /// `http://addr:8080/probe`.
     fn probe(&self, k: usize, addr: IpAddr) -> Result<String, String> {
-        let url = match addr {
-            IpAddr::V4(a) => format!("http://{a}:8080/probe"),
-            IpAddr::V6(a) => format!("http://[{a}]:8080/probe"),
-        };
-        let script = format!(
-            "import urllib.request\nprint(urllib.request.urlopen('{url}', timeout=3).read().decode())"
-        );
-        run_capture(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.node_ns[k],
-            "python3",
-            "-c",
-            &script,
-        ])
-        .map(|s| s.trim().to_owned())
+        http_get(&self.node_ns[k], addr, 8080)
     }
+}
+
+/// The body of `http://addr:port/probe`, fetched from network namespace `ns`.
+fn http_get(ns: &str, addr: IpAddr, port: u16) -> Result<String, String> {
+    let url = match addr {
+        IpAddr::V4(a) => format!("http://{a}:{port}/probe"),
+        IpAddr::V6(a) => format!("http://[{a}]:{port}/probe"),
+    };
+    let script = format!(
+        "import urllib.request\nprint(urllib.request.urlopen('{url}', timeout=3).read().decode())"
+    );
+    run_capture(&["ip", "netns", "exec", ns, "python3", "-c", &script]).map(|s| s.trim().to_owned())
+}
+
+/// The `backend` Service of team-blue (bound to the backend network by the `tiers` policy).
+const SERVICE: &str = "apiVersion: v1
+kind: Service
+metadata: {name: backend, namespace: team-blue, labels: {tier: backend}}
+spec:
+  clusterIP: 10.96.0.40
+  clusterIPs: [10.96.0.40]
+  selector: {tier: backend}
+  ports:
+  - {name: http, port: 80, targetPort: 8080, protocol: TCP}
+";
+
+/// The `backend` Service's EndpointSlice as the EndpointSlice controller writes it: each
+/// backend with its node and conditions (`None`: terminating and no longer serving).
+fn backend_slice(backends: &[(&Pod, &str, bool)]) -> String {
+    let mut s = String::from(
+        "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: backend-x7k2p
+  namespace: team-blue
+  labels: {kubernetes.io/service-name: backend, endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io}
+addressType: IPv4
+ports:
+- {name: http, port: 8080, protocol: TCP}
+endpoints:
+",
+    );
+    for (pod, node, ready) in backends {
+        let (serving, terminating) = if *ready { (true, false) } else { (false, true) };
+        s.push_str(&format!(
+            "- addresses: [\"{}\"]\n  nodeName: {node}\n  targetRef: {{kind: Pod, namespace: team-blue, name: {}}}\n  conditions: {{ready: {ready}, serving: {serving}, terminating: {terminating}}}\n",
+            pod.v4, pod.name
+        ));
+    }
+    s
 }
 
 /// An HTTP server in `pod` answering `/probe` with its name (killed on drop).
@@ -519,6 +556,41 @@ fn two_nodes_in_kubernetes_mode_end_to_end() {
         assert_eq!(body, backend1.name);
     }
     reachable(&backend1, node_a);
+
+    // ---- a ClusterIP Service and its EndpointSlice, as the API server and the EndpointSlice
+    //      controller write them: a frontend pod reaches both backends (one on each node)
+    //      through the ClusterIP; a backend the controller marks terminating takes no new
+    //      connections ----
+    let vip: IpAddr = "10.96.0.40".parse().unwrap();
+    let service = lab.res.dir.join("service.yaml");
+    write(&service, SERVICE);
+    lab.k(&["apply", "-f", service.to_str().unwrap()]);
+    let slice = lab.res.dir.join("slice.yaml");
+    write(
+        &slice,
+        &backend_slice(&[(&backend1, "node-b", true), (&backend2, "node-a", true)]),
+    );
+    lab.k(&["apply", "-f", slice.to_str().unwrap()]);
+    let mut seen = std::collections::BTreeSet::new();
+    wait_for("both backends through the ClusterIP", WAIT, || {
+        seen.extend(http_get(&frontend1.ns, vip, 80).ok());
+        (seen.len() == 2).then_some(())
+    });
+    assert_eq!(
+        seen,
+        ["backend-1", "backend-2"].map(String::from).into(),
+        "frontend-1 -> {vip}:80"
+    );
+    write(
+        &slice,
+        &backend_slice(&[(&backend1, "node-b", false), (&backend2, "node-a", true)]),
+    );
+    lab.k(&["apply", "-f", slice.to_str().unwrap()]);
+    wait_for("backend-1 drained from the Service", WAIT, || {
+        (0..8)
+            .all(|_| http_get(&frontend1.ns, vip, 80).is_ok_and(|b| b == "backend-2"))
+            .then_some(())
+    });
     drop(servers);
 
     // ---- status: kubectl get networks -o yaml ----
