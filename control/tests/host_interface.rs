@@ -8,6 +8,7 @@
 mod e2e_support;
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use e2e_support::{ipn, prerequisites, run_capture, sysctl, Resources};
@@ -23,6 +24,26 @@ fn routes(ns: &str) -> Vec<String> {
                 .lines()
                 .filter(|l| l.contains(" via "))
                 .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Each route into `lhtest` with a preferred source: "<destination> <source>".
+fn route_sources(ns: &str) -> Vec<String> {
+    let mut out: Vec<String> = ["-4", "-6"]
+        .iter()
+        .flat_map(|f| {
+            run_capture(&["ip", "-n", ns, f, "route", "show", "dev", "lhtest"])
+                .unwrap()
+                .lines()
+                .filter_map(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    let src = w.iter().position(|x| *x == "src")?;
+                    Some(format!("{} {}", w[0], w.get(src + 1)?))
+                })
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -74,8 +95,11 @@ fn the_host_interface_is_made_kept_in_sync_and_found_again() {
     }
     // The routes follow the tables: added, then the ones no longer wanted removed.
     let first = port_endpoint(&h);
-    h.sync(&set(&["10.40.3.0/24", "fd40:0:0:3::/64", "10.50.0.7/32"]))
-        .unwrap();
+    h.sync(
+        &set(&["10.40.3.0/24", "fd40:0:0:3::/64", "10.50.0.7/32"]),
+        &[],
+    )
+    .unwrap();
     assert_eq!(
         routes(&ns),
         [
@@ -84,8 +108,24 @@ fn the_host_interface_is_made_kept_in_sync_and_found_again() {
             "fd40:0:0:3::/64 via fe80::1"
         ]
     );
-    h.sync(&set(&["10.40.3.0/24"])).unwrap();
+    // Each route takes the node's own address of its family as its source: the first of the
+    // node's addresses configured here (192.168.200.9 is not), so replies from pods on other
+    // nodes find the node.
+    ipn(&ns, "link set lo up");
+    ipn(&ns, "addr add 192.168.200.1/32 dev lo");
+    ipn(&ns, "addr add fd00:200::1/128 dev lo nodad");
+    let node: Vec<IpAddr> = ["192.168.200.9", "192.168.200.1", "fd00:200::1"]
+        .map(|a| a.parse().unwrap())
+        .into();
+    h.sync(&set(&["10.40.3.0/24", "fd40:0:0:3::/64"]), &node)
+        .unwrap();
+    assert_eq!(
+        route_sources(&ns),
+        ["10.40.3.0/24 192.168.200.1", "fd40:0:0:3::/64 fd00:200::1"]
+    );
+    h.sync(&set(&["10.40.3.0/24"]), &node).unwrap();
     assert_eq!(routes(&ns), ["10.40.3.0/24 via 169.254.0.1"]);
+    assert_eq!(route_sources(&ns), ["10.40.3.0/24 192.168.200.1"]);
     drop(h);
 
     // A restart finds the pair as it was: the same port, and the routes a previous run left
@@ -96,8 +136,9 @@ fn the_host_interface_is_made_kept_in_sync_and_found_again() {
         first,
         "the same interface, the same endpoint"
     );
-    h.sync(&set(&["fd40:0:0:3::/64"])).unwrap();
+    h.sync(&set(&["fd40:0:0:3::/64"]), &node).unwrap();
     assert_eq!(routes(&ns), ["fd40:0:0:3::/64 via fe80::1"]);
+    assert_eq!(route_sources(&ns), ["fd40:0:0:3::/64 fd00:200::1"]);
     drop(h);
 
     // The pair vanished: made again, as a new endpoint the forwarder attaches anew.
@@ -127,9 +168,9 @@ fn a_host_without_ipv6_gets_the_ipv4_half() {
     // The pods' IPv6 blocks are not routed (the host has no IPv6 to reach them with); the
     // IPv4 ones are, and a sync with the same wish changes nothing.
     let wanted = set(&["10.40.3.0/24", "fd40:0:0:3::/64"]);
-    h.sync(&wanted).unwrap();
+    h.sync(&wanted, &[]).unwrap();
     assert_eq!(routes(&ns), ["10.40.3.0/24 via 169.254.0.1"]);
-    h.sync(&wanted).unwrap();
+    h.sync(&wanted, &[]).unwrap();
     assert_eq!(routes(&ns), ["10.40.3.0/24 via 169.254.0.1"]);
     drop(h);
     drop(res);

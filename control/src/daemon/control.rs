@@ -1207,7 +1207,14 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             return;
         };
         let wanted = crate::compile::host_routes(self.compiler.last());
-        match host.sync(&wanted) {
+        let sources = self
+            .core
+            .world()
+            .host
+            .as_ref()
+            .map(|h| h.addresses.clone())
+            .unwrap_or_default();
+        match host.sync(&wanted, &sources) {
             Ok(()) => {
                 if self.host_error.take().is_some() {
                     tracing::info!("host interface {}: routes in place again", host.name());

@@ -14,10 +14,12 @@
 //! - permanent neighbor entries for the host network's gateways ([`HOST_GATEWAY4`],
 //!   [`HOST_GATEWAY6`]) with the host network's gateway MAC, so the host never has to resolve
 //!   them;
-//! - one route per destination of the host network ([`crate::compile::host_routes`]: this
-//!   node's l3 blocks, its l2 endpoints) `via` that gateway `dev` the host end, kept equal to
-//!   the compiled tables by [`HostInterface::sync`] (added, replaced, and removed when they
-//!   go — also routes a previous run left);
+//! - one route per destination of the host network ([`crate::compile::host_routes`]: every
+//!   node's l3 blocks, this node's l2 endpoints) `via` that gateway `dev` the host end, with the
+//!   node's own address of the family (its first `InternalIP` configured in the namespace) as
+//!   the preferred source, so that replies from pods on other nodes find the node (ADR 0036);
+//!   kept equal to the compiled tables by [`HostInterface::sync`] (added, replaced, and removed
+//!   when they go — also routes a previous run left);
 //! - the forwarder's end: IPv6 off (the forwarder answers for it) and offloads on, as pod
 //!   ports have them.
 //!
@@ -28,7 +30,7 @@
 //! made again (it vanished) is a new endpoint, which the forwarder attaches anew. A control
 //! that restarts finds the pair as it left it and changes nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -36,9 +38,10 @@ use std::path::{Path, PathBuf};
 use futures_util::TryStreamExt as _;
 use ipnet::IpNet;
 use lace_shared::types::{IfName, MacAddr, NetworkId};
+use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::{InfoData, InfoVeth};
 use rtnetlink::packet_route::neighbour::NeighbourState;
-use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
 use super::core::HostPort;
@@ -81,10 +84,15 @@ pub struct HostInterface {
     port: HostPort,
     /// The routes into the host end as last made (or found at start); None after a failed
     /// sync: read them again first.
-    routes: Option<BTreeSet<IpNet>>,
+    routes: Option<Routes>,
+    /// The node's addresses the last sync chose sources from.
+    sources: Vec<IpAddr>,
     /// Whether the host end has IPv6.
     v6: bool,
 }
+
+/// Routes into the host end: each destination with its preferred source address.
+type Routes = BTreeMap<IpNet, Option<IpAddr>>;
 
 /// The host end's MAC for `node`: `0a` and 40 bits of a hash of the name.
 pub fn host_mac(node: &str) -> MacAddr {
@@ -204,6 +212,7 @@ impl HostInterface {
                 endpoint: endpoint_of(index),
             },
             routes: Some(routes),
+            sources: Vec::new(),
             v6,
         })
     }
@@ -218,25 +227,26 @@ impl HostInterface {
         &self.name
     }
 
-    /// Makes the routes into the host end exactly `wanted` (see the module docs). Nothing is
-    /// asked of the kernel when they are already so.
-    pub fn sync(&mut self, wanted: &BTreeSet<IpNet>) -> Result<(), HostError> {
-        let kept: BTreeSet<IpNet>;
-        let wanted = if self.v6 {
-            wanted
-        } else {
-            kept = wanted
-                .iter()
-                .filter(|p| p.addr().is_ipv4())
-                .copied()
-                .collect();
-            &kept
-        };
-        if self.routes.as_ref() == Some(wanted) {
+    /// Makes the routes into the host end exactly `wanted` (see the module docs), each with
+    /// the first of `sources` (the node's addresses) of its family that is configured in the
+    /// host namespace as its preferred source. Nothing is asked of the kernel when they are
+    /// already so.
+    pub fn sync(&mut self, wanted: &BTreeSet<IpNet>, sources: &[IpAddr]) -> Result<(), HostError> {
+        let wanted: BTreeSet<IpNet> = wanted
+            .iter()
+            .filter(|p| self.v6 || p.addr().is_ipv4())
+            .copied()
+            .collect();
+        let unchanged = self
+            .routes
+            .as_ref()
+            .is_some_and(|r| r.keys().eq(wanted.iter()));
+        if unchanged && self.sources == sources {
             return Ok(());
         }
         let name = self.name.clone();
         let known = self.routes.clone();
+        let candidates = sources.to_vec();
         let result = in_ns(self.netns.as_deref(), |handle| {
             let name = name.clone();
             async move {
@@ -247,23 +257,38 @@ impl HostInterface {
                     });
                 };
                 let index = host.header.index;
+                let local = local_addresses(&handle).await?;
+                let source = |dst: &IpNet| {
+                    candidates
+                        .iter()
+                        .find(|a| a.is_ipv4() == dst.addr().is_ipv4() && local.contains(a))
+                        .copied()
+                };
+                let desired: Routes = wanted.iter().map(|d| (*d, source(d))).collect();
                 let there = match known {
                     Some(r) => r,
                     None => routes_on(&handle, index).await?,
                 };
-                let add: Vec<IpNet> = wanted.difference(&there).copied().collect();
-                let del: Vec<IpNet> = there.difference(wanted).copied().collect();
-                for dst in &add {
-                    let msg = route_message(*dst, gateway_for(dst), index)?;
+                for (dst, src) in &desired {
+                    if there.get(dst) == Some(src) {
+                        continue;
+                    }
+                    let mut msg = route_message(*dst, gateway_for(dst), index)?;
+                    if let Some(a) = src {
+                        msg.attributes.push(RouteAttribute::PrefSource(match a {
+                            IpAddr::V4(v4) => RouteAddress::Inet(*v4),
+                            IpAddr::V6(v6) => RouteAddress::Inet6(*v6),
+                        }));
+                    }
                     handle
                         .route()
                         .add(msg)
                         .replace()
                         .execute()
                         .await
-                        .map_err(nl(format!("adding route {dst} dev {name}")))?;
+                        .map_err(nl(format!("adding route {dst} dev {name} src {src:?}")))?;
                 }
-                for dst in &del {
+                for dst in there.keys().filter(|d| !desired.contains_key(*d)) {
                     let msg = route_message(*dst, gateway_for(dst), index)?;
                     match handle.route().del(msg).execute().await {
                         Ok(()) => {}
@@ -272,12 +297,13 @@ impl HostInterface {
                         Err(e) => return Err(nl(format!("removing route {dst} dev {name}"))(e)),
                     }
                 }
-                Ok(())
+                Ok(desired)
             }
         });
         match result {
-            Ok(()) => {
-                self.routes = Some(wanted.clone());
+            Ok(desired) => {
+                self.routes = Some(desired);
+                self.sources = sources.to_vec();
                 Ok(())
             }
             Err(source) => {
@@ -310,9 +336,29 @@ fn gateway_for(dst: &IpNet) -> IpAddr {
     }
 }
 
-/// The routes of the main table through interface `index` via a host network gateway.
-async fn routes_on(handle: &Handle, index: u32) -> Result<BTreeSet<IpNet>, LinkError> {
-    let mut out = BTreeSet::new();
+/// Every address configured in the namespace.
+async fn local_addresses(handle: &Handle) -> Result<BTreeSet<IpAddr>, LinkError> {
+    let found: Vec<AddressMessage> = handle
+        .address()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(nl("listing addresses"))?;
+    Ok(found
+        .iter()
+        .flat_map(|a| &a.attributes)
+        .filter_map(|attr| match attr {
+            AddressAttribute::Address(ip) | AddressAttribute::Local(ip) => Some(*ip),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The routes of the main table through interface `index` via a host network gateway, with
+/// their preferred sources.
+async fn routes_on(handle: &Handle, index: u32) -> Result<Routes, LinkError> {
+    let mut out = Routes::new();
     for v6 in [false, true] {
         let mut query = RouteMessageBuilder::<IpAddr>::new();
         query.get_mut().header.address_family = if v6 {
@@ -328,12 +374,13 @@ async fn routes_on(handle: &Handle, index: u32) -> Result<BTreeSet<IpNet>, LinkE
             .await
             .map_err(nl("listing routes"))?;
         for r in found {
-            let (mut dst, mut gw, mut oif) = (None, None, None);
+            let (mut dst, mut gw, mut oif, mut src) = (None, None, None, None);
             for a in &r.attributes {
                 match a {
                     RouteAttribute::Destination(d) => dst = route_ip(d),
                     RouteAttribute::Gateway(g) => gw = route_ip(g),
                     RouteAttribute::Oif(o) => oif = Some(*o),
+                    RouteAttribute::PrefSource(p) => src = route_ip(p),
                     _ => {}
                 }
             }
@@ -342,7 +389,7 @@ async fn routes_on(handle: &Handle, index: u32) -> Result<BTreeSet<IpNet>, LinkE
             if let (Some(d), true, Some(i)) = (dst, ours, oif) {
                 if i == index {
                     if let Ok(p) = IpNet::new(d, r.header.destination_prefix_length) {
-                        out.insert(p);
+                        out.insert(p, src);
                     }
                 }
             }
