@@ -1596,9 +1596,10 @@ proptest! {
 // ---- the host interface ----------------------------------------------------------------------
 
 /// Node 1 with its host interface: the port, the host network holding every local endpoint of
-/// every network (l3 and l2), this node's blocks and other nodes' l3 blocks (through SRv6),
-/// the node's addresses routed to the host port in every programmed network and another node's
-/// to that node's SID in the l3 ones, and the host's routes: the blocks and the l2 endpoints.
+/// every network (l3 and l2), this node's blocks and other nodes' l3 blocks (through SRv6) and
+/// every ClusterIP, the node's addresses routed to the host port in every programmed network and
+/// another node's to that node's SID in the l3 ones, and the host's routes: the blocks, the l2
+/// endpoints and the ClusterIPs.
 #[test]
 fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
     let mut world = two_nodes();
@@ -1613,6 +1614,19 @@ fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
     let other4: IpAddr = "192.168.100.2".parse().unwrap();
     let other6: IpAddr = "fd00:200::2".parse().unwrap();
     world.nodes.get_mut(&name(2)).unwrap().addresses = vec![other4, other6];
+    let mut http = Vec::new();
+    for k in [1, 2] {
+        http.extend(pod_backends(1, k, 2, 8080));
+    }
+    world.services.insert(
+        svc_key("web"),
+        service(
+            1,
+            &["10.96.0.10"],
+            None,
+            vec![svc_port("http", Protocol::Tcp, 80, http)],
+        ),
+    );
     world.host = Some(HostModel {
         iface: IfName::new("lace-host-fw").unwrap(),
         mac: host_mac,
@@ -1664,6 +1678,14 @@ fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
     assert_eq!(v.hop6(host, addr6(1, 2, 2)), Some(remote(2, 1)));
     // Another node's addresses are not the host network's: the host reaches them its own way.
     assert_eq!(v.hop(host, other4), None);
+    // Every ClusterIP, with its Service's record, the host network tracked for it.
+    assert_eq!(v.hop(host, ip("10.96.0.10")), Some(NextHop::Service));
+    let web = v.service(host, "10.96.0.10", 6, 80).expect("web's record");
+    assert_eq!(
+        web.backends.iter().map(|b| b.addr).collect::<Vec<_>>(),
+        [IpAddr::V4(addr4(1, 1, 2)), IpAddr::V4(addr4(1, 2, 2))]
+    );
+    assert!(v.info(host).unwrap().stateful);
     assert_eq!(
         v.hop(host, node4),
         to_host,
@@ -1694,6 +1716,7 @@ fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
             "10.1.2.0/24",
             "10.2.1.0/24",
             "10.4.1.5/32",
+            "10.96.0.10/32",
             "fd01:0:0:1::/64",
             "fd01:0:0:2::/64",
             "fd02:0:0:1::/64",

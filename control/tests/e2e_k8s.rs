@@ -13,8 +13,9 @@
 //!   through the host interface, and another node's pod through SRv6; a pod reaches its
 //!   node's address, and another node's;
 //! - a ClusterIP Service and its EndpointSlice applied as the API server and the EndpointSlice
-//!   controller write them: a pod reaches both backends (on both nodes) through the ClusterIP,
-//!   and a backend the slice marks terminating takes no new connections;
+//!   controller write them: a pod, and the node itself, reach both backends (on both nodes)
+//!   through the ClusterIP, and a backend the slice marks terminating takes no new
+//!   connections;
 //! - every endpoint is a NetworkEndpoint in its pod's namespace; deleting a pod (no DEL)
 //!   removes it;
 //! - status with `kubectl get networks -o yaml` (id, conditions, lace-control's field manager);
@@ -581,6 +582,17 @@ fn two_nodes_in_kubernetes_mode_end_to_end() {
         ["backend-1", "backend-2"].map(String::from).into(),
         "frontend-1 -> {vip}:80"
     );
+    // The node reaches the ClusterIP too (a backend on it and one on the other node).
+    let mut from_host = std::collections::BTreeSet::new();
+    wait_for(
+        "both backends through the ClusterIP from node-a",
+        WAIT,
+        || {
+            from_host.extend(http_get(&lab.node_ns[0], vip, 80).ok());
+            (from_host.len() == 2).then_some(())
+        },
+    );
+    assert_eq!(from_host, seen, "node-a -> {vip}:80");
     write(
         &slice,
         &backend_slice(&[(&backend1, "node-b", false), (&backend2, "node-a", true)]),

@@ -54,7 +54,8 @@
 //!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network
 //!   ([`NetworkId::HOST`]): every local endpoint's addresses → `Local`, this node's l3 blocks →
 //!   `Unreachable`, other nodes' blocks of the programmed l3 networks → their End.DT46 SIDs
-//!   (ADR 0036), the node's own addresses → the host port, the gateways [`HOST_GATEWAY4`] /
+//!   (ADR 0036), every programmed network's ClusterIPs → `Service` (the network is tracked for
+//!   them), the node's own addresses → the host port, the gateways [`HOST_GATEWAY4`] /
 //!   [`HOST_GATEWAY6`] → `Receive`. Every programmed network routes the node's addresses to the
 //!   host port, and an l3 network every other node's addresses (its Node's `InternalIP`s) to
 //!   that node's End.DT46 SID of the network, so replies to another node's host come back to it.
@@ -107,8 +108,8 @@ pub const HOST_GATEWAY4: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
 pub const HOST_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 
 /// What the host sends into its host interface: the host network's destinations (local
-/// endpoints, this node's blocks, other nodes' blocks of the l3 networks), without those a
-/// wider one covers. Empty without a host network.
+/// endpoints, this node's blocks, other nodes' blocks of the l3 networks, the ClusterIPs),
+/// without those a wider one covers. Empty without a host network.
 pub fn host_routes(t: &NodeTables) -> BTreeSet<IpNet> {
     let Some(host) = t.networks.get(&NetworkId::HOST) else {
         return BTreeSet::new();
@@ -118,7 +119,7 @@ pub fn host_routes(t: &NodeTables) -> BTreeSet<IpNet> {
         .iter()
         .filter(|(_, r)| match r.nh {
             NextHop::Local { port, .. } => port != PortId::HOST,
-            NextHop::Unreachable | NextHop::Remote { .. } => true,
+            NextHop::Unreachable | NextHop::Remote { .. } | NextHop::Service => true,
             _ => false,
         })
         .map(|(p, _)| *p)

@@ -879,7 +879,6 @@ impl Cache {
 
     /// The ClusterIP routes and Service records of network `name`: its own Services (unless
     /// it is anonymous), then those of the networks it reaches (`reached`, in policy order).
-    /// A ClusterIP another route or another Service already holds is a conflict note.
     fn place_services(
         &self,
         name: &str,
@@ -888,14 +887,26 @@ impl Cache {
         fib: &mut FibBuilder<'_>,
     ) -> BTreeMap<ServicePort, Arc<lace_shared::policy::ServiceInfo>> {
         let own = (!net.anonymous).then_some(name);
-        let mut owner: BTreeMap<std::net::IpAddr, &NamespacedName> = BTreeMap::new();
-        let mut out = BTreeMap::new();
         let nets = own.into_iter().chain(
             reached
                 .iter()
                 .map(String::as_str)
                 .filter(|n| Some(*n) != own),
         );
+        self.services_of(name, nets, fib)
+    }
+
+    /// The ClusterIP routes and Service records, in `fib` of network `name`, of the Services
+    /// of networks `nets`, in that order. A ClusterIP another route or another Service already
+    /// holds is a conflict note.
+    fn services_of<'n>(
+        &self,
+        name: &str,
+        nets: impl Iterator<Item = &'n str>,
+        fib: &mut FibBuilder<'_>,
+    ) -> BTreeMap<ServicePort, Arc<lace_shared::policy::ServiceInfo>> {
+        let mut owner: BTreeMap<std::net::IpAddr, &NamespacedName> = BTreeMap::new();
+        let mut out = BTreeMap::new();
         for svc_net in nets {
             for (key, svc) in self.services.of(svc_net) {
                 let obj = || format!("Service {key}");
@@ -1136,6 +1147,8 @@ impl Cache {
                 }
             }
         }
+        // Every ClusterIP of the programmed networks' Services (ADR 0036).
+        let services = self.services_of("(host)", self.outs.keys().map(String::as_str), &mut fib);
         notes.append(&mut fib.notes);
         let tables = NetworkTables {
             info: NetworkInfo {
@@ -1145,15 +1158,16 @@ impl Cache {
                 gateway4: Some(HOST_GATEWAY4),
                 gateway6: Some(HOST_GATEWAY6),
                 mtu: ctx.cfg.host_mtu(),
-                // The node's own traffic: never tracked, its pods' policies let it in.
-                stateful: false,
+                // Tracked only for its ClusterIPs (no policy set: the node's own traffic is
+                // never isolated, and its pods' policies let it in).
+                stateful: stateful(false, &fib.routes),
                 l2: L2Settings::default(),
             },
             routes: fib.routes,
             neighbors: BTreeMap::new(),
             fdb: BTreeMap::new(),
             flood: Vec::new(),
-            services: BTreeMap::new(),
+            services,
         };
         let port = PortInfo {
             kind: PortKind::Host,
