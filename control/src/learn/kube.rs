@@ -654,6 +654,16 @@ impl ObjectStore {
             }
         }
         let before = neighbors_of(&self.table);
+        // A Neighbor this write takes away that the watch has not shown yet (another node made
+        // it, and the Neighbors' watch lags the entries'): read it, so that it goes too.
+        let unseen: Vec<String> = before
+            .keys()
+            .filter(|n| !neighbors.contains_key(*n) && !self.neighbors.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in unseen {
+            self.reread(Kind::Neighbors, &name)?;
+        }
         let gone: Vec<(String, String, String, Option<String>)> = self
             .neighbors
             .iter()
