@@ -29,8 +29,11 @@
 //!
 //! The cases: [`upstream::cases`] (the 48 `test/e2e/network/netpol` scenarios of
 //! `network_policy.go`, transliterated), [`generated::cases`] (families in the style of
-//! cyclonus: targets, peers, ports and protocols, conflicts, actions) and [`revoke::cases`]
-//! (lace's own revoke-on-narrow cases).
+//! cyclonus: targets, peers, ports and protocols, conflicts, actions), [`kube_vnet::cases`]
+//! (the NetworkPolicies kube-vnet's operator generates: baselines, memberships by direction,
+//! isolation levels, cross-namespace members, a disabled namespace, a member's direction
+//! changed and a network deleted while connections are open) and [`revoke::cases`] (lace's own
+//! revoke-on-narrow cases).
 //!
 //! ## Driving a case
 //!
@@ -41,6 +44,7 @@
 
 pub mod case;
 pub mod generated;
+pub mod kube_vnet;
 pub mod pipeline;
 pub mod revoke;
 pub mod tables;

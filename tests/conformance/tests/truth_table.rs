@@ -3,7 +3,9 @@
 //! its policy generation changed and is cut by the pipeline, and what a step still allows
 //! survives it.
 
-use lace_conformance::{check, generated, revoke, upstream, Case, Checked, PipelineChecked};
+use lace_conformance::{
+    check, generated, kube_vnet, revoke, upstream, Case, Checked, PipelineChecked,
+};
 
 fn run_all(cases: &[Case]) -> Checked {
     let mut total = Checked::default();
@@ -73,4 +75,16 @@ fn revoke_on_narrow() {
     // And what a step still allows survives it (the widening cases).
     assert!(total.survived > 0, "{total:?}");
     println!("revoke: {} cases, pipeline {total:?}", cases.len());
+}
+
+#[test]
+fn kube_vnet_shapes() {
+    let cases = kube_vnet::cases();
+    let t = run_all(&cases);
+    // kube-vnet's own promises were checked (its Expect tables), the pipeline allowed and
+    // denied, and the dynamic case cut what its steps took away.
+    assert!(t.upstream > 0 && t.revoked > 0, "{t:?}");
+    assert!(t.pipeline.allowed > 0 && t.pipeline.allowed < t.pipeline.probes);
+    assert!(t.pipeline.revoked + t.pipeline.cut_untracked > 0, "{t:?}");
+    println!("kube-vnet: {} cases, {t:?}", cases.len());
 }
