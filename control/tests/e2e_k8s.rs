@@ -16,6 +16,8 @@
 //!   controller write them: a pod, and the node itself, reach both backends (on both nodes)
 //!   through the ClusterIP, and a backend the slice marks terminating takes no new
 //!   connections;
+//! - a NetworkPolicy isolating the backends: each one's own node still reaches it, another
+//!   node's host and the frontend no longer do, until the policy is deleted;
 //! - every endpoint is a NetworkEndpoint in its pod's namespace; deleting a pod (no DEL)
 //!   removes it;
 //! - status with `kubectl get networks -o yaml` (id, conditions, lace-control's field manager);
@@ -603,6 +605,40 @@ fn two_nodes_in_kubernetes_mode_end_to_end() {
             .all(|_| http_get(&frontend1.ns, vip, 80).is_ok_and(|b| b == "backend-2"))
             .then_some(())
     });
+
+    // ---- a NetworkPolicy isolates the backends: only each pod's own node still reaches it
+    //      (Kubernetes' rule for the node's traffic); another node's host and the frontend
+    //      do not; deleting the policy opens them again ----
+    let isolate = lab.res.dir.join("isolate.yaml");
+    write(
+        &isolate,
+        "apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name:          backends-isolated, namespace: team-blue}
+spec: {podSelector: {matchLabels: {tier:          backend}}, policyTypes: [Ingress]}
+",
+    );
+    lab.k(&["apply", "-f", isolate.to_str().unwrap()]);
+    wait_for("the backends isolated", WAIT, || {
+        http_get(&frontend1.ns, backend2.v4, 8080)
+            .is_err()
+            .then_some(())
+    });
+    assert!(
+        http_get(&frontend1.ns, backend1.v4, 8080).is_err(),
+        "frontend-1 reached the isolated backend-1"
+    );
+    assert_eq!(lab.probe(0, backend2.v4), Ok("backend-2".to_string()));
+    assert_eq!(lab.probe(1, backend1.v4), Ok("backend-1".to_string()));
+    assert!(
+        lab.probe(0, backend1.v4).is_err(),
+        "node-a's host reached node-b's isolated pod"
+    );
+    lab.k(&["delete", "-f", isolate.to_str().unwrap()]);
+    wait_for("the backends open again", WAIT, || {
+        http_get(&frontend1.ns, backend1.v4, 8080).ok()
+    });
+    assert_eq!(lab.probe(0, backend1.v4), Ok("backend-1".to_string()));
     drop(servers);
 
     // ---- status: kubectl get networks -o yaml ----
