@@ -18,6 +18,7 @@
 //!   connections;
 //! - a NetworkPolicy isolating the backends: each one's own node still reaches it, another
 //!   node's host and the frontend no longer do, until the policy is deleted;
+//! - the host interface survives a forwarder restart, and `lace-forwarder stats` shows it;
 //! - every endpoint is a NetworkEndpoint in its pod's namespace; deleting a pod (no DEL)
 //!   removes it;
 //! - status with `kubectl get networks -o yaml` (id, conditions, lace-control's field manager);
@@ -639,6 +640,33 @@ spec: {podSelector: {matchLabels: {tier:          backend}}, policyTypes: [Ingre
         http_get(&frontend1.ns, backend1.v4, 8080).ok()
     });
     assert_eq!(lab.probe(0, backend1.v4), Ok("backend-1".to_string()));
+
+    // ---- the host interface survives a forwarder restart, and `stats` shows it ----
+    lab.forwarders[0] = None;
+    lab.start_forwarder(0);
+    let body = wait_for("node-a's host reaches backend-2 again", WAIT, || {
+        lab.probe(0, backend2.v4).ok()
+    });
+    assert_eq!(body, "backend-2");
+    let stats = run_capture(&[
+        lab.fwd_bin.to_str().unwrap(),
+        "stats",
+        "--name",
+        &lab.tables_name(0),
+        "--tables-dir",
+        SHM,
+        "--json",
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    let host = report["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "host")
+        .unwrap_or_else(|| panic!("no host port in stats: {stats}"));
+    assert_eq!(host["state"], "up", "{stats}");
+    assert!(host["rx_packets"].as_u64() > Some(0), "{stats}");
     drop(servers);
 
     // ---- status: kubectl get networks -o yaml ----

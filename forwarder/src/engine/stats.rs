@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use lace_shared::status::{PortCounter, PortState, RunState, StatusReader, WorkerCounter};
+use lace_shared::types::PortId;
 use serde::Serialize;
 
 /// One port in a [`Report`].
@@ -11,6 +12,8 @@ use serde::Serialize;
 pub struct PortReport {
     /// Port id (0 = uplink).
     pub port: u32,
+    /// What the port is, by its id: `uplink`, `host` (the node's host interface) or `pod`.
+    pub kind: &'static str,
     /// `absent`, `attaching`, `up` or `failed`.
     pub state: &'static str,
     /// The errno of a failed port.
@@ -145,6 +148,15 @@ pub fn softnet_dropped(text: &str) -> u64 {
         .sum()
 }
 
+/// What port `id` is in reports: the uplink, the node's host interface, or a pod's.
+pub fn port_kind_name(id: PortId) -> &'static str {
+    match id {
+        PortId::UPLINK => "uplink",
+        PortId::HOST => "host",
+        _ => "pod",
+    }
+}
+
 /// The name of a run state in reports.
 pub fn run_state_name(s: RunState) -> &'static str {
     match s {
@@ -177,6 +189,7 @@ impl Report {
             .into_iter()
             .map(|p| PortReport {
                 port: p.port.0,
+                kind: port_kind_name(p.port),
                 state: port_state_name(p.state),
                 errno: match p.state {
                     PortState::Failed(e) => Some(e),
@@ -257,8 +270,9 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "\n{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10} {:>9} {:>9}",
+            "\n{:>5} {:<6} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10} {:>9} {:>9}",
             "PORT",
+            "KIND",
             "STATE",
             "ENDPOINT",
             "RX_PKTS",
@@ -276,8 +290,9 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "{:>5} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10} {:>9} {:>9}",
+                "{:>5} {:<6} {:<10} {:>10} {:>12} {:>14} {:>12} {:>14} {:>10} {:>9} {:>9}",
                 p.port,
+                p.kind,
                 state,
                 p.endpoint,
                 p.rx_packets,
@@ -354,5 +369,12 @@ mod tests {
         let t = "0000a000 00000002 00000000 00000000\n00000010 0000000f 00000000 00000000\n";
         assert_eq!(softnet_dropped(t), 17);
         assert_eq!(softnet_dropped(""), 0);
+    }
+
+    #[test]
+    fn ports_are_named_by_what_they_are() {
+        assert_eq!(port_kind_name(PortId::UPLINK), "uplink");
+        assert_eq!(port_kind_name(PortId::HOST), "host");
+        assert_eq!(port_kind_name(PortId(7)), "pod");
     }
 }
