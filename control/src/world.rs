@@ -84,7 +84,7 @@ pub struct NodeModel {
     /// Underlay (uplink) address.
     pub underlay: Ipv6Addr,
     /// The node's own addresses (`status.addresses`, `InternalIP`): every l3 network routes
-    /// them to the node, where its host interface takes them (ADR 0036).
+    /// them to the node's host network SID, where its host interface takes them (ADR 0036).
     pub addresses: Vec<IpAddr>,
 }
 

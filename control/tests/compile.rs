@@ -1614,6 +1614,8 @@ fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
     let other4: IpAddr = "192.168.100.2".parse().unwrap();
     let other6: IpAddr = "fd00:200::2".parse().unwrap();
     world.nodes.get_mut(&name(2)).unwrap().addresses = vec![other4, other6];
+    add_network(&mut world, 3);
+    allocate(&mut world, 3, 2);
     let mut http = Vec::new();
     for k in [1, 2] {
         http.extend(pod_backends(1, k, 2, 8080));
@@ -1698,11 +1700,28 @@ fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
         assert_eq!(v.hop(n, node4), to_host, "net-{n}");
         assert_eq!(v.hop(n, node6), to_host, "net-{n}");
     }
+    let to_other_host = Some(NextHop::Remote {
+        node: NodeId(2),
+        sid: encode_sid(node(2).locator, SidFunction::EndDt46, NetworkId::HOST).unwrap(),
+    });
     for n in [1, 2] {
-        assert_eq!(v.hop(n, other4), Some(remote(2, n)), "net-{n}");
-        assert_eq!(v.hop(n, other6), Some(remote(2, n)), "net-{n}");
+        assert_eq!(v.hop(n, other4), to_other_host, "net-{n}");
+        assert_eq!(v.hop(n, other6), to_other_host, "net-{n}");
     }
-    assert_eq!(v.hop(L2, other4), None, "an l2 network has no End.DT46 SID");
+    assert_eq!(
+        v.hop(L2, other4),
+        None,
+        "l2 networks reach only their own node"
+    );
+    // This node decapsulates into its host network what other nodes' pods send its addresses.
+    let host_sid = encode_sid(node(1).locator, SidFunction::EndDt46, NetworkId::HOST).unwrap();
+    assert_eq!(
+        c.last().sids.get(&host_sid),
+        Some(&SidBehavior::EndDt46(NetworkId::HOST))
+    );
+    // Another node's block of a network with no endpoint here is routed too: the host answers
+    // that network's pods.
+    assert_eq!(v.hop4(host, addr4(3, 2, 9)), Some(remote(2, 3)));
     // The host's routes: every node's blocks (this node's pods inside them) and the l2
     // endpoints.
     let routes: Vec<String> = host_routes(c.last())
@@ -1715,11 +1734,13 @@ fn the_host_interface_reaches_every_pod_and_pods_reach_every_node() {
             "10.1.1.0/24",
             "10.1.2.0/24",
             "10.2.1.0/24",
+            "10.3.2.0/24",
             "10.4.1.5/32",
             "10.96.0.10/32",
             "fd01:0:0:1::/64",
             "fd01:0:0:2::/64",
             "fd02:0:0:1::/64",
+            "fd03:0:0:2::/64",
             "fd04:0:0:1::5/128"
         ]
     );

@@ -16,6 +16,8 @@
 //!   controller write them: a pod, and the node itself, reach both backends (on both nodes)
 //!   through the ClusterIP, and a backend the slice marks terminating takes no new
 //!   connections;
+//! - a Service whose backend is a node's own address (as the `kubernetes` Service's are the
+//!   API servers'): pods on both nodes reach it through the ClusterIP;
 //! - a NetworkPolicy isolating the backends: each one's own node still reaches it, another
 //!   node's host and the frontend no longer do, until the policy is deleted;
 //! - the host interface survives a forwarder restart, and `lace-forwarder stats` shows it;
@@ -291,16 +293,16 @@ endpoints:
     s
 }
 
-/// An HTTP server in `pod` answering `/probe` with its name (killed on drop).
-fn http_server(dir: &Path, pod: &Pod) -> Proc {
-    let root = dir.join(format!("www-{}", pod.name));
+/// An HTTP server in network namespace `ns` answering `/probe` with `name` (killed on drop).
+fn http_server(dir: &Path, ns: &str, name: &str) -> Proc {
+    let root = dir.join(format!("www-{name}"));
     std::fs::create_dir_all(&root).unwrap();
-    write(&root.join("probe"), pod.name);
+    write(&root.join("probe"), name);
     let argv = [
         "ip",
         "netns",
         "exec",
-        &pod.ns,
+        ns,
         "python3",
         "-m",
         "http.server",
@@ -312,9 +314,9 @@ fn http_server(dir: &Path, pod: &Pod) -> Proc {
     ]
     .map(String::from);
     Proc::spawn(
-        &format!("http server in {}", pod.name),
+        &format!("http server in {name}"),
         &argv,
-        dir.join(format!("http-{}.log", pod.name)),
+        dir.join(format!("http-{name}.log")),
     )
 }
 
@@ -535,7 +537,10 @@ fn two_nodes_in_kubernetes_mode_end_to_end() {
     let pods = [
         &frontend1, &backend2, &storage1, &backend1, &tools1, &cart1, &storage2,
     ];
-    let servers: Vec<Proc> = pods.iter().map(|p| http_server(&lab.res.dir, p)).collect();
+    let mut servers: Vec<Proc> = pods
+        .iter()
+        .map(|p| http_server(&lab.res.dir, &p.ns, p.name))
+        .collect();
     for p in pods {
         for a in [p.v4, p.v6] {
             let body = wait_for(
@@ -606,6 +611,35 @@ fn two_nodes_in_kubernetes_mode_end_to_end() {
             .all(|_| http_get(&frontend1.ns, vip, 80).is_ok_and(|b| b == "backend-2"))
             .then_some(())
     });
+
+    // ---- a Service whose backend is a node's own address, as the `kubernetes` Service's
+    //      endpoints are the API servers': a pod on the other node and one on that node reach
+    //      it through the ClusterIP ----
+    servers.push(http_server(&lab.res.dir, &lab.node_ns[1], "node-b"));
+    let apiserver_like = lab.res.dir.join("node-service.yaml");
+    write(
+        &apiserver_like,
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: node-api, namespace: team-blue, \
+             labels: {{tier: backend}}}}\nspec: {{clusterIP: 10.96.0.41, clusterIPs: [10.96.0.41], \
+             ports: [{{name: https, port: 443, targetPort: 8080, protocol: TCP}}]}}\n---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: node-api, \
+             namespace: team-blue, labels: {{kubernetes.io/service-name: node-api}}}}\n\
+             addressType: IPv4\nports: [{{name: https, port: 8080, protocol: TCP}}]\n\
+             endpoints: [{{addresses: [\"{}\"], conditions: {{ready: true}}}}]\n",
+            NODES[1].2
+        ),
+    );
+    lab.k(&["apply", "-f", apiserver_like.to_str().unwrap()]);
+    let node_vip: IpAddr = "10.96.0.41".parse().unwrap();
+    for client in [&frontend1, &backend1] {
+        let body = wait_for(
+            &format!("{} -> node-b's address through {node_vip}", client.name),
+            WAIT,
+            || http_get(&client.ns, node_vip, 443).ok(),
+        );
+        assert_eq!(body, "node-b", "{} -> {node_vip}:443", client.name);
+    }
 
     // ---- a NetworkPolicy isolates the backends: only each pod's own node still reaches it
     //      (Kubernetes' rule for the node's traffic); another node's host and the frontend

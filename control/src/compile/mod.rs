@@ -53,12 +53,12 @@
 //! - **The host interface** (when the world has one, ADR 0023): its port
 //!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network
 //!   ([`NetworkId::HOST`]): every local endpoint's addresses → `Local`, this node's l3 blocks →
-//!   `Unreachable`, other nodes' blocks of the programmed l3 networks → their End.DT46 SIDs
+//!   `Unreachable`, other nodes' blocks of every l3 network → their End.DT46 SIDs
 //!   (ADR 0036), every programmed network's ClusterIPs → `Service` (the network is tracked for
 //!   them), the node's own addresses → the host port, the gateways [`HOST_GATEWAY4`] /
 //!   [`HOST_GATEWAY6`] → `Receive`. Every programmed network routes the node's addresses to the
 //!   host port, and an l3 network every other node's addresses (its Node's `InternalIP`s) to
-//!   that node's End.DT46 SID of the network, so replies to another node's host come back to it.
+//!   that node's End.DT46 SID of the host network, which every node with a host interface has.
 //!   [`host_routes`] is what the host's own routing table sends into the interface.
 //!
 //! **Incremental.** [`Compiler`] keeps this node's endpoints indexed by network, each

@@ -543,7 +543,7 @@ impl Cache {
             for (_, nh, a) in ports_of(self.index.of(name)) {
                 fib.insert(host(a), nh, &|| "a local endpoint".into());
             }
-            node_addresses(ctx, None, &mut fib);
+            node_addresses(ctx, false, &mut fib);
             l2 = self.compile_l2(ctx, name, net, &info, &mut notes);
             for (f, b) in [
                 (SidFunction::EndDt2u, SidBehavior::EndDt2u(net.id)),
@@ -563,7 +563,7 @@ impl Cache {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
                 fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
             }
-            node_addresses(ctx, Some(net.id), &mut fib);
+            node_addresses(ctx, true, &mut fib);
             let own = self.set(ctx, name);
             notes.extend(own.notes.iter().cloned());
             if !net.anonymous {
@@ -1026,6 +1026,17 @@ impl Cache {
         if let Some(h) = &world.host {
             let (tables, port) = self.host_network(ctx, h, &mut notes);
             t.networks.insert(NetworkId::HOST, Arc::new(tables));
+            // Where other nodes send what their pods address to this node's addresses.
+            match encode_sid(ctx.me.locator, SidFunction::EndDt46, NetworkId::HOST) {
+                Ok(sid) => {
+                    t.sids.insert(sid, SidBehavior::EndDt46(NetworkId::HOST));
+                }
+                Err(e) => notes.push(Note {
+                    kind: NoteKind::Inconsistent,
+                    object: "the host interface".into(),
+                    message: format!("no End.DT46 SID for the host network: {e}"),
+                }),
+            }
             if t.ports.insert(PortId::HOST, port).is_some() {
                 notes.push(Note {
                     kind: NoteKind::Conflict,
@@ -1044,9 +1055,9 @@ impl Cache {
 }
 
 /// The nodes' own addresses, in a pod network's FIB: this node's to the host port; in an l3
-/// network (`l3`: its id), every other node's to that node's End.DT46 SID of the network, where
+/// network (`l3`), every other node's to that node's End.DT46 SID of the host network, where
 /// that node's host port takes them (ADR 0036).
-fn node_addresses(ctx: &Ctx<'_>, l3: Option<NetworkId>, fib: &mut FibBuilder<'_>) {
+fn node_addresses(ctx: &Ctx<'_>, l3: bool, fib: &mut FibBuilder<'_>) {
     if let Some(h) = &ctx.world.host {
         let nh = NextHop::Local {
             port: PortId::HOST,
@@ -1056,12 +1067,14 @@ fn node_addresses(ctx: &Ctx<'_>, l3: Option<NetworkId>, fib: &mut FibBuilder<'_>
             fib.insert(host(*a), nh, &|| "the node's address".into());
         }
     }
-    let Some(id) = l3 else { return };
+    if !l3 {
+        return;
+    }
     for (name, peer) in &ctx.world.nodes {
         if *name == ctx.me.name || peer.addresses.is_empty() {
             continue;
         }
-        match encode_sid(peer.locator, SidFunction::EndDt46, id) {
+        match encode_sid(peer.locator, SidFunction::EndDt46, NetworkId::HOST) {
             Ok(sid) => {
                 let nh = NextHop::Remote { node: peer.id, sid };
                 for a in &peer.addresses {
@@ -1115,13 +1128,14 @@ impl Cache {
             }
         }
         // This node's blocks (a free address is not forwarded anywhere), and every other
-        // node's blocks of the l3 networks to that node's End.DT46 SID of the network: the
-        // host reaches every pod of the cluster (ADR 0036).
+        // node's blocks of every l3 network — programmed here or not — to that node's End.DT46
+        // SID of the network: the host reaches every pod of the cluster, and answers a pod of
+        // any node (ADR 0036).
         for ((net, node), blocks) in &ctx.world.allocations {
-            if !self.outs.contains_key(net) {
-                continue;
-            }
             if *node == ctx.me.name {
+                if !self.outs.contains_key(net) {
+                    continue;
+                }
                 for b in blocks {
                     fib.insert(*b, NextHop::Unreachable, &|| {
                         format!("this node's block of Network {net}")
