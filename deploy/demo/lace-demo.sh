@@ -12,8 +12,8 @@
 #
 # Both controls read the same manifest directory (a copy of deploy/examples) and share one
 # allocation state file, as two nodes of one cluster share the API server. Each control keeps
-# its node's host interface (lace-host, ADR 0023), through which the node's namespace reaches
-# its own pods. Pods are created by
+# its node's host interface (lace-host, ADRs 0023 and 0036), through which the node's namespace
+# reaches every pod (its own directly, the others over SRv6). Pods are created by
 # calling lace-cni exactly as kubelet does (CNI_* environment, network config on stdin).
 #
 # Usage: deploy/demo/lace-demo.sh [--once] [--debug]
@@ -253,18 +253,19 @@ for pod in frontend-1 backend-1 tools-1 storage-1; do
     if host_reach "$n" "$pod" "$fam"; then ok "node-$n → $pod (IPv$fam) reaches"; else bad "node-$n → $pod (IPv$fam) does not reach"; failures=$((failures+1)); fi
   done
 done
-if host_reach a backend-1 4; then
-  bad "node-a → backend-1 (on node-b) reaches: a node's host interface is for its own pods"
-  failures=$((failures+1))
-else
-  ok "node-a → backend-1 (on node-b) is not routed: each node reaches its own pods"
-fi
-if in_pod backend-2 ping -4 -c 2 -i 0.2 -W 1 -q "${node_ip4[a]}" >/dev/null 2>&1; then
-  ok "backend-2 → node-a's address ${node_ip4[a]} reaches"
-else
-  bad "backend-2 → node-a's address ${node_ip4[a]} does not reach"
-  failures=$((failures+1))
-fi
+# Another node's pods too, over SRv6 (ADR 0036).
+for fam in 4 6; do
+  if host_reach a backend-1 "$fam"; then ok "node-a → backend-1 on node-b (IPv$fam) reaches over SRv6"; else bad "node-a → backend-1 on node-b (IPv$fam) does not reach"; failures=$((failures+1)); fi
+done
+# And pods reach every node's address: their own node's, and another node's over SRv6.
+for pod in backend-2 backend-1; do
+  if in_pod "$pod" ping -4 -c 2 -i 0.2 -W 1 -q "${node_ip4[a]}" >/dev/null 2>&1; then
+    ok "$pod → node-a's address ${node_ip4[a]} reaches"
+  else
+    bad "$pod → node-a's address ${node_ip4[a]} does not reach"
+    failures=$((failures+1))
+  fi
+done
 
 say "isolation: frontend and backend are different networks"
 expect_isolated frontend-1 backend-2 4
