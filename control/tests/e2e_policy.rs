@@ -254,9 +254,71 @@ enum Probe {
     Unreachable,
 }
 
+/// The scripts the pods run, written in the lab's directory.
 struct Scripts {
     probe: PathBuf,
     hold: PathBuf,
+    server: PathBuf,
+    resolve: PathBuf,
+}
+
+/// A pod of a cluster: namespace, name, node, labels.
+type PodSpec = (&'static str, &'static str, usize, &'static str);
+
+/// Two standalone nodes over the examples' `nodes.yaml` and the manifest `files` (name, text),
+/// with `pods` written as Pod manifests and the scripts in place; started.
+fn cluster(files: &[(&str, &str)], pods: &[PodSpec]) -> (Lab, Scripts) {
+    let res = Resources::new();
+    let manifests = res.dir.join("manifests");
+    fs::create_dir_all(&manifests).unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    fs::copy(examples.join("nodes.yaml"), manifests.join("nodes.yaml")).unwrap();
+    for (name, text) in files {
+        write(&manifests.join(name), text);
+    }
+    for &(namespace, name, node, labels) in pods {
+        write(
+            &manifests.join(format!("pod-{name}.yaml")),
+            &pod_manifest(namespace, name, node, labels),
+        );
+    }
+    let scripts = Scripts {
+        probe: res.dir.join("probe.py"),
+        hold: res.dir.join("hold.py"),
+        server: res.dir.join("server.py"),
+        resolve: res.dir.join("resolve.py"),
+    };
+    for (path, text) in [
+        (&scripts.probe, PROBE),
+        (&scripts.hold, HOLD),
+        (&scripts.server, SERVER),
+        (&scripts.resolve, RESOLVE),
+    ] {
+        write(path, text);
+    }
+    let mut lab = Lab::new(res, manifests);
+    lab.start();
+    (lab, scripts)
+}
+
+/// Starts the pods' server ([`SERVER`]) in `p` and waits until it listens.
+fn serve(lab: &Lab, s: &Scripts, p: &Pod) -> Proc {
+    let argv = [
+        "ip",
+        "netns",
+        "exec",
+        &p.ns,
+        "python3",
+        &s.server.display().to_string(),
+        p.name,
+    ]
+    .map(String::from);
+    let log = lab.res.dir.join(format!("server-{}.log", p.name));
+    let srv = Proc::spawn(&format!("server in {}", p.name), &argv, log);
+    wait_for(&format!("{} ready", srv.name), WAIT, || {
+        printed(&srv, "ready")
+    });
+    srv
 }
 
 fn probe(s: &Scripts, from: &Pod, proto: &str, to: &str, port: u16) -> Probe {
@@ -400,14 +462,7 @@ fn release(p: &Proc, trigger: &Path) -> String {
 fn policy_and_services_end_to_end() {
     let _serial = serial();
     prerequisites([program("python3", "python3")]);
-    let res = Resources::new();
-    let manifests = res.dir.join("manifests");
-    fs::create_dir_all(&manifests).unwrap();
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
-    fs::copy(examples.join("nodes.yaml"), manifests.join("nodes.yaml")).unwrap();
-    write(&manifests.join("base.yaml"), BASE);
-    write(&manifests.join("policy.yaml"), &policy("client"));
-    let pods: [(&str, &str, usize, &str); 8] = [
+    let pods: [PodSpec; 8] = [
         ("x", "web-a", 0, "app: web"),
         ("x", "web-b", 1, "app: web"),
         ("x", "web-c", 1, "app: web"),
@@ -417,43 +472,15 @@ fn policy_and_services_end_to_end() {
         ("x", "other-b", 1, "role: other"),
         ("y", "client-y", 1, "role: client"),
     ];
-    for (namespace, name, node, labels) in pods {
-        write(
-            &manifests.join(format!("pod-{name}.yaml")),
-            &pod_manifest(namespace, name, node, labels),
-        );
-    }
-    let scripts = Scripts {
-        probe: res.dir.join("probe.py"),
-        hold: res.dir.join("hold.py"),
-    };
-    write(&scripts.probe, PROBE);
-    write(&scripts.hold, HOLD);
-    let server = res.dir.join("server.py");
-    write(&server, SERVER);
-
-    let mut lab = Lab::new(res, manifests);
-    lab.start();
+    let (mut lab, scripts) = cluster(
+        &[("base.yaml", BASE), ("policy.yaml", &policy("client"))],
+        &pods,
+    );
     let mut servers = Vec::new();
     let mut pod = std::collections::BTreeMap::new();
     for (namespace, name, node, _) in pods {
         let p = lab.add_pod(node, namespace, name);
-        let argv = [
-            "ip",
-            "netns",
-            "exec",
-            &p.ns,
-            "python3",
-            &server.display().to_string(),
-            name,
-        ]
-        .map(String::from);
-        let log = lab.res.dir.join(format!("server-{name}.log"));
-        let srv = Proc::spawn(&format!("server in {name}"), &argv, log);
-        wait_for(&format!("{} ready", srv.name), WAIT, || {
-            printed(&srv, "ready")
-        });
-        servers.push(srv);
+        servers.push(serve(&lab, &scripts, &p));
         pod.insert(name, p);
     }
     let [web_a, web_b, web_c, client_a, client_b, other_a, other_b, client_y] = [
@@ -749,43 +776,18 @@ fn cluster_dns_hairpin_and_terminating_backends_end_to_end() {
         program("python3", "python3"),
         program("dnsmasq", "dnsmasq-base"),
     ]);
-    let res = Resources::new();
-    let manifests = res.dir.join("manifests");
-    fs::create_dir_all(&manifests).unwrap();
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
-    fs::copy(examples.join("nodes.yaml"), manifests.join("nodes.yaml")).unwrap();
-    write(&manifests.join("cluster.yaml"), CLUSTER);
-    let pods: [(&str, usize, &str); 5] = [
-        ("dns-a", 0, "app: dns"),
-        ("web-a", 0, "app: web"),
-        ("client-b", 1, "role: client"),
-        ("old-b", 1, "role: old"),
-        ("gone-a", 0, "role: old"),
+    let pods: [PodSpec; 5] = [
+        ("x", "dns-a", 0, "app: dns"),
+        ("x", "web-a", 0, "app: web"),
+        ("x", "client-b", 1, "role: client"),
+        ("x", "old-b", 1, "role: old"),
+        ("x", "gone-a", 0, "role: old"),
     ];
-    for (name, node, labels) in pods {
-        write(
-            &manifests.join(format!("pod-{name}.yaml")),
-            &pod_manifest("x", name, node, labels),
-        );
-    }
-    let scripts = Scripts {
-        probe: res.dir.join("probe.py"),
-        hold: res.dir.join("hold.py"),
-    };
-    write(&scripts.probe, PROBE);
-    write(&scripts.hold, HOLD);
-    let resolver = res.dir.join("resolve.py");
-    write(&resolver, RESOLVE);
-    let server = res.dir.join("server.py");
-    write(&server, SERVER);
-
-    let mut lab = Lab::new(res, manifests);
-    lab.start();
+    let (mut lab, scripts) = cluster(&[("cluster.yaml", CLUSTER)], &pods);
     let mut running = Vec::new();
     let mut pod = std::collections::BTreeMap::new();
-    for (name, node, _) in pods {
+    for (_, name, node, _) in pods {
         let p = lab.add_pod(node, "x", name);
-        let log = lab.res.dir.join(format!("server-{name}.log"));
         let proc = if name == "dns-a" {
             // A real DNS server, as cluster DNS is one: it answers the Service's name with its
             // ClusterIP, over UDP and TCP, and logs every query.
@@ -807,23 +809,10 @@ fn cluster_dns_hairpin_and_terminating_backends_end_to_end() {
                 &format!("--address=/{WEB_NAME}/{HAIRPIN_VIP}"),
             ]
             .map(String::from);
+            let log = lab.res.dir.join("dnsmasq.log");
             Proc::spawn("dnsmasq in dns-a", &argv, log)
         } else {
-            let argv = [
-                "ip",
-                "netns",
-                "exec",
-                &p.ns,
-                "python3",
-                &server.display().to_string(),
-                name,
-            ]
-            .map(String::from);
-            let srv = Proc::spawn(&format!("server in {name}"), &argv, log);
-            wait_for(&format!("{} ready", srv.name), WAIT, || {
-                printed(&srv, "ready")
-            });
-            srv
+            serve(&lab, &scripts, &p)
         };
         running.push(proc);
         pod.insert(name, p);
@@ -837,7 +826,7 @@ fn cluster_dns_hairpin_and_terminating_backends_end_to_end() {
         let got = wait_for(
             &format!("{WEB_NAME} over {proto} via {DNS_VIP}"),
             WAIT,
-            || resolve(&resolver, &client_b, proto, DNS_VIP, WEB_NAME).ok(),
+            || resolve(&scripts.resolve, &client_b, proto, DNS_VIP, WEB_NAME).ok(),
         );
         assert_eq!(got, [HAIRPIN_VIP], "{proto}: the DNS answer");
     }
