@@ -15,15 +15,16 @@ use e2e_support::{ipn, prerequisites, run_capture, sysctl, Resources};
 use ipnet::IpNet;
 use lace_control::daemon::host::{host_mac, HostInterface};
 
-fn routes(ns: &str) -> Vec<String> {
+/// The routes into `lhtest` (both families, sorted), each as `line` makes it of the words of
+/// `ip route show` (skipped when it gives nothing).
+fn routes_as(ns: &str, line: impl Fn(&[&str]) -> Option<String>) -> Vec<String> {
     let mut out: Vec<String> = ["-4", "-6"]
         .iter()
         .flat_map(|f| {
             run_capture(&["ip", "-n", ns, f, "route", "show", "dev", "lhtest"])
                 .unwrap()
                 .lines()
-                .filter(|l| l.contains(" via "))
-                .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .filter_map(|l| line(&l.split_whitespace().collect::<Vec<_>>()))
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -31,24 +32,17 @@ fn routes(ns: &str) -> Vec<String> {
     out
 }
 
-/// Each route into `lhtest` with a preferred source: "<destination> <source>".
+/// The routes into `lhtest` via a gateway: "<destination> via <gateway>".
+fn routes(ns: &str) -> Vec<String> {
+    routes_as(ns, |w| (w.get(1) == Some(&"via")).then(|| w[..3].join(" ")))
+}
+
+/// The routes into `lhtest` with a preferred source: "<destination> <source>".
 fn route_sources(ns: &str) -> Vec<String> {
-    let mut out: Vec<String> = ["-4", "-6"]
-        .iter()
-        .flat_map(|f| {
-            run_capture(&["ip", "-n", ns, f, "route", "show", "dev", "lhtest"])
-                .unwrap()
-                .lines()
-                .filter_map(|l| {
-                    let w: Vec<&str> = l.split_whitespace().collect();
-                    let src = w.iter().position(|x| *x == "src")?;
-                    Some(format!("{} {}", w[0], w.get(src + 1)?))
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    out.sort();
-    out
+    routes_as(ns, |w| {
+        let src = w.iter().position(|x| *x == "src")?;
+        Some(format!("{} {}", w[0], w.get(src + 1)?))
+    })
 }
 
 fn set(list: &[&str]) -> BTreeSet<IpNet> {
