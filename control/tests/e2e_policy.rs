@@ -53,7 +53,8 @@ use lace_shared::status::DropReason;
 const WEB_VIP: &str = "10.96.0.20";
 const STICKY_VIP: &str = "10.96.0.21";
 
-const BASE: &str = r#"
+/// The network every cluster of this file runs on (`cluster` writes it).
+const APPS: &str = r#"
 apiVersion: lace-cni.io/v1alpha1
 kind: Network
 metadata: {name: apps}
@@ -61,7 +62,9 @@ spec:
   type: l3
   ipv4Subnet: {prefix: 10.60.0.0/16, hostLocalPrefixLength: 24}
   ipv6Subnet: {prefix: "fd60::/48", hostLocalPrefixLength: 64}
----
+"#;
+
+const BASE: &str = r#"
 # Pods, Services and NetworkPolicies all on apps.
 apiVersion: lace-cni.io/v1alpha1
 kind: NetworkBindingPolicy
@@ -265,14 +268,16 @@ struct Scripts {
 /// A pod of a cluster: namespace, name, node, labels.
 type PodSpec = (&'static str, &'static str, usize, &'static str);
 
-/// Two standalone nodes over the examples' `nodes.yaml` and the manifest `files` (name, text),
-/// with `pods` written as Pod manifests and the scripts in place; started.
+/// Two standalone nodes over the examples' `nodes.yaml`, the network [`APPS`] and the manifest
+/// `files` (name, text), with `pods` written as Pod manifests and the scripts in place;
+/// started.
 fn cluster(files: &[(&str, &str)], pods: &[PodSpec]) -> (Lab, Scripts) {
     let res = Resources::new();
     let manifests = res.dir.join("manifests");
     fs::create_dir_all(&manifests).unwrap();
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
     fs::copy(examples.join("nodes.yaml"), manifests.join("nodes.yaml")).unwrap();
+    write(&manifests.join("apps.yaml"), APPS);
     for (name, text) in files {
         write(&manifests.join(name), text);
     }
@@ -617,14 +622,6 @@ const DRAINING_VIP: &str = "10.96.0.31";
 const WEB_NAME: &str = "web.x.svc.cluster.local";
 
 const CLUSTER: &str = r#"
-apiVersion: lace-cni.io/v1alpha1
-kind: Network
-metadata: {name: apps}
-spec:
-  type: l3
-  ipv4Subnet: {prefix: 10.60.0.0/16, hostLocalPrefixLength: 24}
-  ipv6Subnet: {prefix: "fd60::/48", hostLocalPrefixLength: 64}
----
 apiVersion: lace-cni.io/v1alpha1
 kind: NetworkBindingPolicy
 metadata: {name: apps}
