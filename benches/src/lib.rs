@@ -31,6 +31,9 @@
 //! * [`podpath`]: pod-to-pod TCP, UDP and ping across two nodes, lace beside the kernel's own
 //!   SRv6, or its VXLAN where it has no seg6, built on the same machine (`lace-bench
 //!   --pod-path`, root).
+//! * [`servicepath`]: TCP connect/request/response/close through a ClusterIP across two nodes,
+//!   lace beside the kernel's own Service path (kube-proxy's nftables rules) on the same
+//!   machine (`lace-bench --service-path`, root).
 //!
 //! The `lace-bench` binary prints the whole report; the criterion benches under `benches/`
 //! reuse the same pieces. Timing figures are never asserted on.
@@ -49,6 +52,7 @@ pub mod pipeline;
 pub mod podpath;
 pub mod policy;
 pub mod report;
+pub mod servicepath;
 pub mod services;
 pub mod sys;
 pub mod workload;

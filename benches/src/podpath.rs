@@ -73,10 +73,10 @@ pub fn targets() -> Vec<(String, Target)> {
 /// Where the probes run: the client's and server's network namespaces (names under
 /// `/var/run/netns`) and the server's address.
 #[derive(Debug, Clone)]
-struct Endpoints {
-    client: String,
-    server: String,
-    server_ip: String,
+pub(crate) struct Endpoints {
+    pub(crate) client: String,
+    pub(crate) server: String,
+    pub(crate) server_ip: String,
 }
 
 /// What one shape measured.
@@ -91,7 +91,7 @@ struct Measured {
     rtt_p99_us: f64,
 }
 
-fn in_ns(ns: &str) -> Command {
+pub(crate) fn in_ns(ns: &str) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns]);
     c
@@ -261,12 +261,12 @@ fn measure(ep: &Endpoints) -> anyhow::Result<Measured> {
 }
 
 /// MTU of the underlay veth between the node namespaces (lace's shape runs the same).
-const UNDERLAY_MTU: u32 = 1500;
+pub(crate) const UNDERLAY_MTU: u32 = 1500;
 
 /// The kernel peer of the comparison: SRv6 where the running kernel has it, VXLAN otherwise
 /// ([`Peer::probe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Peer {
+pub(crate) enum Peer {
     /// `encap seg6 mode encap.red` with one segment (an outer IPv6 header, no SRH: 40 bytes)
     /// and `seg6local End.DX4`.
     Seg6,
@@ -278,7 +278,7 @@ enum Peer {
 
 impl Peer {
     /// The name the report prints (`podpath.peer = …`).
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Peer::Seg6 => "seg6",
             Peer::Vxlan => "vxlan",
@@ -286,7 +286,7 @@ impl Peer {
     }
 
     /// The pod MTU: the underlay's less the encapsulation.
-    fn pod_mtu(self) -> u32 {
+    pub(crate) fn pod_mtu(self) -> u32 {
         UNDERLAY_MTU
             - match self {
                 Peer::Seg6 => 40,
@@ -297,7 +297,7 @@ impl Peer {
     /// Asks the running kernel rather than guessing from its version: adds a seg6 `encap.red`
     /// route and a `seg6local End.DX4` route in a scratch namespace. Both taken: seg6. Either
     /// refused: VXLAN, with the kernel's refusal as the reason.
-    fn probe(tag: &str) -> anyhow::Result<(Peer, String)> {
+    pub(crate) fn probe(tag: &str) -> anyhow::Result<(Peer, String)> {
         let scratch = Namespaces::add(&[format!("lpp-{tag}-probe")])?;
         let ns = &scratch.0[0];
         ip(&[
@@ -429,18 +429,18 @@ impl Side {
 /// veths `vpa`/`vpb` (proxy ARP on the node's end), and the [`Peer`]'s cross-node part.
 /// Everything is removed on drop.
 #[derive(Debug)]
-struct KernelShape {
+pub(crate) struct KernelShape {
     tag: String,
     peer: Peer,
     _namespaces: Namespaces,
 }
 
 impl KernelShape {
-    fn ns(&self, what: &str) -> String {
+    pub(crate) fn ns(&self, what: &str) -> String {
         format!("lpp-{}-{what}", self.tag)
     }
 
-    fn endpoints(&self) -> Endpoints {
+    pub(crate) fn endpoints(&self) -> Endpoints {
         Endpoints {
             client: self.ns("pa"),
             server: self.ns("pb"),
@@ -448,13 +448,13 @@ impl KernelShape {
         }
     }
 
-    fn sysctl(ns: &str, keys: &[&str]) -> anyhow::Result<()> {
+    pub(crate) fn sysctl(ns: &str, keys: &[&str]) -> anyhow::Result<()> {
         run_ok(in_ns(ns).arg("sysctl").arg("-qw").args(keys)).map(drop)
     }
 
     /// Builds the nodes, the underlay and the pods, the same for both peers, then the peer's
     /// cross-node routes.
-    fn build(tag: &str, peer: Peer) -> anyhow::Result<KernelShape> {
+    pub(crate) fn build(tag: &str, peer: Peer) -> anyhow::Result<KernelShape> {
         let names = ["a", "b", "pa", "pb"].map(|what| format!("lpp-{tag}-{what}"));
         let k = KernelShape {
             tag: tag.to_owned(),
@@ -706,7 +706,7 @@ impl KernelShape {
 }
 
 /// Waits until `ep`'s client reaches the server (ping), at most 20 s.
-fn reachable(ep: &Endpoints) -> anyhow::Result<()> {
+pub(crate) fn reachable(ep: &Endpoints) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         let ok = in_ns(&ep.client)
@@ -750,7 +750,7 @@ fn lace() -> anyhow::Result<(Measured, Vec<String>)> {
         let m = measure(&ep)?;
         let mut notes = Vec::new();
         for n in ["a", "b"] {
-            notes.push(counters(&stack, n)?);
+            notes.push(counters(&stack, n, "podpath")?);
         }
         Ok((m, notes))
     })();
@@ -759,7 +759,7 @@ fn lace() -> anyhow::Result<(Measured, Vec<String>)> {
 
 /// One forwarder's drops after the run, as a note: pipeline drop reasons, and per port the
 /// losses outside the pipeline.
-fn counters(stack: &Stack, n: &str) -> anyhow::Result<String> {
+pub(crate) fn counters(stack: &Stack, n: &str, what: &str) -> anyhow::Result<String> {
     let name = format!("lace-bench-{}-{n}", stack.tag);
     let text = run_ok(Command::new(stack.bin.join("lace-forwarder")).args([
         "stats",
@@ -809,7 +809,7 @@ fn counters(stack: &Stack, n: &str) -> anyhow::Result<String> {
         })
         .collect();
     Ok(format!(
-        "podpath: node-{n} forwarder after the probes: pipeline drops [{}]; {}; host softnet \
+        "{what}: node-{n} forwarder after the probes: pipeline drops [{}]; {}; host softnet \
          drops {}",
         drops.join(", "),
         ports.join("; "),

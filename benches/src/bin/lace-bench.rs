@@ -75,6 +75,15 @@
 //! | `podpath.tcp_1stream.retransmit_ratio` | RetransSegs / OutSegs | the kernel's |
 //! | `podpath.tcp_1stream.cpu_us_per_segment` | host CPU time per segment sent | the kernel's |
 //!
+//! `--service-path` (root, needs `nft`; not part of `--quick`) prints only the ClusterIP
+//! comparison (`lace_benches::servicepath`): the same two shapes, a pod on node a connecting to
+//! a ClusterIP whose one backend is a pod on node b; in the kernel's shape kube-proxy's
+//! nftables-mode rules DNAT the ClusterIP on node a:
+//!
+//! | id | what | anchor |
+//! |---|---|---|
+//! | `service.crr_per_s` | TCP connect/request/response/close transactions per second, 4 at a time for 5 s | `service.kernel.crr_per_s` |
+//!
 //! The pipeline figures and their method are described in `lace_benches::pipeline`, the
 //! control-plane ones in `lace_benches::control`. The stack figure needs root and the
 //! workspace's binaries next to lace-bench (`cargo build --release --workspace --bins`); it
@@ -145,6 +154,11 @@ struct Args {
     /// minutes.
     #[arg(long, conflicts_with_all = ["quick", "smoke"])]
     pod_path: bool,
+    /// Only the ClusterIP comparison (root, needs nft): TCP connect/request/response/close
+    /// through a Service from a pod to a pod on the other node, lace's two nodes beside the
+    /// kernel's shape with kube-proxy's nftables rules, about half a minute.
+    #[arg(long, conflicts_with_all = ["quick", "smoke", "pod_path"])]
+    service_path: bool,
 }
 
 /// A part of the report that `--only` can select.
@@ -187,19 +201,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--pod-path`: the pod-path figures alone.
-fn pod_path(args: &Args, started: Instant) -> anyhow::Result<()> {
+/// `--pod-path` and `--service-path`: one comparison's figures alone (`what` names it).
+fn comparison(
+    args: &Args,
+    started: Instant,
+    what: &str,
+    figures: fn() -> control::Outcome,
+    targets: Vec<(String, Target)>,
+) -> anyhow::Result<()> {
     println!(
-        "lace-bench: the pod path (the kernel's shape, seg6 or VXLAN as probed, then lace's \
-         two-node stack) ... load {}",
+        "lace-bench: {what} (the kernel's shape, seg6 or VXLAN as probed, then lace's two-node \
+         stack) ... load {}",
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()
     );
-    let out = lace_benches::podpath::figures();
+    let out = figures();
     let mut report = Report::new();
     report.extend(out.figures);
-    for (id, t) in lace_benches::podpath::targets() {
+    for (id, t) in targets {
         report.set_target(id, t);
     }
     println!();
@@ -218,7 +238,7 @@ fn pod_path(args: &Args, started: Instant) -> anyhow::Result<()> {
     }
     println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
     if !out.not_measured.is_empty() {
-        bail!("the pod path was not measured (see above)");
+        bail!("{what} was not measured (see above)");
     }
     Ok(())
 }
@@ -226,7 +246,22 @@ fn pod_path(args: &Args, started: Instant) -> anyhow::Result<()> {
 fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     if args.pod_path {
-        return pod_path(&args, started);
+        return comparison(
+            &args,
+            started,
+            "the pod path",
+            lace_benches::podpath::figures,
+            lace_benches::podpath::targets(),
+        );
+    }
+    if args.service_path {
+        return comparison(
+            &args,
+            started,
+            "the ClusterIP path",
+            lace_benches::servicepath::figures,
+            lace_benches::servicepath::targets(),
+        );
     }
     let scale = if args.smoke {
         Scale::smoke()
