@@ -30,8 +30,9 @@
 //!   refused spec leaves the one it was last programmed with in force, and a newcomer never
 //!   takes a programmed Service's ClusterIP. Its backends come from its EndpointSlices, or —
 //!   standalone, without slices — from its selector and lace's endpoints
-//!   ([`ServiceEndpoints`]). Every Service shows why it is or is
-//!   not programmed, and which pods a named target port skipped ([`Core::service_conditions`]).
+//!   ([`ServiceEndpoints`]). Every Service shows why it is or is not programmed, and which
+//!   pods a named target port skipped ([`Core::service_conditions`]); every Kubernetes
+//!   NetworkPolicy whether it is valid ([`Core::network_policy_conditions`]).
 //! - A pod is bound once, when control first observes it, with the policies valid then; a
 //!   decision that binds nothing ([`Binding::NoMatch`]) is retried when the pod policies change
 //!   (there is no binding to keep). The lease made at ADD then carries the network for good.
@@ -742,6 +743,29 @@ impl Core {
     /// Every Kubernetes NetworkPolicy's binding.
     pub fn network_policy_bindings(&self) -> &ContinuousBindings {
         &self.network_policies
+    }
+
+    /// Kubernetes NetworkPolicy `namespace/name`'s condition, `Valid`: when its spec is invalid,
+    /// the errors and whether its last valid version stays enforced (as of the last build).
+    pub fn network_policy_conditions(&self, namespace: &str, name: &str) -> Vec<Condition> {
+        let key = NamespacedName::new(namespace, name);
+        match self.plan.network_policies.get(&key).map(|c| &c.verdict) {
+            Some(Ok(_)) => vec![condition(VALID, true, "Valid", "the spec is valid")],
+            Some(Err(e)) => {
+                let consequence = if self.world.network_policies.contains_key(&key) {
+                    "the last valid version stays enforced"
+                } else {
+                    "not enforced until the errors are fixed"
+                };
+                vec![condition(
+                    VALID,
+                    false,
+                    "Invalid",
+                    format!("{}; {consequence}", e.messages().join("; ")),
+                )]
+            }
+            None => Vec::new(),
+        }
     }
 }
 
