@@ -1479,32 +1479,51 @@ fn count_starting(events: &[(String, String, String)], prefix: &str) -> usize {
         .count()
 }
 
-/// Two controls (node-a, node-b) with `core` of each node, writing status and Events to
-/// `cluster` (only the Lease's holder does), fed by its watch.
+/// A control of `node` with `core`, writing status and Events to `cluster` (when it holds the
+/// Lease), fed by its watch.
+fn status_writer(cluster: &kube_cluster::Cluster, node: &str, core: Core) -> Lab {
+    let kube = lace_control::source::kubernetes::KubernetesConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        node: node.into(),
+    };
+    let store = lace_control::daemon::cluster_state::ClusterState::open(
+        &kube,
+        "lace-system",
+        IpamConfig::default(),
+    )
+    .unwrap();
+    let mut lab = Lab::paused_with_sink(Duration::from_millis(300), store, core, |r| {
+        lace_control::daemon::api_status::ApiStatusSink::new(&kube, "lace-system", r).unwrap()
+    });
+    lab.resume();
+    kube_source(&lab, cluster);
+    lab
+}
+
+/// Two controls (node-a, node-b) with `core` of each node (see [`status_writer`]).
 fn status_writers(cluster: &kube_cluster::Cluster, core: impl Fn(&str) -> Core) -> Vec<Lab> {
     ["node-a", "node-b"]
         .iter()
-        .map(|node| {
-            let kube = lace_control::source::kubernetes::KubernetesConfig {
-                kubeconfig: Some(cluster.kubeconfig.clone()),
-                node: (*node).into(),
-            };
-            let store = lace_control::daemon::cluster_state::ClusterState::open(
-                &kube,
-                "lace-system",
-                IpamConfig::default(),
-            )
-            .unwrap();
-            let mut lab =
-                Lab::paused_with_sink(Duration::from_millis(300), store, core(node), |r| {
-                    lace_control::daemon::api_status::ApiStatusSink::new(&kube, "lace-system", r)
-                        .unwrap()
-                });
-            lab.resume();
-            kube_source(&lab, cluster);
-            lab
-        })
+        .map(|node| status_writer(cluster, node, core(node)))
         .collect()
+}
+
+/// The core of a Kubernetes-mode control of `node` with the service CIDR 10.96.0.0/12.
+fn service_cidr_core(node: &str) -> Core {
+    let cidr = ServiceCidr {
+        v4: Some("10.96.0.0/12".parse().unwrap()),
+        v6: None,
+    };
+    Core::new(node)
+        .with_service_endpoints(ServiceEndpoints::Slices)
+        .with_service_cidr(Some(cidr))
+}
+
+/// WEB_SERVICE as `outside`, its ClusterIP outside 10.96.0.0/12.
+fn outside_service() -> String {
+    WEB_SERVICE
+        .replace("name: web,", "name: outside,")
+        .replace("10.96.0.10", "10.200.0.10")
 }
 
 /// Two controls (two nodes) derive the same conditions; only the holder of Lease
@@ -1586,19 +1605,8 @@ fn condition_transitions_are_events_written_once_by_the_lease_holder() {
 fn services_and_network_policies_get_their_transitions_as_events() {
     let cluster = kube_cluster::Cluster::start();
     cluster.create(&format!("{LACE_SYSTEM}---{NAMESPACE}---{BASE}"));
-    let cidr = ServiceCidr {
-        v4: Some("10.96.0.0/12".parse().unwrap()),
-        v6: None,
-    };
-    let labs = status_writers(&cluster, |node| {
-        Core::new(node)
-            .with_service_endpoints(ServiceEndpoints::Slices)
-            .with_service_cidr(Some(cidr))
-    });
-    let outside = WEB_SERVICE
-        .replace("name: web,", "name: outside,")
-        .replace("10.96.0.10", "10.200.0.10");
-    cluster.create(&outside);
+    let labs = status_writers(&cluster, service_cidr_core);
+    cluster.create(&outside_service());
     let warning = e2e_support::wait_for("the Service's Warning", e2e_support::WAIT, || {
         events_about(&cluster, "shop", "Service", "outside")
             .into_iter()
@@ -1673,4 +1681,45 @@ fn services_and_network_policies_get_their_transitions_as_events() {
         assert!(managers.is_empty(), "{kind} {name}: {managers:#?}");
     }
     drop(labs);
+}
+
+/// A control taking the Lease over from one that is gone records none of the transitions the
+/// old holder recorded on a Service (what a Service shows is the Events already on it), and
+/// records the new ones.
+#[test]
+fn a_new_lease_holder_repeats_no_event_on_a_service() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!("{LACE_SYSTEM}---{NAMESPACE}---{BASE}"));
+    cluster.create(&outside_service());
+    let first = status_writer(&cluster, "node-a", service_cidr_core("node-a"));
+    e2e_support::wait_for("node-a's Warning", e2e_support::WAIT, || {
+        events_about(&cluster, "shop", "Service", "outside")
+            .into_iter()
+            .find(|(t, _, m)| t == "Warning" && m.starts_with("Programmed=False"))
+    });
+    drop(first);
+    let second = status_writer(&cluster, "node-b", service_cidr_core("node-b"));
+    e2e_support::wait_for("node-b holding the Lease", e2e_support::WAIT, || {
+        let lease = cluster.get_in(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "lace-system",
+            "lace-control",
+        )?;
+        (lease["spec"]["holderIdentity"] == "node-b").then_some(())
+    });
+    // A new transition, recorded by the new holder.
+    cluster.create(&WEB_SERVICE.replace("name: web,", "name: inside,"));
+    e2e_support::wait_for("node-b's Event", e2e_support::WAIT, || {
+        cluster
+            .list_in("v1", "Event", "shop")
+            .into_iter()
+            .find(|e| e["involvedObject"]["name"] == "inside" && e["reportingInstance"] == "node-b")
+    });
+    std::thread::sleep(2 * lace_control::daemon::api_status::RENEW);
+    let events = events_about(&cluster, "shop", "Service", "outside");
+    for prefix in ["Valid=True", "Programmed=False"] {
+        assert_eq!(count_starting(&events, prefix), 1, "{prefix}: {events:#?}");
+    }
+    drop(second);
 }
