@@ -563,7 +563,11 @@ fn service_cidr(values: &[String]) -> Result<Option<ServiceCidr>, ConfigError> {
             IpNet::V6(p6) => cidr.v6.replace(p6).map(IpNet::V6),
         };
         if let Some(first) = taken {
-            return Err(bad(v, format!("a second range of the family of {first}")));
+            let family = if first.addr().is_ipv4() { 4 } else { 6 };
+            return Err(bad(
+                v,
+                format!("a second IPv{family} range (the first is {first})"),
+            ));
         }
     }
     Ok((cidr != ServiceCidr::default()).then_some(cidr))
