@@ -25,6 +25,7 @@ use lace_control::daemon::status::{StatusFile, StatusSink};
 use lace_control::fsio::WriteError;
 use lace_control::ipam::{Ipam, IpamConfig, SharedIpam};
 use lace_control::proto::{Allocation, Attachment, ErrorCode, Request, Response};
+use lace_control::service::ServiceCidr;
 use lace_control::source::standalone::objects_from_yaml;
 use lace_control::source::{Snapshot, SourceEvent};
 use lace_shared::policy::{ServiceKey, PROTO_TCP};
@@ -1443,16 +1444,18 @@ fn services_and_endpoint_slices_in_the_api_server_reach_the_tables() {
 
 // ---- status and Events: one writer, the Lease's holder -----------------------------------------
 
-/// The Events of `default` about NetworkBindingPolicy `name`, as `kubectl describe` lists them
-/// (field selectors on `involvedObject`): (type, reason, message).
-fn policy_events(cluster: &kube_cluster::Cluster, name: &str) -> Vec<(String, String, String)> {
+/// The Events of `namespace` about the `kind` `name`, as `kubectl describe` lists them (field
+/// selectors on `involvedObject`): (type, reason, message).
+fn events_about(
+    cluster: &kube_cluster::Cluster,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<(String, String, String)> {
     cluster
-        .list_in("v1", "Event", "default")
+        .list_in("v1", "Event", namespace)
         .iter()
-        .filter(|e| {
-            e["involvedObject"]["kind"] == "NetworkBindingPolicy"
-                && e["involvedObject"]["name"] == name
-        })
+        .filter(|e| e["involvedObject"]["kind"] == kind && e["involvedObject"]["name"] == name)
         .map(|e| {
             (
                 e["type"].as_str().unwrap_or_default().to_owned(),
@@ -1461,6 +1464,66 @@ fn policy_events(cluster: &kube_cluster::Cluster, name: &str) -> Vec<(String, St
             )
         })
         .collect()
+}
+
+/// The Events of `default` about NetworkBindingPolicy `name`.
+fn policy_events(cluster: &kube_cluster::Cluster, name: &str) -> Vec<(String, String, String)> {
+    events_about(cluster, "default", "NetworkBindingPolicy", name)
+}
+
+/// How many of `events` have a message starting with `prefix`.
+fn count_starting(events: &[(String, String, String)], prefix: &str) -> usize {
+    events
+        .iter()
+        .filter(|(_, _, m)| m.starts_with(prefix))
+        .count()
+}
+
+/// A control of `node` with `core`, writing status and Events to `cluster` (when it holds the
+/// Lease), fed by its watch.
+fn status_writer(cluster: &kube_cluster::Cluster, node: &str, core: Core) -> Lab {
+    let kube = lace_control::source::kubernetes::KubernetesConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        node: node.into(),
+    };
+    let store = lace_control::daemon::cluster_state::ClusterState::open(
+        &kube,
+        "lace-system",
+        IpamConfig::default(),
+    )
+    .unwrap();
+    let mut lab = Lab::paused_with_sink(Duration::from_millis(300), store, core, |r| {
+        lace_control::daemon::api_status::ApiStatusSink::new(&kube, "lace-system", r).unwrap()
+    });
+    lab.resume();
+    kube_source(&lab, cluster);
+    lab
+}
+
+/// Two controls (node-a, node-b) with `core` of each node (see [`status_writer`]).
+fn status_writers(cluster: &kube_cluster::Cluster, core: impl Fn(&str) -> Core) -> Vec<Lab> {
+    ["node-a", "node-b"]
+        .iter()
+        .map(|node| status_writer(cluster, node, core(node)))
+        .collect()
+}
+
+/// The core of a Kubernetes-mode control of `node` with the service CIDR 10.96.0.0/12.
+fn service_cidr_core(node: &str) -> Core {
+    let cidr = ServiceCidr {
+        v4: Some("10.96.0.0/12".parse().unwrap()),
+        v6: None,
+    };
+    Core::new(node)
+        .with_service_endpoints(ServiceEndpoints::Slices)
+        .with_service_cidr(Some(cidr))
+}
+
+/// WEB_SERVICE as `outside`, its ClusterIP outside 10.96.0.0/12.
+fn outside_service() -> String {
+    WEB_SERVICE
+        .replace("name: web,", "name: outside,")
+        .replace("10.96.0.10", "10.200.0.10")
 }
 
 /// Two controls (two nodes) derive the same conditions; only the holder of Lease
@@ -1473,29 +1536,9 @@ fn condition_transitions_are_events_written_once_by_the_lease_holder() {
     cluster.create(&format!(
         "{LACE_SYSTEM}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: default}}\n---{NAMESPACE}---{BASE}"
     ));
-    let labs: Vec<Lab> = ["node-a", "node-b"]
-        .iter()
-        .map(|node| {
-            let kube = lace_control::source::kubernetes::KubernetesConfig {
-                kubeconfig: Some(cluster.kubeconfig.clone()),
-                node: (*node).into(),
-            };
-            let store = lace_control::daemon::cluster_state::ClusterState::open(
-                &kube,
-                "lace-system",
-                IpamConfig::default(),
-            )
-            .unwrap();
-            let core = Core::new(node).with_service_endpoints(ServiceEndpoints::Slices);
-            let mut lab = Lab::paused_with_sink(Duration::from_millis(300), store, core, |r| {
-                lace_control::daemon::api_status::ApiStatusSink::new(&kube, "lace-system", r)
-                    .unwrap()
-            });
-            lab.resume();
-            kube_source(&lab, &cluster);
-            lab
-        })
-        .collect();
+    let labs = status_writers(&cluster, |node| {
+        Core::new(node).with_service_endpoints(ServiceEndpoints::Slices)
+    });
     let broken = "apiVersion: lace-cni.io/v1alpha1\nkind: NetworkBindingPolicy\nmetadata: {name: cel}\nspec:\n  rules:\n  - celExpression: \"object.metadata.name +\"\n";
     cluster.create(broken);
     let warning = e2e_support::wait_for("the Warning Event", e2e_support::WAIT, || {
@@ -1523,14 +1566,7 @@ fn condition_transitions_are_events_written_once_by_the_lease_holder() {
     std::thread::sleep(2 * lace_control::daemon::api_status::RENEW);
     let events = policy_events(&cluster, "cel");
     for prefix in ["CELValid=False", "CELValid=True"] {
-        assert_eq!(
-            events
-                .iter()
-                .filter(|(_, _, m)| m.starts_with(prefix))
-                .count(),
-            1,
-            "{prefix}: {events:#?}"
-        );
+        assert_eq!(count_starting(&events, prefix), 1, "{prefix}: {events:#?}");
     }
     let policy = cluster.get("lace-cni.io/v1alpha1", "NetworkBindingPolicy", "cel");
     let e = cluster
@@ -1558,4 +1594,132 @@ fn condition_transitions_are_events_written_once_by_the_lease_holder() {
         1
     );
     drop(labs);
+}
+
+/// Services and NetworkPolicies get Events of their conditions' transitions too, in their
+/// namespace, with their uid, once each (two controls, the Lease's holder writes), and their
+/// status is never touched: with a service CIDR, a Service whose ClusterIP lies outside it gets
+/// one Warning (`Programmed=False`, `ClusterIPOutsideServiceCIDR`, naming address and range);
+/// an invalid NetworkPolicy one Warning (`Valid=False`), its fix one Normal.
+#[test]
+fn services_and_network_policies_get_their_transitions_as_events() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!("{LACE_SYSTEM}---{NAMESPACE}---{BASE}"));
+    let labs = status_writers(&cluster, service_cidr_core);
+    cluster.create(&outside_service());
+    let warning = e2e_support::wait_for("the Service's Warning", e2e_support::WAIT, || {
+        events_about(&cluster, "shop", "Service", "outside")
+            .into_iter()
+            .find(|(t, r, _)| t == "Warning" && r == "ClusterIPOutsideServiceCIDR")
+    });
+    assert!(
+        warning.2.starts_with(
+            "Programmed=False: ClusterIP 10.200.0.10 lies outside the service CIDR 10.96.0.0/12"
+        ),
+        "{warning:?}"
+    );
+    let policy = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: shop}\nspec: {podSelector: {}, policyTypes: [Sideways]}\n";
+    cluster.create(policy);
+    let warning = e2e_support::wait_for("the NetworkPolicy's Warning", e2e_support::WAIT, || {
+        events_about(&cluster, "shop", "NetworkPolicy", "deny")
+            .into_iter()
+            .find(|(t, r, _)| t == "Warning" && r == "Invalid")
+    });
+    assert!(
+        warning.2.starts_with("Valid=False:")
+            && warning.2.contains("spec.policyTypes[0]")
+            && warning
+                .2
+                .contains("not enforced until the errors are fixed"),
+        "{warning:?}"
+    );
+    cluster.replace(&policy.replace("Sideways", "Ingress"));
+    e2e_support::wait_for("the NetworkPolicy's Normal", e2e_support::WAIT, || {
+        events_about(&cluster, "shop", "NetworkPolicy", "deny")
+            .into_iter()
+            .find(|(t, _, m)| t == "Normal" && m.starts_with("Valid=True"))
+    });
+    // Both controls saw every transition; each was recorded once, by the holder.
+    std::thread::sleep(2 * lace_control::daemon::api_status::RENEW);
+    let service_events = events_about(&cluster, "shop", "Service", "outside");
+    for prefix in ["Valid=True", "Programmed=False"] {
+        assert_eq!(
+            count_starting(&service_events, prefix),
+            1,
+            "{prefix}: {service_events:#?}"
+        );
+    }
+    let policy_events = events_about(&cluster, "shop", "NetworkPolicy", "deny");
+    for prefix in ["Valid=False", "Valid=True"] {
+        assert_eq!(
+            count_starting(&policy_events, prefix),
+            1,
+            "{prefix}: {policy_events:#?}"
+        );
+    }
+    for (api_version, kind, name) in [
+        ("v1", "Service", "outside"),
+        ("networking.k8s.io/v1", "NetworkPolicy", "deny"),
+    ] {
+        let object = cluster.get_in(api_version, kind, "shop", name).unwrap();
+        for e in cluster
+            .list_in("v1", "Event", "shop")
+            .iter()
+            .filter(|e| e["involvedObject"]["name"] == name)
+        {
+            assert_eq!(e["involvedObject"]["uid"], object["metadata"]["uid"]);
+            assert_eq!(e["involvedObject"]["apiVersion"], api_version);
+            assert_eq!(e["involvedObject"]["namespace"], "shop");
+            assert_eq!(e["source"]["component"], "lace-control");
+        }
+        let managers: Vec<&serde_json::Value> = object["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["manager"] == "lace-control")
+            .collect();
+        assert!(managers.is_empty(), "{kind} {name}: {managers:#?}");
+    }
+    drop(labs);
+}
+
+/// A control taking the Lease over from one that is gone records none of the transitions the
+/// old holder recorded on a Service (what a Service shows is the Events already on it), and
+/// records the new ones.
+#[test]
+fn a_new_lease_holder_repeats_no_event_on_a_service() {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!("{LACE_SYSTEM}---{NAMESPACE}---{BASE}"));
+    cluster.create(&outside_service());
+    let first = status_writer(&cluster, "node-a", service_cidr_core("node-a"));
+    e2e_support::wait_for("node-a's Warning", e2e_support::WAIT, || {
+        events_about(&cluster, "shop", "Service", "outside")
+            .into_iter()
+            .find(|(t, _, m)| t == "Warning" && m.starts_with("Programmed=False"))
+    });
+    drop(first);
+    let second = status_writer(&cluster, "node-b", service_cidr_core("node-b"));
+    e2e_support::wait_for("node-b holding the Lease", e2e_support::WAIT, || {
+        let lease = cluster.get_in(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "lace-system",
+            "lace-control",
+        )?;
+        (lease["spec"]["holderIdentity"] == "node-b").then_some(())
+    });
+    // A new transition, recorded by the new holder.
+    cluster.create(&WEB_SERVICE.replace("name: web,", "name: inside,"));
+    e2e_support::wait_for("node-b's Event", e2e_support::WAIT, || {
+        cluster
+            .list_in("v1", "Event", "shop")
+            .into_iter()
+            .find(|e| e["involvedObject"]["name"] == "inside" && e["reportingInstance"] == "node-b")
+    });
+    std::thread::sleep(2 * lace_control::daemon::api_status::RENEW);
+    let events = events_about(&cluster, "shop", "Service", "outside");
+    for prefix in ["Valid=True", "Programmed=False"] {
+        assert_eq!(count_starting(&events, prefix), 1, "{prefix}: {events:#?}");
+    }
+    drop(second);
 }

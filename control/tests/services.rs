@@ -14,7 +14,7 @@ use lace_control::daemon::core::{BuildInputs, Core, ServiceEndpoints, PROGRAMMED
 use lace_control::daemon::report::{report, TablesReport};
 use lace_control::daemon::status::{render, StatusFile};
 use lace_control::ipam::{AllocateRequest, Ipam, IpamConfig, PodRef};
-use lace_control::service::Protocol;
+use lace_control::service::{Protocol, ServiceCidr};
 use lace_control::source::standalone::objects_from_yaml;
 use lace_control::source::{NamespacedName, Snapshot, SourceEvent};
 use lace_control::world::{AttachmentKey, ServiceModel};
@@ -620,6 +620,125 @@ fn a_conflicting_update_or_newcomer_never_takes_a_working_services_address() {
         p.message.contains("already Service shop/web's"),
         "{}",
         p.message
+    );
+}
+
+/// Service `name` in `shop` at `ips` (the primary first), port 80.
+fn service_at(name: &str, ips: &[&str]) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{clusterIP: \"{}\", clusterIPs: [{}], ports: [{{port: 80}}]}}\n",
+        ips[0],
+        ips.iter().map(|i| format!("\"{i}\"")).collect::<Vec<_>>().join(", ")
+    )
+}
+
+fn dual_stack_cidr() -> ServiceCidr {
+    ServiceCidr {
+        v4: Some("10.96.0.0/12".parse().unwrap()),
+        v6: Some("fd96::/108".parse().unwrap()),
+    }
+}
+
+/// With a service CIDR, a Service with a ClusterIP outside it, of either family, is not
+/// programmed (`ClusterIPOutsideServiceCIDR`, naming the address and the range); one inside
+/// both ranges is; an update that leaves the range keeps the spec last programmed in force.
+/// Without a service CIDR, nothing is checked.
+#[test]
+fn clusterips_outside_the_service_cidr_are_not_programmed() {
+    let mut lab = Lab::new(Core::new("node-a").with_service_cidr(Some(dual_stack_cidr())));
+    let web = service_at("web", &["10.96.0.10", "fd96::10"]);
+    let v4_out = service_at("v4-out", &["10.200.0.1"]);
+    let v6_out = service_at("v6-out", &["10.96.0.11", "fd97::11"]);
+    lab.batch(&[BASE, &web, &v4_out, &v6_out], &[]);
+    let p = lab.cond("web", PROGRAMMED);
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("True", "Programmed")
+    );
+    for (name, says) in [
+        (
+            "v4-out",
+            "ClusterIP 10.200.0.1 lies outside the service CIDR 10.96.0.0/12",
+        ),
+        (
+            "v6-out",
+            "ClusterIP fd97::11 lies outside the service CIDR fd96::/108",
+        ),
+    ] {
+        let p = lab.cond(name, PROGRAMMED);
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("False", "ClusterIPOutsideServiceCIDR"),
+            "{name}"
+        );
+        assert!(
+            p.message.contains(says) && p.message.contains("--service-cidr"),
+            "{}",
+            p.message
+        );
+        assert!(lab.service(name).is_none(), "{name} is programmed");
+    }
+    assert_eq!(lab.cond("v6-out", VALID).status, "True");
+    // web moved out of the range: its last programmed spec stays.
+    let moved = service_at("web", &["10.200.0.10", "fd96::10"]);
+    let changes = lab.batch(&[BASE, &moved], &[]);
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!(
+        lab.service("web").unwrap().cluster_ips,
+        [
+            "10.96.0.10".parse::<IpAddr>().unwrap(),
+            "fd96::10".parse().unwrap()
+        ]
+    );
+    let p = lab.cond("web", PROGRAMMED);
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("True", "LastGoodSpec")
+    );
+    assert!(
+        p.message
+            .contains("ClusterIP 10.200.0.10 lies outside the service CIDR 10.96.0.0/12")
+            && p.message
+                .contains("stays in force (ClusterIPs 10.96.0.10, fd96::10)"),
+        "{}",
+        p.message
+    );
+    // No service CIDR: no check.
+    let mut lab = Lab::new(Core::new("node-a"));
+    lab.batch(&[BASE, &v4_out, &v6_out], &[]);
+    for name in ["v4-out", "v6-out"] {
+        assert_eq!(lab.cond(name, PROGRAMMED).reason, "Programmed", "{name}");
+        assert!(lab.service(name).is_some(), "{name}");
+    }
+}
+
+/// `lace-control status` shows why a Service outside the service CIDR is not programmed.
+#[test]
+fn the_status_names_a_clusterip_outside_the_service_cidr() {
+    let mut lab = Lab::new(Core::new("node-a").with_service_cidr(Some(dual_stack_cidr())));
+    lab.batch(&[BASE, &service_at("v4-out", &["10.200.0.1"])], &[]);
+    let tables = TablesReport {
+        generation: 1,
+        error: None,
+        notes: &[],
+    };
+    let s = report(
+        &lab.core,
+        &lab.ipam,
+        &lab.attached,
+        tables,
+        "t0",
+        &StatusFile::default(),
+    );
+    let text = render(&s, None);
+    assert!(
+        text.contains("shop/v4-out")
+            && text.contains("Valid=True Programmed=False")
+            && text.contains(
+                "Programmed ClusterIPOutsideServiceCIDR: ClusterIP 10.200.0.1 lies outside the \
+                 service CIDR 10.96.0.0/12"
+            ),
+        "{text}"
     );
 }
 

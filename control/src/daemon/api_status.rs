@@ -2,7 +2,10 @@
 //! objects themselves — each Network's `status` (`id`, conditions), each NetworkBindingPolicy's
 //! and NetworkRoutingPolicy's conditions — with server-side apply of the `status` subresource
 //! under the field manager `lace-control`, and an Event on every condition transition, so
-//! `kubectl get networks -o yaml` and `kubectl describe` show them (ADR 0024).
+//! `kubectl get networks -o yaml` and `kubectl describe` show them (ADR 0024). Services and
+//! NetworkPolicies get the Events of their conditions' transitions (`Valid`, `Programmed`,
+//! `TargetPortsResolved`; `Valid`) and nothing else: their `status` belongs to Kubernetes
+//! (ADR 0037).
 //!
 //! Every node's control derives these from the same objects and the same allocation state.
 //! One of them writes them: the holder of the Lease `lace-control` in control's namespace
@@ -10,8 +13,9 @@
 //! [`LEASE_SECONDS`] long, renewed every [`RENEW`]). A control that loses it stops writing;
 //! the one that takes it over applies every object's status again and compares the conditions
 //! with what the objects show, so a transition is reported once whoever was writing when it
-//! happened. Nothing allocates through this Lease: losing it costs a late status, never a
-//! wrong one.
+//! happened. For a Service or a NetworkPolicy, whose status holds no lace conditions, what it
+//! shows is the last Event lace-control recorded on it (that object, by uid) per condition type.
+//! Nothing allocates through this Lease: losing it costs a late status, never a wrong one.
 //!
 //! The writing happens on a thread of its own: [`ApiStatusSink::publish`] hands it the latest
 //! status and returns (a slow API server never delays a CNI answer). An object is applied again
@@ -25,12 +29,13 @@
 //! otherwise, the message `<type>=<status>: <message>`, source and reporting component
 //! `lace-control`, reporting instance the node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
@@ -54,9 +59,20 @@ const MAX_NOTE: usize = 1024;
 #[derive(Debug, Clone, PartialEq)]
 struct Wanted {
     kind: &'static str,
+    /// A core kind's namespace; `None` for the cluster-scoped lace kinds.
+    namespace: Option<String>,
     name: String,
     status: Value,
 }
+
+impl Wanted {
+    fn key(&self) -> Key {
+        (self.kind, self.namespace.clone(), self.name.clone())
+    }
+}
+
+/// An object: kind, namespace (core kinds), name.
+type Key = (&'static str, Option<String>, String);
 
 /// Applies each object's status to the API server, after `inner` (see the module docs).
 #[derive(Debug)]
@@ -93,25 +109,20 @@ impl<S: StatusSink> ApiStatusSink<S> {
         let (tx, rx) = mpsc::channel();
         let mut writer = Writer {
             runtime,
-            apis: [
-                ("Network", ApiResource::erase::<Network>(&())),
-                (
-                    "NetworkBindingPolicy",
-                    ApiResource::erase::<NetworkBindingPolicy>(&()),
-                ),
-                (
-                    "NetworkRoutingPolicy",
-                    ApiResource::erase::<NetworkRoutingPolicy>(&()),
-                ),
-            ]
-            .map(|(k, ar)| (k, Api::<DynamicObject>::all_with(client.clone(), &ar))),
+            kinds: [
+                ApiResource::erase::<Network>(&()),
+                ApiResource::erase::<NetworkBindingPolicy>(&()),
+                ApiResource::erase::<NetworkRoutingPolicy>(&()),
+                ApiResource::erase::<Service>(&()),
+                ApiResource::erase::<NetworkPolicy>(&()),
+            ],
             lease: Leadership {
                 api: Api::namespaced(client.clone(), namespace),
                 identity: kube.node.clone(),
                 observed: None,
                 held_until: None,
             },
-            events: client,
+            client,
             node: kube.node.clone(),
             applied: BTreeMap::new(),
         };
@@ -135,6 +146,7 @@ impl<S: StatusSink> StatusSink for ApiStatusSink<S> {
             let s = serde_json::to_value(&n.status).unwrap_or_default();
             wanted.push(Wanted {
                 kind: "Network",
+                namespace: None,
                 name: n.name.clone(),
                 status: bounded(s),
             });
@@ -146,8 +158,22 @@ impl<S: StatusSink> StatusSink for ApiStatusSink<S> {
             for e in entries {
                 wanted.push(Wanted {
                     kind,
+                    namespace: None,
                     name: e.name.clone(),
                     status: bounded(json!({"conditions": e.conditions})),
+                });
+            }
+        }
+        for (kind, entries) in [
+            ("Service", &status.services),
+            ("NetworkPolicy", &status.network_policies),
+        ] {
+            for e in entries {
+                wanted.push(Wanted {
+                    kind,
+                    namespace: Some(e.namespace.clone()),
+                    name: e.name.clone(),
+                    status: json!({"conditions": e.conditions}),
                 });
             }
         }
@@ -273,12 +299,13 @@ impl Leadership {
 /// The writer thread's state.
 struct Writer {
     runtime: tokio::runtime::Runtime,
-    apis: [(&'static str, Api<DynamicObject>); 3],
+    /// The kinds whose status or Events are written.
+    kinds: [ApiResource; 5],
     lease: Leadership,
-    events: kube::Client,
+    client: kube::Client,
     node: String,
-    /// The status last applied per (kind, name), while holding the Lease.
-    applied: BTreeMap<(&'static str, String), Value>,
+    /// The status last applied (core kinds: reported) per object, while holding the Lease.
+    applied: BTreeMap<Key, Value>,
 }
 
 impl Writer {
@@ -309,19 +336,37 @@ impl Writer {
             for w in &wanted {
                 self.apply(w);
             }
+            // A deleted object is forgotten: one made again under its name starts afresh.
+            let keys: BTreeSet<Key> = wanted.iter().map(Wanted::key).collect();
+            self.applied.retain(|k, _| keys.contains(k));
         }
     }
 
-    /// Applies `w` if it changed, and reports its condition transitions.
+    /// The API of `w`'s kind (in its namespace), and its resource.
+    fn api(&self, w: &Wanted) -> Option<(Api<DynamicObject>, &ApiResource)> {
+        let ar = self.kinds.iter().find(|ar| ar.kind == w.kind)?;
+        let api = match &w.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, ar),
+            None => Api::all_with(self.client.clone(), ar),
+        };
+        Some((api, ar))
+    }
+
+    /// Applies `w` if it changed (a core kind's: only records), and reports its condition
+    /// transitions.
     fn apply(&mut self, w: &Wanted) {
-        let key = (w.kind, w.name.clone());
+        let key = w.key();
         if self.applied.get(&key) == Some(&w.status) {
             return;
         }
-        let Some((_, api)) = self.apis.iter().find(|(k, _)| *k == w.kind) else {
+        let Some((api, ar)) = self.api(w) else {
             return;
         };
-        let api = api.clone();
+        let ar = ar.clone();
+        if w.namespace.is_some() {
+            self.record(w, &api, &ar);
+            return;
+        }
         // The conditions the object shows now: what this control applied, or (after taking
         // the Lease over) what the object holds.
         let before: Vec<Condition> = match self.applied.get(&key) {
@@ -345,7 +390,7 @@ impl Writer {
             Ok(o) => {
                 self.applied.insert(key, w.status.clone());
                 for c in transitions(&before, &conditions(&w.status)) {
-                    self.event(w.kind, &o, c);
+                    self.event(&ar, &o, c);
                 }
             }
             Err(e) => {
@@ -359,9 +404,62 @@ impl Writer {
         }
     }
 
-    /// Records condition `c`'s transition on object `o` as an Event.
-    fn event(&self, kind: &str, o: &DynamicObject, c: &Condition) {
+    /// A core object's condition transitions, as Events only (its status is not lace's).
+    fn record(&mut self, w: &Wanted, api: &Api<DynamicObject>, ar: &ApiResource) {
+        let o = match self.runtime.block_on(api.get_opt(&w.name)) {
+            Ok(Some(o)) => o,
+            // Deleted meanwhile: nothing to record on.
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(
+                    "{} {}/{}: cannot read it to record its Events: {e}; retrying at the next \
+                     change",
+                    w.kind,
+                    w.namespace.as_deref().unwrap_or_default(),
+                    w.name
+                );
+                return;
+            }
+        };
+        let key = w.key();
+        // What the object shows: what this control recorded, or (after taking the Lease over)
+        // the Events lace-control recorded on it.
+        let before = match self.applied.get(&key) {
+            Some(s) => conditions(s),
+            None => self.recorded(ar, &o),
+        };
+        for c in transitions(&before, &conditions(&w.status)) {
+            self.event(ar, &o, c);
+        }
+        self.applied.insert(key, w.status.clone());
+    }
+
+    /// The conditions lace-control's Events on `o` (by uid) last recorded, one per type.
+    fn recorded(&self, ar: &ApiResource, o: &DynamicObject) -> Vec<Condition> {
+        let namespace = o.metadata.namespace.as_deref().unwrap_or("default");
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let fields = format!(
+            "involvedObject.kind={},involvedObject.name={},involvedObject.uid={}",
+            ar.kind,
+            o.metadata.name.as_deref().unwrap_or_default(),
+            o.metadata.uid.as_deref().unwrap_or_default()
+        );
+        let lp = kube::api::ListParams::default().fields(&fields);
+        let events = match self.runtime.block_on(api.list(&lp)) {
+            Ok(l) => l.items,
+            Err(e) => {
+                tracing::debug!("Events of {fields}: {e}");
+                Vec::new()
+            }
+        };
+        latest_recorded(&events)
+    }
+
+    /// Records condition `c`'s transition on object `o` (of kind `ar`) as an Event.
+    fn event(&self, ar: &ApiResource, o: &DynamicObject, c: &Condition) {
+        let kind = &ar.kind;
         let name = o.metadata.name.clone().unwrap_or_default();
+        let namespace = o.metadata.namespace.clone();
         let now = k8s_openapi::jiff::Timestamp::now();
         let mut note = format!("{}={}: {}", c.type_, c.status, c.message);
         cut(&mut note, MAX_NOTE);
@@ -369,13 +467,14 @@ impl Writer {
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-                namespace: Some("default".into()),
+                namespace: Some(namespace.clone().unwrap_or_else(|| "default".into())),
                 ..ObjectMeta::default()
             },
             involved_object: k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some("lace-cni.io/v1alpha1".into()),
-                kind: Some(kind.to_owned()),
+                api_version: Some(ar.api_version.clone()),
+                kind: Some(kind.clone()),
                 name: Some(name.clone()),
+                namespace: namespace.clone(),
                 uid: o.metadata.uid.clone(),
                 resource_version: o.metadata.resource_version.clone(),
                 ..Default::default()
@@ -401,7 +500,10 @@ impl Writer {
             reporting_instance: Some(self.node.clone()),
             ..Event::default()
         };
-        let api: Api<Event> = Api::namespaced(self.events.clone(), "default");
+        let api: Api<Event> = Api::namespaced(
+            self.client.clone(),
+            namespace.as_deref().unwrap_or("default"),
+        );
         if let Err(e) = self
             .runtime
             .block_on(api.create(&PostParams::default(), &event))
@@ -446,6 +548,44 @@ fn conditions(status: &Value) -> Vec<Condition> {
         .unwrap_or_default()
 }
 
+/// The conditions lace-control's `events` of one object record last, one per type: each
+/// Event's message starts `<type>=<status>:`, its reason is the condition's, and its name ends
+/// in the nanoseconds it was made at.
+fn latest_recorded(events: &[Event]) -> Vec<Condition> {
+    let mut ours: Vec<(u128, &Event)> = events
+        .iter()
+        .filter(|e| e.reporting_component.as_deref() == Some(FIELD_MANAGER))
+        .filter_map(|e| {
+            let name = e.metadata.name.as_deref()?;
+            let at = u128::from_str_radix(name.rsplit('.').next()?, 16).ok()?;
+            Some((at, e))
+        })
+        .collect();
+    ours.sort_by_key(|(at, _)| *at);
+    let mut last: BTreeMap<String, Condition> = BTreeMap::new();
+    for (_, e) in ours {
+        let message = e.message.as_deref().unwrap_or_default();
+        let Some((type_, rest)) = message.split_once('=') else {
+            continue;
+        };
+        let Some((status, _)) = rest.split_once(':') else {
+            continue;
+        };
+        last.insert(
+            type_.to_owned(),
+            Condition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                reason: e.reason.clone().unwrap_or_default(),
+                message: String::new(),
+                last_transition_time: None,
+                observed_generation: None,
+            },
+        );
+    }
+    last.into_values().collect()
+}
+
 /// The conditions of `after` whose status or reason differ from `before`'s (a condition that
 /// appears is a transition too).
 fn transitions<'a>(before: &[Condition], after: &'a [Condition]) -> Vec<&'a Condition> {
@@ -487,6 +627,53 @@ mod tests {
         assert!(m.len() <= max, "{} bytes", m.len());
         assert!(m.ends_with("...") && long.starts_with(m.trim_end_matches("...")));
         assert_eq!(status["conditions"][1]["message"], "m");
+    }
+
+    #[test]
+    fn the_conditions_a_core_object_shows_are_its_last_events_of_lace_control() {
+        let event = |at: u64, component: &str, reason: &str, message: &str| Event {
+            metadata: ObjectMeta {
+                name: Some(format!("web.{at:x}")),
+                ..ObjectMeta::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            reporting_component: Some(component.into()),
+            ..Event::default()
+        };
+        // Out of order, as a list may give them; another component's Event does not count.
+        let events = [
+            event(
+                0x30,
+                FIELD_MANAGER,
+                "Programmed",
+                "Programmed=True: ClusterIPs 10.96.0.10",
+            ),
+            event(
+                0x10,
+                FIELD_MANAGER,
+                "Valid",
+                "Valid=True: the spec is valid",
+            ),
+            event(
+                0x20,
+                FIELD_MANAGER,
+                "ClusterIPConflict",
+                "Programmed=False: x: y",
+            ),
+            event(0x40, "kubelet", "Programmed", "Programmed=False: z"),
+        ];
+        let got: Vec<(String, String, String)> = latest_recorded(&events)
+            .into_iter()
+            .map(|c| (c.type_, c.status, c.reason))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("Programmed".into(), "True".into(), "Programmed".into()),
+                ("Valid".into(), "True".into(), "Valid".into()),
+            ]
+        );
     }
 
     #[test]

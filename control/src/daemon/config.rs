@@ -15,9 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use ipnet::Ipv6Net;
+use ipnet::{IpNet, Ipv6Net};
 
 use crate::ipam::IpamConfig;
+use crate::service::ServiceCidr;
 
 /// The directory under the manifests directory where control keeps its files (state, status,
 /// attachment marks) unless `--state-dir` says otherwise. The standalone source reads the
@@ -129,6 +130,12 @@ pub struct RunArgs {
     /// `/var/run/netns/NAME`); default: control's own (the host's, on a node).
     #[arg(long, value_name = "PATH", requires = "host_interface")]
     pub host_netns: Option<PathBuf>,
+    /// The cluster's service range: one IPv4 and/or one IPv6 prefix (repeated or
+    /// comma-separated), the same as kube-apiserver's `--service-cluster-ip-range`. A Service
+    /// with a ClusterIP outside it is not programmed (`Programmed=False`,
+    /// `ClusterIPOutsideServiceCIDR`). Default: no range, no check.
+    #[arg(long, value_name = "PREFIX", value_delimiter = ',')]
+    pub service_cidr: Vec<String>,
 }
 
 /// `--source`.
@@ -224,6 +231,17 @@ pub enum ConfigError {
     /// `--locator-pool` is not an IPv6 prefix that can hold /48 locators.
     #[error("--locator-pool {value:?}: {reason}; use an IPv6 prefix of /48 or shorter without host bits, e.g. fc00::/32")]
     LocatorPool {
+        /// The value.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+    /// `--service-cidr` is not one prefix per family.
+    #[error(
+        "--service-cidr {value:?}: {reason}; give kube-apiserver's --service-cluster-ip-range: \
+         one IPv4 and/or one IPv6 prefix without host bits, e.g. 10.96.0.0/12,fd96::/108"
+    )]
+    ServiceCidr {
         /// The value.
         value: String,
         /// Why.
@@ -406,6 +424,8 @@ pub struct RunConfig {
     pub namespace: String,
     /// The host interface to keep, and its namespace (None: control's own).
     pub host_interface: Option<(String, Option<PathBuf>)>,
+    /// The cluster's service range (None: no check).
+    pub service_cidr: Option<ServiceCidr>,
 }
 
 impl RunConfig {
@@ -508,6 +528,7 @@ impl RunConfig {
             source,
             namespace: a.namespace.clone(),
             host_interface: a.host_interface.clone().map(|n| (n, a.host_netns.clone())),
+            service_cidr: service_cidr(&a.service_cidr)?,
         })
     }
 
@@ -518,6 +539,38 @@ impl RunConfig {
             ..Default::default()
         }
     }
+}
+
+/// `--service-cidr`'s values, checked (see [`RunArgs::service_cidr`]).
+fn service_cidr(values: &[String]) -> Result<Option<ServiceCidr>, ConfigError> {
+    let bad = |value: &str, reason: String| ConfigError::ServiceCidr {
+        value: value.to_owned(),
+        reason,
+    };
+    let mut cidr = ServiceCidr::default();
+    for v in values {
+        let p: IpNet = v
+            .parse()
+            .map_err(|e: ipnet::AddrParseError| bad(v, e.to_string()))?;
+        if p.trunc() != p {
+            return Err(bad(
+                v,
+                format!("host bits set (the prefix is {})", p.trunc()),
+            ));
+        }
+        let taken = match p {
+            IpNet::V4(p4) => cidr.v4.replace(p4).map(IpNet::V4),
+            IpNet::V6(p6) => cidr.v6.replace(p6).map(IpNet::V6),
+        };
+        if let Some(first) = taken {
+            let family = if first.addr().is_ipv4() { 4 } else { 6 };
+            return Err(bad(
+                v,
+                format!("a second IPv{family} range (the first is {first})"),
+            ));
+        }
+    }
+    Ok((cidr != ServiceCidr::default()).then_some(cidr))
 }
 
 impl StatusArgs {
@@ -659,6 +712,7 @@ mod tests {
         assert_eq!(c.pod_wait, Duration::from_secs(3));
         assert_eq!(c.ipam, IpamConfig::default());
         assert_eq!(c.compile().pod_mtu(), 1460);
+        assert_eq!(c.service_cidr, None);
     }
 
     #[test]
@@ -696,8 +750,34 @@ mod tests {
     }
 
     #[test]
+    fn the_service_cidr_is_one_prefix_per_family_repeated_or_comma_separated() {
+        let want = ServiceCidr {
+            v4: Some("10.96.0.0/12".parse().unwrap()),
+            v6: Some("fd96::/108".parse().unwrap()),
+        };
+        let c = run_config(&["--service-cidr", "10.96.0.0/12,fd96::/108"]).unwrap();
+        assert_eq!(c.service_cidr, Some(want));
+        let c = run_config(&[
+            "--service-cidr",
+            "fd96::/108",
+            "--service-cidr",
+            "10.96.0.0/12",
+        ])
+        .unwrap();
+        assert_eq!(c.service_cidr, Some(want));
+        let c = run_config(&["--service-cidr", "fd96::/108"]).unwrap();
+        assert_eq!(c.service_cidr.and_then(|s| s.v4), None);
+    }
+
+    #[test]
     fn bad_values_name_the_flag_and_the_fix() {
-        let cases: [(&[&str], &str); 7] = [
+        let cases: [(&[&str], &str); 10] = [
+            (&["--service-cidr", "10.96.0.1/12"], "--service-cidr"),
+            (
+                &["--service-cidr", "10.96.0.0/12,10.0.0.0/16"],
+                "--service-cidr",
+            ),
+            (&["--service-cidr", "services"], "--service-cidr"),
             (&["--pod-wait-ms", "60000"], "--pod-wait-ms"),
             (&["--locator-pool", "fc00::1/32"], "--locator-pool"),
             (&["--locator-pool", "10.0.0.0/8"], "--locator-pool"),

@@ -25,12 +25,14 @@
 //! - A routing policy is compiled only when it validates, its networks exist and are valid, its
 //!   prefixes lie inside the destination, and [`routing_support`] accepts it.
 //! - A Service is programmed when its spec has ClusterIPs ([`crate::service::parse`]), it is
-//!   bound to an l3 network, and its ClusterIPs are its own (not another Service's, not inside
-//!   a network's subnet); an invalid or conflicting spec leaves the one it was last programmed
-//!   with in force, and a newcomer never takes a programmed Service's ClusterIP. Its
-//!   backends come from its EndpointSlices, or — standalone, without slices — from its
-//!   selector and lace's endpoints ([`ServiceEndpoints`]). Every Service shows why it is or is
-//!   not programmed, and which pods a named target port skipped ([`Core::service_conditions`]).
+//!   bound to an l3 network, and its ClusterIPs are its own (inside the service CIDR when one
+//!   is configured, not another Service's, not inside a network's subnet); an invalid or
+//!   refused spec leaves the one it was last programmed with in force, and a newcomer never
+//!   takes a programmed Service's ClusterIP. Its backends come from its EndpointSlices, or —
+//!   standalone, without slices — from its selector and lace's endpoints
+//!   ([`ServiceEndpoints`]). Every Service shows why it is or is not programmed, and which
+//!   pods a named target port skipped ([`Core::service_conditions`]); every Kubernetes
+//!   NetworkPolicy whether it is valid ([`Core::network_policy_conditions`]).
 //! - A pod is bound once, when control first observes it, with the policies valid then; a
 //!   decision that binds nothing ([`Binding::NoMatch`]) is retried when the pod policies change
 //!   (there is no binding to keep). The lease made at ADD then carries the network for good.
@@ -57,7 +59,7 @@ use crate::compile::Change;
 use crate::diff::changed_keys;
 use crate::ipam::{Ipam, IpamError, NetworkDef, PodRef};
 use crate::netpol::{BoundPolicy, ContainerPort, PolicyModel};
-use crate::service::{self, Parsed, ServiceError, ServiceSpec, SERVICE_NAME_LABEL};
+use crate::service::{self, Parsed, ServiceCidr, ServiceError, ServiceSpec, SERVICE_NAME_LABEL};
 use crate::source::{
     Consequence, NamespacedName, ObjectKind, ObjectRef, Objects, Origin, Problem, ProblemKind,
     SourceEvent,
@@ -306,6 +308,7 @@ pub struct Core {
     services: ContinuousBindings,
     network_policies: ContinuousBindings,
     service_endpoints: ServiceEndpoints,
+    service_cidr: Option<ServiceCidr>,
     service_conditions: BTreeMap<NamespacedName, Vec<Condition>>,
     /// The spec each programmed Service was last programmed with: in force while a later one
     /// is invalid or conflicts.
@@ -332,6 +335,7 @@ impl Core {
             services: ContinuousBindings::new(MatchKind::Service),
             network_policies: ContinuousBindings::new(MatchKind::NetworkPolicy),
             service_endpoints: ServiceEndpoints::SlicesOrSelector,
+            service_cidr: None,
             service_conditions: BTreeMap::new(),
             services_in_force: BTreeMap::new(),
             pods: BTreeMap::new(),
@@ -346,6 +350,12 @@ impl Core {
     /// [`ServiceEndpoints::SlicesOrSelector`], standalone mode's).
     pub fn with_service_endpoints(mut self, from: ServiceEndpoints) -> Core {
         self.service_endpoints = from;
+        self
+    }
+
+    /// The same core programming only ClusterIPs inside `cidr` (the default: any).
+    pub fn with_service_cidr(mut self, cidr: Option<ServiceCidr>) -> Core {
+        self.service_cidr = cidr;
         self
     }
 
@@ -734,6 +744,29 @@ impl Core {
     pub fn network_policy_bindings(&self) -> &ContinuousBindings {
         &self.network_policies
     }
+
+    /// Kubernetes NetworkPolicy `namespace/name`'s condition, `Valid`: when its spec is invalid,
+    /// the errors and whether its last valid version stays enforced (as of the last build).
+    pub fn network_policy_conditions(&self, namespace: &str, name: &str) -> Vec<Condition> {
+        let key = NamespacedName::new(namespace, name);
+        match self.plan.network_policies.get(&key).map(|c| &c.verdict) {
+            Some(Ok(_)) => vec![condition(VALID, true, "Valid", "the spec is valid")],
+            Some(Err(e)) => {
+                let consequence = if self.world.network_policies.contains_key(&key) {
+                    "the last valid version stays enforced"
+                } else {
+                    "not enforced until the errors are fixed"
+                };
+                vec![condition(
+                    VALID,
+                    false,
+                    "Invalid",
+                    format!("{}; {consequence}", e.messages().join("; ")),
+                )]
+            }
+            None => Vec::new(),
+        }
+    }
 }
 
 /// A pod's labels and named container ports (ports of an unknown protocol or outside
@@ -1053,9 +1086,9 @@ fn build_world(core: &Core, cx: BuildInputs<'_>) -> Built {
 /// The Services of the world (see the module docs), every Service's conditions and the spec
 /// each programmed one is programmed with.
 ///
-/// A Service whose spec is invalid, or whose ClusterIPs conflict, keeps the spec it was last
-/// programmed with (if that one does not conflict). Services keeping their ClusterIPs are
-/// placed first, so a newcomer never takes a working Service's address.
+/// A Service whose spec is invalid, or whose ClusterIPs are refused ([`cluster_ip_refusal`]),
+/// keeps the spec it was last programmed with (if that one is not refused). Services keeping
+/// their ClusterIPs are placed first, so a newcomer never takes a working Service's address.
 fn build_services(
     core: &Core,
     world: &mut World,
@@ -1104,12 +1137,10 @@ fn build_services(
     for (key, spec, mut conds, _) in candidates {
         let model = spec.and_then(|(spec, last_good)| {
             let network = service_network(core, key, world, &mut conds)?;
-            let clashes = cluster_ip_clashes(spec, &taken, world);
-            let (spec, last_good) = match core.services_in_force.get(key) {
-                Some(last)
-                    if !clashes.is_empty()
-                        && last != spec
-                        && cluster_ip_clashes(last, &taken, world).is_empty() =>
+            let refused = cluster_ip_refusal(core, spec, &taken, world);
+            let (spec, last_good) = match (refused, core.services_in_force.get(key)) {
+                (Some(why), Some(last))
+                    if last != spec && cluster_ip_refusal(core, last, &taken, world).is_none() =>
                 {
                     conds.push(condition(
                         PROGRAMMED,
@@ -1117,26 +1148,22 @@ fn build_services(
                         "LastGoodSpec",
                         format!(
                             "{}; the spec last programmed stays in force (ClusterIPs {})",
-                            clashes.join("; "),
+                            why.problems,
                             ips(last)
                         ),
                     ));
                     (last, true)
                 }
-                _ if !clashes.is_empty() => {
+                (Some(why), _) => {
                     conds.push(condition(
                         PROGRAMMED,
                         false,
-                        "ClusterIPConflict",
-                        format!(
-                            "{}; give the Service a ClusterIP of its own, outside every \
-                             network's subnets (the cluster's service range)",
-                            clashes.join("; ")
-                        ),
+                        why.reason,
+                        format!("{}; {}", why.problems, why.fix),
                     ));
                     return None;
                 }
-                _ => (spec, last_good),
+                (None, _) => (spec, last_good),
             };
             for ip in &spec.cluster_ips {
                 taken.insert(*ip, key);
@@ -1226,8 +1253,49 @@ fn ips(spec: &ServiceSpec) -> String {
         .join(", ")
 }
 
-/// Why `spec`'s ClusterIPs cannot be programmed: one taken by another Service, or inside a
-/// network's subnet (it would shadow an address).
+/// Why a Service's ClusterIPs cannot be programmed.
+struct Refusal {
+    /// The `Programmed` condition's reason.
+    reason: &'static str,
+    /// Every problem, naming the address.
+    problems: String,
+    /// What to do.
+    fix: &'static str,
+}
+
+/// Why `spec`'s ClusterIPs cannot be programmed, if so: one outside the service CIDR
+/// (`ClusterIPOutsideServiceCIDR`), else one taken by another Service or inside a network's
+/// subnet (`ClusterIPConflict`).
+fn cluster_ip_refusal(
+    core: &Core,
+    spec: &ServiceSpec,
+    taken: &BTreeMap<IpAddr, &NamespacedName>,
+    world: &World,
+) -> Option<Refusal> {
+    let outside = core
+        .service_cidr
+        .map(|c| c.outside(&spec.cluster_ips))
+        .unwrap_or_default();
+    if !outside.is_empty() {
+        return Some(Refusal {
+            reason: "ClusterIPOutsideServiceCIDR",
+            problems: outside.join("; "),
+            fix: "ClusterIPs come from kube-apiserver's --service-cluster-ip-range: give the \
+                  Service one inside it, or give lace-control run the same range with \
+                  --service-cidr",
+        });
+    }
+    let clashes = cluster_ip_clashes(spec, taken, world);
+    (!clashes.is_empty()).then(|| Refusal {
+        reason: "ClusterIPConflict",
+        problems: clashes.join("; "),
+        fix: "give the Service a ClusterIP of its own, outside every network's subnets (the \
+              cluster's service range)",
+    })
+}
+
+/// Why `spec`'s ClusterIPs clash: one taken by another Service, or inside a network's subnet
+/// (it would shadow an address).
 fn cluster_ip_clashes(
     spec: &ServiceSpec,
     taken: &BTreeMap<IpAddr, &NamespacedName>,

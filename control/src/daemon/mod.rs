@@ -179,10 +179,11 @@ impl Daemon {
         // Kubernetes mode: the EndpointSlice controller writes every Service's slices, and
         // other nodes' pods are not watched; standalone: slices if the directory has them, else
         // the selector over lace's own endpoints.
+        let core = core::Core::new(&p.node).with_service_cidr(cfg.service_cidr);
         let core = match &cfg.source {
-            SourceConfig::Standalone { .. } => core::Core::new(&p.node),
+            SourceConfig::Standalone { .. } => core,
             SourceConfig::Kubernetes(_) => {
-                core::Core::new(&p.node).with_service_endpoints(core::ServiceEndpoints::Slices)
+                core.with_service_endpoints(core::ServiceEndpoints::Slices)
             }
         };
         let sink = StatusFileSink::new(p.status_file());

@@ -6,8 +6,9 @@
 //!   `Valid` condition in the user's words.
 //! - Every pod, service and Kubernetes NetworkPolicy shows its binding and the rule that
 //!   decided it, before any CNI ADD; every Service also shows whether its ClusterIPs are
-//!   programmed, and why not (its conditions; Kubernetes mode writes no Events yet, so the
-//!   status file is where a Service's errors are).
+//!   programmed, and why not, and every NetworkPolicy whether it is valid (their conditions;
+//!   Kubernetes mode records their transitions as Events on the objects, see
+//!   [`super::api_status`]).
 //! - Every problem — decode errors of the source and validation errors of the objects — is in
 //!   one list, each with its file, document and field.
 //! - A condition's `lastTransitionTime` moves only when its status changes (from `previous`).
@@ -188,23 +189,26 @@ pub fn report(
             conditions: Vec::new(),
         });
     }
-    s.services = continuous(core.service_bindings());
-    // Kubernetes mode has no Event writer yet: a Service's errors are these conditions, in the
-    // status file. Once one exists, each condition here that turns False (a changed
-    // `lastTransitionTime` with status False: Valid/Invalid, Programmed/<reason>,
-    // TargetPortsResolved/NamedPortUnresolved) is one Warning Event regarding the Service, its
-    // reason and message the condition's.
-    for e in &mut s.services {
-        let mut conds = core.service_conditions(&e.namespace, &e.name).to_vec();
+    // Kubernetes mode records each transition of these as an Event on the Service or the
+    // NetworkPolicy (`api_status`); their status is never written.
+    let stamped = |e: &BindingEntry, mut conds: Vec<Condition>, previous: &[BindingEntry]| {
         let before = previous
-            .services
             .iter()
             .find(|p| p.namespace == e.namespace && p.name == e.name)
             .map_or(&[][..], |p| p.conditions.as_slice());
         status::stamp_transitions(&mut conds, before, now);
-        e.conditions = conds;
+        conds
+    };
+    s.services = continuous(core.service_bindings());
+    for e in &mut s.services {
+        let conds = core.service_conditions(&e.namespace, &e.name).to_vec();
+        e.conditions = stamped(e, conds, &previous.services);
     }
     s.network_policies = continuous(core.network_policy_bindings());
+    for e in &mut s.network_policies {
+        let conds = core.network_policy_conditions(&e.namespace, &e.name);
+        e.conditions = stamped(e, conds, &previous.network_policies);
+    }
     s.notes = tables.notes.to_vec();
     s.problems = core.problems().iter().map(ToString::to_string).collect();
     s.error = tables.error.map(str::to_owned);

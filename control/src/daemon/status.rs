@@ -21,7 +21,7 @@
 //! allocations:      [Allocation objects: every node's blocks]
 //! pods:             [{namespace, name, node, binding, decidedBy}]  # bound once, when observed
 //! services:         [{namespace, name, binding, decidedBy, conditions: [Valid, Programmed, TargetPortsResolved]}]  # bound continuously
-//! networkPolicies:  [{namespace, name, binding, decidedBy}]        # bound continuously
+//! networkPolicies:  [{namespace, name, binding, decidedBy, conditions: [Valid]}]  # bound continuously
 //! learned:          [{network, mac, origin: learned|identity, node, endpoint, pending,
 //!                     sequence, addresses, lastSeen}]  # l2 MACs control's learning places
 //! learning:         {reports, lost, ignored, learned, moved, forgotten, refused}
@@ -138,7 +138,7 @@ pub struct BindingEntry {
     /// The policy and rule that decided, e.g. `tiers spec.rules[1]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
-    /// Services: `Valid`, `Programmed`, `TargetPortsResolved`.
+    /// Services: `Valid`, `Programmed`, `TargetPortsResolved`; NetworkPolicies: `Valid`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -17,6 +17,9 @@
 //! - [`in_use`]: which backends take new connections (KEP-1669): the ready ones; if none, the
 //!   serving and terminating ones; if none either, none — the Service rejects.
 //!
+//! - [`ServiceCidr`]: the cluster's service range (`lace-control run --service-cidr`, as
+//!   kube-apiserver's `--service-cluster-ip-range`); a ClusterIP outside it is not programmed.
+//!
 //! What is not supported (and reported, never half-done): `type: ExternalName`, node ports and
 //! load-balancer addresses (only the ClusterIP part of NodePort and LoadBalancer Services is
 //! programmed), `externalIPs`, `internalTrafficPolicy: Local`, topology hints and
@@ -24,6 +27,8 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -134,6 +139,54 @@ pub struct ServiceSpec {
     pub affinity_timeout_s: Option<u32>,
     /// `spec.publishNotReadyAddresses`: not-ready pods are backends too (standalone).
     pub publish_not_ready: bool,
+}
+
+/// The cluster's service range: at most one prefix per family, as kube-apiserver's
+/// `--service-cluster-ip-range` (the range ClusterIPs are allocated from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServiceCidr {
+    /// The IPv4 range, if any.
+    pub v4: Option<Ipv4Net>,
+    /// The IPv6 range, if any.
+    pub v6: Option<Ipv6Net>,
+}
+
+impl ServiceCidr {
+    /// One message for each of `ips` outside the range of its family (or of a family the
+    /// range does not have), naming the address and the range.
+    pub fn outside(&self, ips: &[IpAddr]) -> Vec<String> {
+        ips.iter()
+            .filter_map(|ip| {
+                let range = match ip {
+                    IpAddr::V4(a) => match self.v4 {
+                        Some(r) if r.contains(a) => return None,
+                        r => r.map(|r| r.to_string()),
+                    },
+                    IpAddr::V6(a) => match self.v6 {
+                        Some(r) if r.contains(a) => return None,
+                        r => r.map(|r| r.to_string()),
+                    },
+                };
+                Some(match range {
+                    Some(r) => format!("ClusterIP {ip} lies outside the service CIDR {r}"),
+                    None => format!(
+                        "ClusterIP {ip} lies outside the service CIDR {self}, which has no \
+                         IPv{} range",
+                        if ip.is_ipv4() { 4 } else { 6 }
+                    ),
+                })
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for ServiceCidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v4 = self.v4.map(|p| p.to_string());
+        let v6 = self.v6.map(|p| p.to_string());
+        let all: Vec<String> = v4.into_iter().chain(v6).collect();
+        f.write_str(&all.join(","))
+    }
 }
 
 /// Why a valid Service has no virtual IP to program.
@@ -733,6 +786,33 @@ pub fn in_use(backends: &[Backend]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_service_cidr_holds_clusterips_of_its_families_only() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let dual = ServiceCidr {
+            v4: Some("10.96.0.0/12".parse().unwrap()),
+            v6: Some("fd96::/108".parse().unwrap()),
+        };
+        assert!(dual.outside(&[ip("10.96.0.10"), ip("fd96::10")]).is_empty());
+        assert_eq!(
+            dual.outside(&[ip("10.112.0.1"), ip("fd96::10"), ip("fd97::1")]),
+            [
+                "ClusterIP 10.112.0.1 lies outside the service CIDR 10.96.0.0/12",
+                "ClusterIP fd97::1 lies outside the service CIDR fd96::/108",
+            ]
+        );
+        let v4 = ServiceCidr {
+            v4: dual.v4,
+            v6: None,
+        };
+        assert!(v4.outside(&[ip("10.111.255.255")]).is_empty());
+        assert_eq!(
+            v4.outside(&[ip("fd96::10")]),
+            ["ClusterIP fd96::10 lies outside the service CIDR 10.96.0.0/12, which has no IPv6 range"]
+        );
+        assert_eq!(dual.to_string(), "10.96.0.0/12,fd96::/108");
+    }
 
     fn service(yaml: &str) -> Service {
         serde_yaml::from_str(yaml).unwrap()
