@@ -73,6 +73,16 @@ impl Outcome {
         self.figures.push(f.clone());
         f
     }
+
+    /// The value of a step toward `figure`, or None with `figure` noted as not measured
+    /// because `what` failed.
+    pub(crate) fn step<T>(&mut self, figure: &str, what: &str, r: anyhow::Result<T>) -> Option<T> {
+        r.map_err(|e| {
+            self.not_measured
+                .push((figure.to_owned(), format!("{what}: {e:#}")));
+        })
+        .ok()
+    }
 }
 
 /// Timed rounds of the paired (alternating) measurements.

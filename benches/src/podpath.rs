@@ -831,15 +831,9 @@ pub fn figures() -> Outcome {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let tag = std::process::id().to_string();
-    let (peer, why) = match Peer::probe(&tag) {
-        Ok(p) => p,
-        Err(e) => {
-            out.not_measured.push((
-                FIGURE.to_owned(),
-                format!("probing the kernel for seg6: {e:#}"),
-            ));
-            return out;
-        }
+    let Some((peer, why)) = out.step(FIGURE, "probing the kernel for seg6", Peer::probe(&tag))
+    else {
+        return out;
     };
     out.notes.push(format!(
         "podpath.peer = {} ({why}; pod MTU {}, underlay MTU {UNDERLAY_MTU}); the \
@@ -847,21 +841,11 @@ pub fn figures() -> Outcome {
         peer.name(),
         peer.pod_mtu()
     ));
-    let kernel = match kernel(&tag, peer) {
-        Ok(k) => k,
-        Err(e) => {
-            out.not_measured
-                .push((FIGURE.to_owned(), format!("kernel shape: {e:#}")));
-            return out;
-        }
+    let Some(kernel) = out.step(FIGURE, "kernel shape", kernel(&tag, peer)) else {
+        return out;
     };
-    let (lace, notes) = match lace() {
-        Ok(l) => l,
-        Err(e) => {
-            out.not_measured
-                .push((FIGURE.to_owned(), format!("lace shape: {e:#}")));
-            return out;
-        }
+    let Some((lace, notes)) = out.step(FIGURE, "lace shape", lace()) else {
+        return out;
     };
     let (k, k_off) = kernel;
     let anchor = |id: &str, v: f64, unit: &str| Figure::new(id, v, unit);
