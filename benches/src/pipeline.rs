@@ -459,6 +459,7 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
             affinity_timeout_s: None,
             backends: vec![backend],
             table: maglev_table(&[&name], maglev_size(1)),
+            node_local: false,
         },
     )?;
     w.add_route(SNET, VIP4.into(), 32, NextHop::Service)?;

@@ -63,7 +63,7 @@ impl ServiceWorkload {
                     })
                     .collect();
                 keys.push(ServiceKey::new(NETWORK, vip, proto, port));
-                infos.push(service_info(vip, None, &list));
+                infos.push(service_info(vip, None, false, &list));
             }
         }
         ServiceWorkload { keys, infos }

@@ -16,7 +16,7 @@ use crate::api::{Direction, NetworkType};
 use crate::bind::Labels;
 use crate::netpol::NAMESPACE_NAME_LABEL;
 pub use crate::netpol::{BoundPolicy, ContainerPort};
-use crate::service::Protocol;
+use crate::service::{Protocol, ServiceBackend};
 pub use crate::source::NamespacedName;
 
 /// A validated network with its data-plane id.
@@ -146,8 +146,22 @@ pub struct ServiceModel {
     pub cluster_ips: Vec<IpAddr>,
     /// `sessionAffinity: ClientIP`'s timeout in seconds.
     pub affinity_timeout_s: Option<u32>,
+    /// `internalTrafficPolicy: Local`: each node uses the backends on it only.
+    pub node_local: bool,
     /// Its ports.
     pub ports: Vec<ServicePortModel>,
+}
+
+impl ServiceModel {
+    /// The backends of `port` that `node`'s clients use: every one, or for a node-local
+    /// Service those on `node`.
+    pub fn backends_on(&self, port: &ServicePortModel, node: &str) -> Vec<Backend> {
+        port.backends
+            .iter()
+            .filter(|b| !self.node_local || b.node.as_deref() == Some(node))
+            .map(|b| b.backend)
+            .collect()
+    }
 }
 
 /// One port of a [`ServiceModel`].
@@ -159,9 +173,9 @@ pub struct ServicePortModel {
     pub protocol: Protocol,
     /// The port on the ClusterIPs.
     pub port: u16,
-    /// Every backend with its conditions (both families, sorted by address and port); each
-    /// ClusterIP uses those of its family.
-    pub backends: Vec<Backend>,
+    /// Every backend with its conditions and node (both families, sorted by address and
+    /// port); each ClusterIP uses those of its family.
+    pub backends: Vec<ServiceBackend>,
 }
 
 /// A pod as Kubernetes NetworkPolicy sees it (its addresses are its endpoints').

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_control::api::{Direction, NetworkType};
 use lace_control::compile::{
-    decode_sid, desired, encode_sid, gateway_mac, host_routes, read_back, Change, CompileConfig,
-    Compiler, NoteKind, Route, SidFunction, HOST_GATEWAY4, HOST_GATEWAY6,
+    changed_cluster_ips, decode_sid, desired, encode_sid, gateway_mac, host_routes, read_back,
+    Change, CompileConfig, Compiler, NoteKind, Route, SidFunction, HOST_GATEWAY4, HOST_GATEWAY6,
 };
-use lace_control::service::Protocol;
+use lace_control::service::{Protocol, ServiceBackend};
 use lace_control::source::NamespacedName;
 use lace_control::world::{
     AttachmentKey, EndpointModel, HostModel, L2Config, LearnedModel, NetworkModel, NodeModel,
@@ -197,6 +197,10 @@ struct Region {
 
 impl Region {
     fn new() -> Region {
+        Region::sized(32 << 20)
+    }
+    /// A region of `size` bytes.
+    fn sized(size: u64) -> Region {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "lace-compile-{}-{}",
@@ -208,7 +212,7 @@ impl Region {
             cfg: TablesConfig {
                 dir,
                 name: "t".into(),
-                size: 32 << 20,
+                size,
                 reader_slots: 4,
             },
         }
@@ -889,13 +893,7 @@ fn a_one_way_policy_gives_the_destination_reply_only_routes_back() {
 /// published, and `last` stays the published tables.
 #[test]
 fn writer_error_abandons_the_batch() {
-    let r = Region {
-        cfg: TablesConfig {
-            size: 1 << 20,
-            ..Region::new().cfg.clone()
-        },
-    };
-    std::fs::create_dir_all(&r.cfg.dir).unwrap();
+    let r = Region::sized(1 << 20);
     let mut w = r.writer();
     let mut world = two_nodes();
     let mut c = Compiler::new(&name(1), cfg());
@@ -920,6 +918,54 @@ fn writer_error_abandons_the_batch() {
     add_pod(&mut world, 1, 1, 4);
     let st = step(&mut c, &mut w, &world, &[Change::All]);
     assert_eq!((st.ports_set, st.routes_set), (1, 2));
+}
+
+/// A Service the region cannot hold: the batch is refused, and `changed_cluster_ips` names
+/// the ClusterIPs whose records it held (the daemon marks their Services `NotPublished`) — not
+/// the Service already published and unchanged.
+#[test]
+fn a_refused_batch_names_the_services_it_held() {
+    let r = Region::sized(1 << 20);
+    let mut w = r.writer();
+    let mut world = two_nodes();
+    let backends = |n: u32| -> Vec<Backend> {
+        (0..n)
+            .map(|i| {
+                be(
+                    IpAddr::V4((0x0a02_0000 + i).into()),
+                    8080,
+                    true,
+                    true,
+                    false,
+                )
+            })
+            .collect()
+    };
+    let one = |vip: &str, n: u32| {
+        service(
+            1,
+            &[vip],
+            None,
+            vec![svc_port("http", Protocol::Tcp, 80, backends(n))],
+        )
+    };
+    world.services.insert(svc_key("web"), one("10.96.0.10", 3));
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    world
+        .services
+        .insert(svc_key("big"), one("10.96.0.20", 60_000));
+    let next = c
+        .plan(&world, &[Change::Service(svc_key("big"))])
+        .unwrap()
+        .tables;
+    let changed = changed_cluster_ips(c.last(), &next);
+    assert_eq!(changed, [ip("10.96.0.20")].into());
+    let e = c.apply(&mut w, next).unwrap_err();
+    assert!(e.to_string().contains("full"), "{e}");
+    // Nothing changed: the same comparison against what is published still names it.
+    let next = c.plan(&world, &[]).unwrap().tables;
+    assert_eq!(changed_cluster_ips(c.last(), &next), changed);
 }
 
 /// Two endpoints claiming one port id: the first network (by name) keeps it, the conflict is
@@ -992,7 +1038,13 @@ fn svc_port(name: &str, protocol: Protocol, port: u16, backends: Vec<Backend>) -
         name: name.into(),
         protocol,
         port,
-        backends,
+        backends: backends
+            .into_iter()
+            .map(|backend| ServiceBackend {
+                backend,
+                node: None,
+            })
+            .collect(),
     }
 }
 
@@ -1006,6 +1058,7 @@ fn service(
         network: net_name(net),
         cluster_ips: vips.iter().map(|v| v.parse().unwrap()).collect(),
         affinity_timeout_s: affinity,
+        node_local: false,
         ports,
     }
 }
@@ -1019,6 +1072,7 @@ fn ip(s: &str) -> IpAddr {
 #[derive(Debug, PartialEq, Eq)]
 struct Record {
     affinity: Option<u32>,
+    node_local: bool,
     backends: Vec<Backend>,
     slots: Vec<u32>,
 }
@@ -1045,6 +1099,7 @@ impl View {
             .collect();
         Some(Record {
             affinity: s.affinity_timeout_s(),
+            node_local: s.node_local(),
             backends: s.backends().collect(),
             slots,
         })
@@ -1266,6 +1321,90 @@ fn an_endpoint_change_rewrites_one_service() {
     assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
 }
 
+/// The controls of nodes 1 and 2, each with its own tables.
+struct Pair {
+    regions: [Region; 2],
+    controls: [(Compiler, TableWriter); 2],
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let regions = [Region::new(), Region::new()];
+        let controls = [1, 2].map(|k| {
+            (
+                Compiler::new(&name(k), cfg()),
+                regions[k as usize - 1].writer(),
+            )
+        });
+        Pair { regions, controls }
+    }
+    /// Both controls take `changes` of `world`.
+    fn step(&mut self, world: &World, changes: &[Change]) {
+        for (c, w) in &mut self.controls {
+            step(c, w, world, changes);
+        }
+    }
+}
+
+/// `internalTrafficPolicy: Local`: each node's tables hold the backends on that node only, with
+/// the record flagged node-local (a node without one drops, never rejects); the flag is read
+/// back by a restarted control; a backend's move to the other node is one Service change.
+#[test]
+fn a_node_local_service_has_each_nodes_backends() {
+    let mut world = two_nodes();
+    let on = |k: u32, i: u32| ServiceBackend {
+        backend: be(IpAddr::V4(addr4(1, k, i)), 8080, true, true, false),
+        node: Some(name(k)),
+    };
+    let web = |backends: Vec<ServiceBackend>| ServiceModel {
+        network: net_name(1),
+        cluster_ips: vec![ip("10.96.0.10")],
+        affinity_timeout_s: None,
+        node_local: true,
+        ports: vec![ServicePortModel {
+            name: "http".into(),
+            protocol: Protocol::Tcp,
+            port: 80,
+            backends,
+        }],
+    };
+    world
+        .services
+        .insert(svc_key("web"), web(vec![on(1, 2), on(1, 3), on(2, 2)]));
+    let mut pair = Pair::new();
+    pair.step(&world, &[Change::All]);
+    let (v1, v2) = (View::new(&pair.regions[0]), View::new(&pair.regions[1]));
+    let addrs = |r: &Record| r.backends.iter().map(|b| b.addr).collect::<Vec<_>>();
+    let t1 = v1.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    let t2 = v2.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    assert!(t1.node_local && t2.node_local);
+    assert_eq!(
+        addrs(&t1),
+        [IpAddr::V4(addr4(1, 1, 2)), IpAddr::V4(addr4(1, 1, 3))]
+    );
+    assert_eq!(addrs(&t2), [IpAddr::V4(addr4(1, 2, 2))]);
+    assert_eq!(t2.slots.len(), maglev_size(1));
+    // Node 2's backend moves to node 1: node 2 has none left and drops.
+    world
+        .services
+        .insert(svc_key("web"), web(vec![on(1, 2), on(1, 3), on(1, 4)]));
+    let change = [Change::Service(svc_key("web"))];
+    pair.step(&world, &change);
+    assert_eq!(
+        v1.service(1, "10.96.0.10", PROTO_TCP, 80)
+            .unwrap()
+            .backends
+            .len(),
+        3
+    );
+    let t2 = v2.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
+    assert!(t2.node_local && t2.backends.is_empty() && t2.slots.is_empty());
+    assert_eq!(
+        &read_back(&pair.regions[1].cfg).unwrap(),
+        pair.controls[1].0.last()
+    );
+}
+
 /// Two controls (nodes 1 and 2, each with its own tables) compile the same lookup table for a
 /// Service of ten backends, slot for slot; one backend gone moves only its own slots and a few
 /// more.
@@ -1286,13 +1425,9 @@ fn two_nodes_compile_the_same_maglev_table() {
             vec![svc_port("http", Protocol::Tcp, 80, ten.clone())],
         ),
     );
-    let (r1, r2) = (Region::new(), Region::new());
-    let (mut w1, mut w2) = (r1.writer(), r2.writer());
-    let mut c1 = Compiler::new(&name(1), cfg());
-    let mut c2 = Compiler::new(&name(2), cfg());
-    step(&mut c1, &mut w1, &world, &[Change::All]);
-    step(&mut c2, &mut w2, &world, &[Change::All]);
-    let (v1, v2) = (View::new(&r1), View::new(&r2));
+    let mut pair = Pair::new();
+    pair.step(&world, &[Change::All]);
+    let (v1, v2) = (View::new(&pair.regions[0]), View::new(&pair.regions[1]));
     let t1 = v1.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
     let t2 = v2.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
     assert_eq!(t1, t2);
@@ -1312,8 +1447,7 @@ fn two_nodes_compile_the_same_maglev_table() {
             vec![svc_port("http", Protocol::Tcp, 80, nine)],
         ),
     );
-    step(&mut c1, &mut w1, &world, &[Change::Service(svc_key("web"))]);
-    step(&mut c2, &mut w2, &world, &[Change::Service(svc_key("web"))]);
+    pair.step(&world, &[Change::Service(svc_key("web"))]);
     let u1 = v1.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap();
     assert_eq!(u1, v2.service(1, "10.96.0.10", PROTO_TCP, 80).unwrap());
     let addr = |r: &Record, s: u32| r.backends[s as usize].addr;

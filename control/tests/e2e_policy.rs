@@ -33,7 +33,10 @@
 //! - **hairpin**: a pod reaches itself through its own Service, and sees the connection come
 //!   from the Service's address;
 //! - **terminating backends**: a Service whose EndpointSlice holds only a serving, terminating
-//!   endpoint (and one that is not serving) still serves, from that endpoint only (KEP-1669).
+//!   endpoint (and one that is not serving) still serves, from that endpoint only (KEP-1669);
+//! - **`internalTrafficPolicy: Local`**: a pod on the backend's node reaches it through the
+//!   ClusterIP; a pod on the other node, where the Service has no backend, gets no answer and
+//!   its forwarder counts `no-local-endpoint` (dropped, as kube-proxy drops it).
 //!
 //! Needs root and host tools: `#[ignore]`d, run with `--include-ignored` (as `.ci/run` does); a
 //! missing prerequisite then fails the test, named with what provides it.
@@ -618,6 +621,8 @@ fn policy_and_services_end_to_end() {
 const DNS_VIP: &str = "10.96.0.10";
 const HAIRPIN_VIP: &str = "10.96.0.30";
 const DRAINING_VIP: &str = "10.96.0.31";
+/// `x/web-local`: web's pods, `internalTrafficPolicy: Local`.
+const LOCAL_VIP: &str = "10.96.0.32";
 /// The name the DNS server answers, and its address.
 const WEB_NAME: &str = "web.x.svc.cluster.local";
 
@@ -661,6 +666,16 @@ spec:
   clusterIP: 10.96.0.31
   ports:
   - {name: http, port: 80, targetPort: 8080, protocol: TCP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-local, namespace: x}
+spec:
+  clusterIP: 10.96.0.32
+  selector: {app: web}
+  internalTrafficPolicy: Local
+  ports:
+  - {port: 80, targetPort: 8080, protocol: TCP}
 "#;
 
 /// The `draining` Service's slice, as the EndpointSlice controller writes it while its pods
@@ -767,7 +782,7 @@ fn resolve(
 
 #[test]
 #[ignore = "end-to-end: needs root, ip, ping, ethtool, python3, dnsmasq; run with --include-ignored"]
-fn cluster_dns_hairpin_and_terminating_backends_end_to_end() {
+fn cluster_dns_hairpin_terminating_and_node_local_backends_end_to_end() {
     let _serial = serial();
     prerequisites([
         program("python3", "python3"),
@@ -864,5 +879,24 @@ fn cluster_dns_hairpin_and_terminating_backends_end_to_end() {
     assert!(
         !gone_log.contains("got 8080"),
         "the endpoint that no longer serves got a connection:\n{gone_log}"
+    );
+
+    // ---- internalTrafficPolicy: Local: web-a's node only ----
+    let got = wait_for("web-local from web-a's node", WAIT, || {
+        match probe(s, &gone_a, "tcp", LOCAL_VIP, 80) {
+            Probe::Answered(name, seen) => Some((name, seen)),
+            _ => None,
+        }
+    });
+    assert_eq!(got, ("web-a".to_string(), gone_a.v4));
+    let before = lab.drops(client_b.node, DropReason::NoLocalEndpoint);
+    assert_eq!(
+        probe(s, &client_b, "tcp", LOCAL_VIP, 80),
+        Probe::Timeout,
+        "no backend on client-b's node: dropped, neither served nor refused"
+    );
+    assert!(
+        lab.drops(client_b.node, DropReason::NoLocalEndpoint) > before,
+        "client-b's forwarder counted no-local-endpoint"
     );
 }

@@ -123,7 +123,7 @@ impl Lab {
     }
 
     /// One batch of the loop over `docs`, with ADDs of `pods` as (container, pod, node);
-    /// the ones on node-a are attached.
+    /// the ones on the core's node are attached.
     fn batch(&mut self, docs: &[&str], pods: &[(&str, &str, &str)]) -> Vec<Change> {
         let (objects, problems) = objects_from_yaml(&docs.join("---\n"));
         assert!(problems.is_empty(), "{problems:?}");
@@ -156,7 +156,7 @@ impl Lab {
             self.core.absorb(&out);
         }
         for (c, _, node) in pods {
-            if *node == "node-a" {
+            if *node == self.core.node() {
                 self.attached.insert(key(c));
             }
         }
@@ -165,6 +165,24 @@ impl Lab {
             attached: &self.attached,
             host: None,
         })
+    }
+
+    /// The status file the loop would publish, the tables in this state.
+    fn status(&self, error: Option<&str>, unpublished: &BTreeSet<IpAddr>) -> StatusFile {
+        let tables = TablesReport {
+            generation: 1,
+            error,
+            unpublished,
+            notes: &[],
+        };
+        report(
+            &self.core,
+            &self.ipam,
+            &self.attached,
+            tables,
+            "t0",
+            &StatusFile::default(),
+        )
     }
 
     fn service(&self, name: &str) -> Option<&ServiceModel> {
@@ -253,18 +271,23 @@ fn standalone_services_get_backends_from_their_selector() {
             ("raw", Protocol::Tcp, 9000)
         ]
     );
-    let mut http: Vec<Backend> = ["c1", "c2"]
+    let mut http: Vec<(Backend, Option<&str>)> = [("c1", "node-a"), ("c2", "node-b")]
         .iter()
-        .flat_map(|c| {
+        .flat_map(|&(c, node)| {
             [
-                ready(lab.addr(c, true), 8080),
-                ready(lab.addr(c, false), 8080),
+                (ready(lab.addr(c, true), 8080), Some(node)),
+                (ready(lab.addr(c, false), 8080), Some(node)),
             ]
         })
         .collect();
-    http.sort_by_key(|b| (b.addr, b.port));
-    assert_eq!(m.ports[0].backends, http);
-    let dns: Vec<u16> = m.ports[1].backends.iter().map(|b| b.port).collect();
+    http.sort_by_key(|(b, _)| (b.addr, b.port));
+    let got: Vec<(Backend, Option<&str>)> = m.ports[0]
+        .backends
+        .iter()
+        .map(|b| (b.backend, b.node.as_deref()))
+        .collect();
+    assert_eq!(got, http);
+    let dns: Vec<u16> = m.ports[1].backends.iter().map(|b| b.backend.port).collect();
     assert_eq!(dns, [5353; 4]);
     // A numeric target port needs no container port: web-3 is a backend of raw.
     assert_eq!(m.ports[2].backends.len(), 6);
@@ -300,8 +323,8 @@ fn standalone_services_get_backends_from_their_selector() {
     let b = lab.service("web").unwrap().ports[0]
         .backends
         .iter()
-        .find(|b| b.addr == lab.addr("c2", true))
-        .copied()
+        .find(|b| b.backend.addr == lab.addr("c2", true))
+        .map(|b| b.backend)
         .unwrap();
     assert_eq!(
         b.state,
@@ -317,10 +340,61 @@ fn standalone_services_get_backends_from_their_selector() {
     let b = lab.service("web").unwrap().ports[0]
         .backends
         .iter()
-        .find(|b| b.addr == lab.addr("c1", true))
-        .copied()
+        .find(|b| b.backend.addr == lab.addr("c1", true))
+        .map(|b| b.backend)
         .unwrap();
     assert!(!b.state.ready && !b.state.serving && !b.state.terminating);
+}
+
+/// `internalTrafficPolicy: Local`: the world keeps every backend with its node, and each node's
+/// `Programmed` message counts the backends on that node — on a node with none, the Service
+/// drops that node's connections (kube-proxy's behaviour), which the message says.
+#[test]
+fn a_node_local_service_counts_the_backends_of_each_node() {
+    let local = WEB.replace(
+        "  selector: {app: web}\n",
+        "  selector: {app: web}\n  internalTrafficPolicy: Local\n",
+    );
+    let p1 = pod("web-1", "node-a", true);
+    let p2 = pod("web-2", "node-b", true);
+    let adds = [("c1", "web-1", "node-a"), ("c2", "web-2", "node-b")];
+    for (node, want) in [
+        ("node-a", "http (80/TCP): 2 backends in use on node node-a"),
+        ("node-b", "http (80/TCP): 2 backends in use on node node-b"),
+        (
+            "node-c",
+            "http (80/TCP) drops connections from node node-c: internalTrafficPolicy is Local \
+             and no backend on this node is ready",
+        ),
+    ] {
+        let mut lab = Lab::new(Core::new(node));
+        lab.batch(&[BASE, &local, &p1, &p2], &adds);
+        let m = lab.service("web").unwrap();
+        assert!(m.node_local);
+        assert_eq!(
+            m.ports[0].backends.len(),
+            4,
+            "{node}: every node's backends are kept"
+        );
+        let mine: Vec<IpAddr> = m
+            .backends_on(&m.ports[0], node)
+            .iter()
+            .map(|b| b.addr)
+            .collect();
+        let expect: Vec<IpAddr> = match node {
+            "node-a" => vec![lab.addr("c1", true), lab.addr("c1", false)],
+            "node-b" => vec![lab.addr("c2", true), lab.addr("c2", false)],
+            _ => vec![],
+        };
+        assert_eq!(
+            mine.iter().collect::<BTreeSet<_>>(),
+            expect.iter().collect::<BTreeSet<_>>(),
+            "{node}"
+        );
+        let p = lab.cond("web", PROGRAMMED);
+        assert_eq!(p.status, "True");
+        assert!(p.message.contains(want), "{node}: {}", p.message);
+    }
 }
 
 /// A Service's EndpointSlices are its backends (matched by the kubernetes.io/service-name
@@ -367,6 +441,7 @@ endpoints:
         let http: Vec<(String, u16, bool)> = m.ports[0]
             .backends
             .iter()
+            .map(|b| b.backend)
             .map(|b| (b.addr.to_string(), b.port, b.state.ready))
             .collect();
         assert_eq!(
@@ -530,19 +605,7 @@ fn the_status_shows_each_services_conditions() {
     let mut lab = Lab::new(Core::new("node-a"));
     let p3 = pod("web-3", "node-a", false);
     lab.batch(&[BASE, WEB, &p3], &[("c3", "web-3", "node-a")]);
-    let tables = TablesReport {
-        generation: 3,
-        error: None,
-        notes: &[],
-    };
-    let s = report(
-        &lab.core,
-        &lab.ipam,
-        &lab.attached,
-        tables,
-        "t0",
-        &StatusFile::default(),
-    );
+    let s = lab.status(None, &BTreeSet::new());
     let web = s.services.iter().find(|e| e.name == "web").unwrap();
     assert_eq!(web.binding, "backend");
     let types: Vec<(&str, &str)> = web
@@ -717,19 +780,7 @@ fn clusterips_outside_the_service_cidr_are_not_programmed() {
 fn the_status_names_a_clusterip_outside_the_service_cidr() {
     let mut lab = Lab::new(Core::new("node-a").with_service_cidr(Some(dual_stack_cidr())));
     lab.batch(&[BASE, &service_at("v4-out", &["10.200.0.1"])], &[]);
-    let tables = TablesReport {
-        generation: 1,
-        error: None,
-        notes: &[],
-    };
-    let s = report(
-        &lab.core,
-        &lab.ipam,
-        &lab.attached,
-        tables,
-        "t0",
-        &StatusFile::default(),
-    );
+    let s = lab.status(None, &BTreeSet::new());
     let text = render(&s, None);
     assert!(
         text.contains("shop/v4-out")
@@ -740,6 +791,31 @@ fn the_status_names_a_clusterip_outside_the_service_cidr() {
             ),
         "{text}"
     );
+}
+
+/// A batch the tables refused (a full table or region): each Service whose ClusterIP records
+/// it held shows `Programmed=False`, `NotPublished`, with the writer's error; the others keep
+/// their conditions; once published again the Service is `Programmed` again.
+#[test]
+fn a_service_the_tables_refused_is_not_published() {
+    let mut lab = Lab::new(Core::new("node-a"));
+    let docs = [BASE, WEB, &service_at("db", &["10.96.0.20"])];
+    lab.batch(&docs, &[]);
+    let error = "publishing the tables: tables: set_service 10.96.0.10:80/6 failed: table \
+                 region full";
+    let refused: BTreeSet<IpAddr> = ["10.96.0.10".parse().unwrap()].into();
+    let programmed = |s: &StatusFile, name: &str| {
+        let e = s.services.iter().find(|e| e.name == name).unwrap();
+        let c = e.conditions.iter().find(|c| c.type_ == PROGRAMMED).unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    };
+    let s = lab.status(Some(error), &refused);
+    let (st, reason, message) = programmed(&s, "web");
+    assert_eq!((st.as_str(), reason.as_str()), ("False", "NotPublished"));
+    assert!(message.contains(error), "{message}");
+    assert_eq!(programmed(&s, "db").1, "Programmed");
+    let s = lab.status(None, &BTreeSet::new());
+    assert_eq!(programmed(&s, "web").1, "Programmed");
 }
 
 /// A one-way routing policy between l3 networks is compiled now: `Supported=True`, in the world

@@ -452,15 +452,20 @@ pub struct ServiceInfo {
     /// Every backend (the table refers to them by index).
     pub backends: Vec<Backend>,
     /// The Maglev lookup table: backend indices; its length is a prime. Empty when no backend
-    /// can take connections: the Service rejects them (ICMP port unreachable), never blackholes.
+    /// can take connections: the Service rejects them (ICMP port unreachable), never blackholes
+    /// — unless it is node-local.
     pub table: Vec<u32>,
+    /// `internalTrafficPolicy: Local`: the backends are this node's only, and with none that
+    /// takes connections they are dropped (counted `no-local-endpoint`), not rejected, as
+    /// kube-proxy does (KEP-2086).
+    pub node_local: bool,
 }
 
 /// Service record (by the index a [`ServiceKey`] maps to).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServiceRec {
-    /// [`ServiceRec::PRESENT`], [`ServiceRec::AFFINITY`].
+    /// [`ServiceRec::PRESENT`], [`ServiceRec::AFFINITY`], [`ServiceRec::NODE_LOCAL`].
     pub flags: u32,
     /// Session affinity timeout in seconds.
     pub affinity_timeout_s: u32,
@@ -481,6 +486,8 @@ impl ServiceRec {
     pub const PRESENT: u32 = 1;
     /// `sessionAffinity: ClientIP`.
     pub const AFFINITY: u32 = 2;
+    /// `internalTrafficPolicy: Local` ([`ServiceInfo::node_local`]).
+    pub const NODE_LOCAL: u32 = 4;
 
     /// A record for `info` (the arrays are filled by the writer).
     pub(crate) fn header_of(info: &ServiceInfo) -> ServiceRec {
@@ -488,6 +495,11 @@ impl ServiceRec {
             flags: ServiceRec::PRESENT
                 | if info.affinity_timeout_s.is_some() {
                     ServiceRec::AFFINITY
+                } else {
+                    0
+                }
+                | if info.node_local {
+                    ServiceRec::NODE_LOCAL
                 } else {
                     0
                 },

@@ -138,11 +138,14 @@ pub enum DropReason {
     NatCollision = 39,
     /// An ICMP error about no connection the tracker knows, to or from an isolated endpoint.
     UnrelatedIcmpError = 40,
+    /// To a Service port with `internalTrafficPolicy: Local` and no backend on this node that
+    /// takes connections: dropped, as kube-proxy drops it (KEP-2086).
+    NoLocalEndpoint = 41,
 }
 
 impl DropReason {
     /// Number of reasons (counter slots in use).
-    pub const COUNT: usize = 41;
+    pub const COUNT: usize = 42;
     /// Counter slots reserved per worker (room to add reasons without a layout change).
     pub const SLOTS: usize = 64;
 
@@ -191,6 +194,7 @@ impl DropReason {
             Fragment,
             NatCollision,
             UnrelatedIcmpError,
+            NoLocalEndpoint,
         ]
     };
 
@@ -239,6 +243,7 @@ impl DropReason {
             Fragment => "fragment",
             NatCollision => "nat-collision",
             UnrelatedIcmpError => "unrelated-icmp-error",
+            NoLocalEndpoint => "no-local-endpoint",
         }
     }
 

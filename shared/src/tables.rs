@@ -1737,6 +1737,12 @@ impl<'a> ServiceView<'a> {
         (self.rec.flags & ServiceRec::AFFINITY != 0).then_some(self.rec.affinity_timeout_s)
     }
 
+    /// `internalTrafficPolicy: Local`: with no backend, connections are dropped, not rejected.
+    #[inline]
+    pub fn node_local(&self) -> bool {
+        self.rec.flags & ServiceRec::NODE_LOCAL != 0
+    }
+
     /// Entries of the Maglev table (0: no backend takes connections).
     #[inline]
     pub fn table_len(&self) -> u32 {

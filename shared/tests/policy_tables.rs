@@ -453,6 +453,7 @@ fn services_pick_backends_by_their_maglev_table() {
         affinity_timeout_s: Some(10800),
         backends: backends.clone(),
         table: table.clone(),
+        node_local: false,
     };
     w.set_service(key, &svc).unwrap();
     let bad = ServiceInfo {
@@ -479,6 +480,7 @@ fn services_pick_backends_by_their_maglev_table() {
         let v = s.service(&key).unwrap();
         first_index = v.index();
         assert_eq!(v.affinity_timeout_s(), Some(10800));
+        assert!(!v.node_local());
         assert_eq!(v.table_len() as usize, table.len());
         assert_eq!(v.backends().collect::<Vec<_>>(), backends);
         for hash in [0u64, 1, 77, 12345, u64::MAX] {
@@ -495,11 +497,13 @@ fn services_pick_backends_by_their_maglev_table() {
             .is_none());
     }
     h.quiescent();
-    // No backend takes connections: the Service stays, with an empty table (reject).
+    // No backend takes connections: the Service stays, with an empty table (reject; a
+    // node-local one drops).
     let empty = ServiceInfo {
         affinity_timeout_s: None,
         backends: vec![],
         table: vec![],
+        node_local: true,
     };
     drop(w);
     let mut w = TableWriter::open(&cfg).unwrap();
@@ -515,6 +519,7 @@ fn services_pick_backends_by_their_maglev_table() {
         );
         assert_eq!(v.affinity_timeout_s(), None);
         assert!(v.pick(5).is_none());
+        assert!(v.node_local());
     }
     h.quiescent();
     assert_eq!(w.service_keys(), vec![key]);

@@ -107,6 +107,35 @@ pub const HOST_GATEWAY4: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
 /// The host network's IPv6 gateway.
 pub const HOST_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 
+/// The ClusterIPs whose Service records differ between `published` and `next`, in any network:
+/// what a batch the writer refused (a full table or region) leaves out of the forwarder's
+/// tables, so that their Services can say so.
+pub fn changed_cluster_ips(published: &NodeTables, next: &NodeTables) -> BTreeSet<IpAddr> {
+    let empty = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    for id in published.networks.keys().chain(next.networks.keys()) {
+        if let (Some(a), Some(b)) = (published.networks.get(id), next.networks.get(id)) {
+            if Arc::ptr_eq(a, b) {
+                continue;
+            }
+        }
+        let (old, new) = (
+            published.networks.get(id).map_or(&empty, |n| &n.services),
+            next.networks.get(id).map_or(&empty, |n| &n.services),
+        );
+        for port in old.keys().chain(new.keys()) {
+            let same = match (old.get(port), new.get(port)) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                _ => false,
+            };
+            if !same {
+                out.insert(port.addr);
+            }
+        }
+    }
+    out
+}
+
 /// What the host sends into its host interface: the host network's destinations (local
 /// endpoints, this node's blocks, other nodes' blocks of the l3 networks, the ClusterIPs),
 /// without those a wider one covers. Empty without a host network.
@@ -436,7 +465,7 @@ impl Compiler {
                 let c = slot.insert(Cache::new(
                     LocalIndex::build(world, &self.node),
                     LocalIndex::build_l2(world),
-                    ServiceIndex::build(world),
+                    ServiceIndex::build(world, &self.node),
                 ));
                 c.build_policy(world, self.cfg.policy);
                 c
@@ -475,7 +504,7 @@ impl Compiler {
                     }
                     Change::Routing => recompile_all = true,
                     Change::Service(key) => {
-                        let (old, new) = cache.services.update(world, key);
+                        let (old, new) = cache.services.update(world, &self.node, key);
                         dirty_services.extend(old);
                         dirty_services.extend(new);
                     }

@@ -259,6 +259,7 @@ fn read_services(
                 affinity_timeout_s,
                 backends,
                 table,
+                node_local: rec.flags & ServiceRec::NODE_LOCAL != 0,
             }),
         );
     }

@@ -41,6 +41,7 @@
 //!   the lease is another pod's (kubelet's DEL for a pod replaced under the same name).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::IpAddr;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -302,6 +303,8 @@ pub struct Control<S: IpamStore, R: StatusSink> {
     early: Vec<(Request, Sender<Reply>)>,
     full: bool,
     compile_error: Option<String>,
+    /// ClusterIPs whose records the last refused batch held (their Services say so).
+    unpublished: BTreeSet<IpAddr>,
     notes: Vec<String>,
     status: StatusFile,
     logged: BTreeMap<(String, String, String), (String, String)>,
@@ -413,6 +416,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             early: Vec::new(),
             full: true,
             compile_error: None,
+            unpublished: BTreeSet::new(),
             notes: Vec::new(),
             status: StatusFile::default(),
             logged: BTreeMap::new(),
@@ -1183,11 +1187,13 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             }
         }
         self.notes = notes;
+        let changed = crate::compile::changed_cluster_ips(self.compiler.last(), &compiled.tables);
         match self.compiler.apply(&mut self.writer, compiled.tables) {
             Ok(stats) => {
                 if self.compile_error.take().is_some() {
                     tracing::info!("tables compiled again");
                 }
+                self.unpublished.clear();
                 self.full = false;
                 if stats.changes() > 0 {
                     tracing::debug!(?changes, ?stats, "tables published");
@@ -1196,6 +1202,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             Err(e) => {
                 tracing::error!("tables not published: {e}");
                 self.compile_error = Some(format!("publishing the tables: {e}"));
+                self.unpublished = changed;
                 self.full = true;
             }
         }
@@ -1236,6 +1243,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             let tables = TablesReport {
                 generation: self.writer.generation(),
                 error: self.compile_error.as_deref(),
+                unpublished: &self.unpublished,
                 notes: &self.notes,
             };
             let (core, marks, prev) = (&self.core, &self.marks, &self.status);

@@ -1194,22 +1194,45 @@ fn build_services(
                     backends,
                 })
                 .collect();
+            let model = ServiceModel {
+                network,
+                cluster_ips: spec.cluster_ips.clone(),
+                affinity_timeout_s: spec.affinity_timeout_s,
+                node_local: spec.node_local,
+                ports,
+            };
             let summary: Vec<String> = spec
                 .ports
                 .iter()
-                .zip(&ports)
-                .map(|(p, m)| match service::in_use(&m.backends).len() {
-                    0 => format!(
-                        "{} rejects connections: no backend is ready, or serving while \
-                         terminating",
-                        p.label()
-                    ),
-                    n => format!("{}: {n} backends in use", p.label()),
+                .zip(&model.ports)
+                .map(|(p, m)| {
+                    let used = service::in_use(&model.backends_on(m, &core.node)).len();
+                    match (used, model.node_local) {
+                        (0, false) => format!(
+                            "{} rejects connections: no backend is ready, or serving while \
+                             terminating",
+                            p.label()
+                        ),
+                        (0, true) => format!(
+                            "{} drops connections from node {}: internalTrafficPolicy is \
+                             Local and no backend on this node is ready, or serving while \
+                             terminating",
+                            p.label(),
+                            core.node
+                        ),
+                        (n, false) => format!("{}: {n} backends in use", p.label()),
+                        (n, true) => format!(
+                            "{}: {n} backends in use on node {} (internalTrafficPolicy: Local)",
+                            p.label(),
+                            core.node
+                        ),
+                    }
                 })
                 .collect();
             let programmed = format!(
-                "ClusterIPs {} in network {network}; {}",
+                "ClusterIPs {} in network {}; {}",
                 ips(spec),
+                model.network,
                 summary.join("; ")
             );
             // A conflicting spec's condition is already there; an invalid one's is this.
@@ -1229,12 +1252,7 @@ fn build_services(
                 });
             }
             conds.push(target_ports_condition(&unresolved));
-            Some(ServiceModel {
-                network,
-                cluster_ips: spec.cluster_ips.clone(),
-                affinity_timeout_s: spec.affinity_timeout_s,
-                ports,
-            })
+            Some(model)
         });
         if let Some(m) = model {
             models.insert(key.clone(), m);
@@ -1901,6 +1919,7 @@ spec: {podSelector: {}}
         let tables = TablesReport {
             generation: 1,
             error: None,
+            unpublished: &BTreeSet::new(),
             notes: &[],
         };
         let s = report(
@@ -2093,6 +2112,7 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         let tables = TablesReport {
             generation: 1,
             error: None,
+            unpublished: &BTreeSet::new(),
             notes: &[],
         };
         let s = report(

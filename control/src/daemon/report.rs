@@ -14,13 +14,14 @@
 //! - A condition's `lastTransitionTime` moves only when its status changes (from `previous`).
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use crate::api::{Condition, NetworkStatus};
 use crate::bind::{Binding, ContinuousBindings};
 use crate::ipam::Ipam;
 use crate::world::AttachmentKey;
 
-use super::core::{Core, ObjectReport};
+use super::core::{condition, Core, ObjectReport, PROGRAMMED};
 use super::status::{self, BindingEntry, EndpointEntry, NetworkEntry, ObjectEntry, StatusFile};
 
 /// What the loop knows of the last publication.
@@ -30,6 +31,9 @@ pub struct TablesReport<'a> {
     pub generation: u64,
     /// Why the tables could not be compiled or published, if so.
     pub error: Option<&'a str>,
+    /// The ClusterIPs whose Service records the refused batch held: those Services are not
+    /// `Programmed` as they are now (the forwarder keeps their previous records, if any).
+    pub unpublished: &'a BTreeSet<IpAddr>,
     /// The compiler's notes.
     pub notes: &'a [String],
 }
@@ -62,6 +66,37 @@ fn continuous(b: &ContinuousBindings) -> Vec<BindingEntry> {
             conditions: Vec::new(),
         })
         .collect()
+}
+
+/// A Service whose ClusterIPs' records the refused batch held is not `Programmed` as it is:
+/// its `Programmed` condition becomes `False`, `NotPublished`, with the writer's error.
+fn not_published(
+    core: &Core,
+    e: &BindingEntry,
+    unpublished: &BTreeSet<IpAddr>,
+    error: &str,
+    conds: &mut [Condition],
+) {
+    let key = crate::source::NamespacedName::new(&e.namespace, &e.name);
+    let held = core
+        .world()
+        .services
+        .get(&key)
+        .is_some_and(|m| m.cluster_ips.iter().any(|ip| unpublished.contains(ip)));
+    if !held {
+        return;
+    }
+    if let Some(c) = conds.iter_mut().find(|c| c.type_ == PROGRAMMED) {
+        *c = condition(
+            PROGRAMMED,
+            false,
+            "NotPublished",
+            format!(
+                "its records are not in the forwarder's tables ({error}); the forwarder keeps \
+                 the Service as it was last published until the tables have room"
+            ),
+        );
+    }
 }
 
 /// The status of everything (see the module docs). `now` is RFC 3339.
@@ -201,7 +236,10 @@ pub fn report(
     };
     s.services = continuous(core.service_bindings());
     for e in &mut s.services {
-        let conds = core.service_conditions(&e.namespace, &e.name).to_vec();
+        let mut conds = core.service_conditions(&e.namespace, &e.name).to_vec();
+        if let Some(error) = tables.error {
+            not_published(core, e, tables.unpublished, error, &mut conds);
+        }
         e.conditions = stamped(e, conds, &previous.services);
     }
     s.network_policies = continuous(core.network_policy_bindings());

@@ -20,10 +20,13 @@
 //! - [`ServiceCidr`]: the cluster's service range (`lace-control run --service-cidr`, as
 //!   kube-apiserver's `--service-cluster-ip-range`); a ClusterIP outside it is not programmed.
 //!
+//! `internalTrafficPolicy: Local` ([`ServiceSpec::node_local`]) is kept with every backend's
+//! node ([`ServiceBackend::node`]: the slice endpoint's `nodeName`, the pod endpoint's node);
+//! the compiler gives each node the backends on it only (ADR 0038).
+//!
 //! What is not supported (and reported, never half-done): `type: ExternalName`, node ports and
 //! load-balancer addresses (only the ClusterIP part of NodePort and LoadBalancer Services is
-//! programmed), `externalIPs`, `internalTrafficPolicy: Local`, topology hints and
-//! `trafficDistribution` (every backend is used).
+//! programmed), `externalIPs`, topology hints and `trafficDistribution` (every backend is used).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -139,6 +142,9 @@ pub struct ServiceSpec {
     pub affinity_timeout_s: Option<u32>,
     /// `spec.publishNotReadyAddresses`: not-ready pods are backends too (standalone).
     pub publish_not_ready: bool,
+    /// `spec.internalTrafficPolicy: Local`: a client uses only the backends on its own node,
+    /// and with none there its connections are dropped (KEP-2086, as kube-proxy does).
+    pub node_local: bool,
 }
 
 /// The cluster's service range: at most one prefix per family, as kube-apiserver's
@@ -338,6 +344,14 @@ pub enum ServiceError {
         /// The value.
         value: i64,
     },
+    /// An unknown internal traffic policy.
+    #[error("Service {service}: spec.internalTrafficPolicy {value:?} is not Cluster or Local")]
+    TrafficPolicy {
+        /// `namespace/name`.
+        service: String,
+        /// The value.
+        value: String,
+    },
     /// An unknown Service type.
     #[error("Service {service}: spec.type {value:?} is not ClusterIP, NodePort, LoadBalancer or ExternalName")]
     Type {
@@ -452,6 +466,17 @@ pub fn parse(key: &NamespacedName, service: &Service) -> Result<Parsed, Vec<Serv
             None
         }
     };
+    let node_local = match spec.internal_traffic_policy.as_deref() {
+        None | Some("Cluster") => false,
+        Some("Local") => true,
+        Some(other) => {
+            errors.push(ServiceError::TrafficPolicy {
+                service: svc.clone(),
+                value: other.to_owned(),
+            });
+            false
+        }
+    };
     if !listed.is_empty() && ports.is_empty() && errors.is_empty() {
         errors.push(ServiceError::NoPorts {
             service: svc.clone(),
@@ -469,6 +494,7 @@ pub fn parse(key: &NamespacedName, service: &Service) -> Result<Parsed, Vec<Serv
         selector: spec.selector.clone(),
         affinity_timeout_s,
         publish_not_ready: spec.publish_not_ready_addresses.unwrap_or(false),
+        node_local,
     }))
 }
 
@@ -578,8 +604,18 @@ fn parse_ports(
     out
 }
 
+/// A backend of a Service port and the node its endpoint is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceBackend {
+    /// Address, target port and conditions.
+    pub backend: Backend,
+    /// The endpoint's node (`nodeName`); none for an address that is not a pod of a node
+    /// (the `kubernetes` Service's API server addresses), which is never node-local.
+    pub node: Option<String>,
+}
+
 /// The backends of one Service port, sorted by address and port, without duplicates.
-pub type Backends = Vec<Backend>;
+pub type Backends = Vec<ServiceBackend>;
 
 /// Backends of every port of `spec` (in its order) from the Service's EndpointSlices. A slice
 /// port matches a Service port by name and protocol; a slice of another address family than
@@ -589,7 +625,8 @@ pub fn backends_from_slices(spec: &ServiceSpec, slices: &[&EndpointSlice]) -> Ve
     spec.ports
         .iter()
         .map(|p| {
-            let mut found: BTreeMap<(IpAddr, u16), BackendState> = BTreeMap::new();
+            let mut found: BTreeMap<(IpAddr, u16), (BackendState, Option<&String>)> =
+                BTreeMap::new();
             for s in slices {
                 let family_ok = matches!(s.address_type.as_str(), "IPv4" | "IPv6");
                 let Some(target) = s.ports.iter().flatten().find_map(|sp| {
@@ -618,23 +655,30 @@ pub fn backends_from_slices(spec: &ServiceSpec, slices: &[&EndpointSlice]) -> Ve
                         serving: c.and_then(|c| c.serving).unwrap_or(ready),
                         terminating: c.and_then(|c| c.terminating).unwrap_or(false),
                     };
+                    let node = e.node_name.as_ref();
                     found
                         .entry((addr, target))
-                        .and_modify(|old| *old = merge(*old, state))
-                        .or_insert(state);
+                        .and_modify(|old| *old = merge(*old, (state, node)))
+                        .or_insert((state, node));
                 }
             }
             found
                 .into_iter()
-                .map(|((addr, port), state)| Backend { addr, port, state })
+                .map(|((addr, port), (state, node))| ServiceBackend {
+                    backend: Backend { addr, port, state },
+                    node: node.cloned(),
+                })
                 .collect()
         })
         .collect()
 }
 
-/// One endpoint listed twice (slices during a change): the more usable view wins.
-fn merge(a: BackendState, b: BackendState) -> BackendState {
-    let rank = |s: &BackendState| (s.ready, s.serving, !s.terminating);
+/// One endpoint listed twice (slices during a change): the more usable view wins, with its node.
+fn merge<'a>(
+    a: (BackendState, Option<&'a String>),
+    b: (BackendState, Option<&'a String>),
+) -> (BackendState, Option<&'a String>) {
+    let rank = |(s, _): &(BackendState, _)| (s.ready, s.serving, !s.terminating);
     if rank(&b) > rank(&a) {
         b
     } else {
@@ -714,18 +758,21 @@ pub fn backends_from_selector(
             };
             for e in &used {
                 for a in &e.addresses {
-                    backends.push(Backend {
-                        addr: *a,
-                        port,
-                        state,
+                    backends.push(ServiceBackend {
+                        backend: Backend {
+                            addr: *a,
+                            port,
+                            state,
+                        },
+                        node: Some(e.node.clone()),
                     });
                 }
             }
         }
     }
     for b in &mut out {
-        b.sort_by_key(|b| (b.addr, b.port));
-        b.dedup_by_key(|b| (b.addr, b.port));
+        b.sort_by_key(|b| (b.backend.addr, b.backend.port));
+        b.dedup_by_key(|b| (b.backend.addr, b.backend.port));
     }
     (out, unresolved)
 }
@@ -851,6 +898,31 @@ spec:
         assert_eq!(spec.ports[0].protocol, Protocol::Tcp);
         assert_eq!(spec.ports[1].target, TargetPort::Number(53));
         assert_eq!(spec.ports[1].protocol, Protocol::Udp);
+        assert!(!spec.node_local);
+    }
+
+    #[test]
+    fn internal_traffic_policy_local_makes_the_service_node_local() {
+        let p = |policy: &str| {
+            parse(
+                &key(),
+                &service(&format!(
+                    "spec: {{clusterIP: 10.96.0.10, internalTrafficPolicy: {policy}, \
+                     ports: [{{port: 80}}]}}"
+                )),
+            )
+        };
+        let node_local = |policy: &str| match p(policy) {
+            Ok(Parsed::Vip(s)) => s.node_local,
+            other => panic!("{policy}: {other:?}"),
+        };
+        assert!(node_local("Local"));
+        assert!(!node_local("Cluster"));
+        let errs = p("Nearby").unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "Service shop/web: spec.internalTrafficPolicy \"Nearby\" is not Cluster or Local"
+        );
     }
 
     #[test]
@@ -933,10 +1005,13 @@ addressType: IPv4
 ports: [{name: http, port: 8080, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]
 endpoints:
 - addresses: [10.40.1.2]
+  nodeName: node-1
 - addresses: [10.40.1.3]
   conditions: {ready: false, serving: true, terminating: true}
+  nodeName: node-1
 - addresses: [10.40.1.4]
   conditions: {ready: false}
+  nodeName: node-1
 "#,
         );
         // The same endpoint in a second slice, ready there; another port number for http.
@@ -948,6 +1023,7 @@ ports: [{name: http, port: 9090}]
 endpoints:
 - addresses: [10.40.1.4]
   conditions: {ready: true}
+  nodeName: node-2
 "#,
         );
         let fqdn = slice(
@@ -955,28 +1031,39 @@ endpoints:
              endpoints: [{addresses: [example.com]}]",
         );
         let got = backends_from_slices(&spec, &[&a, &b, &fqdn]);
-        let http: Vec<(String, u16, bool, bool, bool)> = got[0]
+        // (address, port, ready, serving, terminating, node)
+        type Row<'a> = (String, u16, bool, bool, bool, Option<&'a str>);
+        let http: Vec<Row> = got[0]
             .iter()
-            .map(|b| {
+            .map(|ServiceBackend { backend: b, node }| {
                 (
                     b.addr.to_string(),
                     b.port,
                     b.state.ready,
                     b.state.serving,
                     b.state.terminating,
+                    node.as_deref(),
                 )
             })
             .collect();
+        // 10.40.1.4:9090 is in slice b only, on node-2 as b says.
         assert_eq!(
             http,
             [
-                ("10.40.1.2".into(), 8080, true, true, false),
-                ("10.40.1.3".into(), 8080, false, true, true),
-                ("10.40.1.4".into(), 8080, false, false, false),
-                ("10.40.1.4".into(), 9090, true, true, false),
+                ("10.40.1.2".into(), 8080, true, true, false, Some("node-1")),
+                ("10.40.1.3".into(), 8080, false, true, true, Some("node-1")),
+                (
+                    "10.40.1.4".into(),
+                    8080,
+                    false,
+                    false,
+                    false,
+                    Some("node-1")
+                ),
+                ("10.40.1.4".into(), 9090, true, true, false, Some("node-2")),
             ]
         );
-        let dns: Vec<u16> = got[1].iter().map(|b| b.port).collect();
+        let dns: Vec<u16> = got[1].iter().map(|b| b.backend.port).collect();
         assert_eq!(dns, [5353, 5353, 5353]);
     }
 

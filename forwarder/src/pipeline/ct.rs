@@ -1433,7 +1433,14 @@ fn pick_backend<B: PacketBuf, I: Io<B>>(
         }
     }
     let h = egress_key(0, p).hash(0x6c61_6365_6c62 ^ u64::from(attempt));
-    let (_, b) = svc.pick(h).ok_or(Stop::Reject)?;
+    let Some((_, b)) = svc.pick(h) else {
+        // kube-proxy drops what a node-local Service cannot serve on this node (KEP-2086).
+        return Err(if svc.node_local() {
+            Stop::Drop(DropReason::NoLocalEndpoint)
+        } else {
+            Stop::Reject
+        });
+    };
     let t = Nat {
         addr: b.addr,
         port: b.port,

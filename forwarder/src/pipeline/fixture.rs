@@ -148,6 +148,9 @@ pub const VIP4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 pub const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd96, 0, 0, 0, 0, 0, 0, 0x10);
 /// A Service without backends: TCP 80 rejected.
 pub const VIP_EMPTY4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 11);
+/// A node-local Service (`internalTrafficPolicy: Local`) without a backend on this node: TCP 80
+/// dropped.
+pub const VIP_LOCAL_EMPTY4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 14);
 /// A Service with session affinity: TCP 80 → three backends on node 2.
 pub const VIP_AFF4: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 12);
 /// A Service without affinity over the same three backends.
@@ -305,7 +308,7 @@ fn stateful(w: &mut TableWriter) {
         port: 8080,
         state: ready,
     };
-    let svc = |backends: Vec<Backend>, affinity| {
+    let svc = |backends: Vec<Backend>, affinity, node_local| {
         let names: Vec<String> = backends
             .iter()
             .map(|b| format!("{}:{}", b.addr, b.port))
@@ -315,17 +318,26 @@ fn stateful(w: &mut TableWriter) {
             affinity_timeout_s: affinity,
             table: maglev_table(&refs, maglev_size(refs.len())),
             backends,
+            node_local,
         }
     };
     for (vip, info) in [
-        (IpAddr::V4(VIP4), svc(vec![backend(IpAddr::V4(S3_4))], None)),
-        (IpAddr::V6(VIP6), svc(vec![backend(IpAddr::V6(S3_6))], None)),
-        (IpAddr::V4(VIP_EMPTY4), svc(vec![], None)),
+        (
+            IpAddr::V4(VIP4),
+            svc(vec![backend(IpAddr::V4(S3_4))], None, false),
+        ),
+        (
+            IpAddr::V6(VIP6),
+            svc(vec![backend(IpAddr::V6(S3_6))], None, false),
+        ),
+        (IpAddr::V4(VIP_EMPTY4), svc(vec![], None, false)),
+        (IpAddr::V4(VIP_LOCAL_EMPTY4), svc(vec![], None, true)),
         (
             IpAddr::V4(VIP_AFF4),
             svc(
                 SBACKENDS.iter().map(|&a| backend(IpAddr::V4(a))).collect(),
                 Some(600),
+                false,
             ),
         ),
         (
@@ -333,6 +345,7 @@ fn stateful(w: &mut TableWriter) {
             svc(
                 SBACKENDS.iter().map(|&a| backend(IpAddr::V4(a))).collect(),
                 None,
+                false,
             ),
         ),
     ] {

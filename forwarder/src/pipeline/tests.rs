@@ -1105,6 +1105,23 @@ fn drop_case(r: DropReason) -> Option<(PortId, Vec<u8>, TestIo)> {
                 &ipv4(S2_4, VIP_EMPTY4, 17, 64, 0, true, &udp(1, 80, b"x")),
             ),
         ),
+        NoLocalEndpoint => (
+            S2,
+            eth(
+                GW_MAC,
+                MAC_S2,
+                0x0800,
+                &ipv4(
+                    S2_4,
+                    VIP_LOCAL_EMPTY4,
+                    6,
+                    64,
+                    0,
+                    true,
+                    &tcp4(S2_4, VIP_LOCAL_EMPTY4, 44000, 80, tcp_flags::SYN, b""),
+                ),
+            ),
+        ),
         Fragment => {
             let mut ip = ipv4(S1_4, S2_4, 17, 64, 0, false, &udp(1, 53, b"x"));
             ip[6] |= 0x20;

@@ -351,6 +351,15 @@ fn a_service_without_backends_or_port_rejects() {
 }
 
 #[test]
+fn a_node_local_service_without_a_local_backend_drops() {
+    let mut t = Ct::new();
+    let r = t.send(S2, seg4(S2, S2_4, VIP_LOCAL_EMPTY4, 44000, 80, SYN));
+    assert!(r.sent.is_empty(), "no rejection: {:?}", r.sent);
+    assert_eq!(r.counters.drop(DropReason::NoLocalEndpoint), 1);
+    assert_eq!(r.counters.drop(DropReason::ServiceUnavailable), 0);
+}
+
+#[test]
 fn a_pod_reaches_itself_through_its_service() {
     let mut t = Ct::new();
     // S3 → VIP:80 → S3:8080, from the ClusterIP (hairpin).
