@@ -21,6 +21,12 @@
 //! answer and close first (so no client port waits in TIME_WAIT). The figure is completed
 //! transactions per second. The client pod's ephemeral port range is widened to 1024–65535 in
 //! both shapes.
+//!
+//! Each shape then runs the same transactions straight to the backend pod's address (at
+//! [`DIRECT_PORT`], `service.direct.*`): what the path between the pods costs without the Service. So the gap
+//! splits in two, each measured in the same run: the pod path (`service.direct.crr_per_s` ÷
+//! the kernel's) and the Service on top of it (`.vs_direct`: through the ClusterIP ÷ direct, in
+//! each shape).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -52,6 +58,10 @@ pub const CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 30);
 pub const SERVICE_PORT: u16 = 80;
 /// The backend pod's port (the Service's target port).
 pub const BACKEND_PORT: u16 = 8080;
+/// The backend pod's port for the direct run: another port than the Service's target, so no
+/// connection of the direct run has the 4-tuple a translated connection of the first run left
+/// behind (in TIME_WAIT on the server, in the flow tables).
+pub const DIRECT_PORT: u16 = 8081;
 /// The figure compared, for "not measured" lines.
 pub const FIGURE: &str = "service.crr_per_s";
 
@@ -104,9 +114,9 @@ struct Server {
 }
 
 impl Server {
-    fn start(ns: &str) -> anyhow::Result<Server> {
-        let listener = joined(in_netns(ns, || {
-            TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, BACKEND_PORT))
+    fn start(ns: &str, port: u16) -> anyhow::Result<Server> {
+        let listener = joined(in_netns(ns, move || {
+            TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
                 .context("binding the CRR server")
         }))?;
         let listener = Arc::new(listener);
@@ -175,11 +185,11 @@ fn wide_ports(ns: &str) -> anyhow::Result<()> {
     KernelShape::sysctl(ns, &["net.ipv4.ip_local_port_range=1024 65535"])
 }
 
-/// Serves in `ep.server`, waits (at most 20 s) until a transaction from `ep.client` to `to`
+/// Serves on `server_port` in `ep.server`, waits (at most 20 s) until a transaction from `ep.client` to `to`
 /// completes, then runs [`CONNECTIONS`] clients for [`SECONDS`].
-fn crr(ep: &Endpoints, to: SocketAddr) -> anyhow::Result<Crr> {
+fn crr(ep: &Endpoints, to: SocketAddr, server_port: u16) -> anyhow::Result<Crr> {
     wide_ports(&ep.client)?;
-    let server = Server::start(&ep.server)?;
+    let server = Server::start(&ep.server, server_port)?;
     let result = (|| {
         joined(in_netns(&ep.client, move || {
             let deadline = Instant::now() + Duration::from_secs(20);
@@ -336,15 +346,33 @@ fn nft(ns: &str, ruleset: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One shape's two runs: through the ClusterIP, then straight to the backend.
+struct Runs {
+    service: Crr,
+    direct: Crr,
+}
+
+/// [`crr`] to the ClusterIP, then to the backend pod's own address at [`DIRECT_PORT`].
+fn both(ep: &Endpoints) -> anyhow::Result<Runs> {
+    let service = crr(
+        ep,
+        SocketAddr::from((CLUSTER_IP, SERVICE_PORT)),
+        BACKEND_PORT,
+    )?;
+    let backend: Ipv4Addr = ep.server_ip.parse()?;
+    let direct = crr(ep, SocketAddr::from((backend, DIRECT_PORT)), DIRECT_PORT)?;
+    Ok(Runs { service, direct })
+}
+
 /// The kernel's shape with kube-proxy's rules on node a.
-fn kernel(tag: &str, peer: Peer) -> anyhow::Result<Crr> {
+fn kernel(tag: &str, peer: Peer) -> anyhow::Result<Runs> {
     let k = KernelShape::build(tag, peer)
         .with_context(|| format!("building the kernel's {} shape", peer.name()))?;
     let ep = k.endpoints();
     reachable(&ep)?;
     let backend: Ipv4Addr = ep.server_ip.parse()?;
     nft(&k.ns("a"), &kube_proxy_ruleset(backend, "10.90.0.0/16"))?;
-    crr(&ep, SocketAddr::from((CLUSTER_IP, SERVICE_PORT)))
+    both(&ep)
 }
 
 /// The Service and its backend pod, written beside the stack's pod manifests.
@@ -372,7 +400,7 @@ spec:
 }
 
 /// lace's shape, and the forwarders' counters afterwards.
-fn lace() -> anyhow::Result<(Crr, Vec<String>)> {
+fn lace() -> anyhow::Result<(Runs, Vec<String>)> {
     let mut stack = Stack::start()?;
     let r = (|| {
         std::fs::write(
@@ -388,7 +416,7 @@ fn lace() -> anyhow::Result<(Crr, Vec<String>)> {
             server_ip,
         };
         reachable(&ep)?;
-        let c = crr(&ep, SocketAddr::from((CLUSTER_IP, SERVICE_PORT)))?;
+        let c = both(&ep)?;
         let mut notes = Vec::new();
         for n in ["a", "b"] {
             notes.push(counters(&stack, n, "service")?);
@@ -437,10 +465,30 @@ pub fn figures() -> Outcome {
     };
     let k = out.push(Figure::new(
         "service.kernel.crr_per_s",
-        kernel.per_s,
+        kernel.service.per_s,
         "transactions/s",
     ));
-    out.push(Figure::versus(FIGURE, lace.per_s, &k));
+    out.push(Figure::versus(FIGURE, lace.service.per_s, &k));
+    let kd = out.push(Figure::new(
+        "service.direct.kernel.crr_per_s",
+        kernel.direct.per_s,
+        "transactions/s",
+    ));
+    let ld = out.push(Figure::versus(
+        "service.direct.crr_per_s",
+        lace.direct.per_s,
+        &kd,
+    ));
+    out.push(Figure::versus(
+        "service.kernel.crr_per_s.vs_direct",
+        kernel.service.per_s,
+        &kd,
+    ));
+    out.push(Figure::versus(
+        "service.crr_per_s.vs_direct",
+        lace.service.per_s,
+        &ld,
+    ));
     out.notes.push(format!(
         "service: the kernel's peer is {} ({why}) with kube-proxy's nftables-mode ruleset for \
          the ClusterIP on the client's node (DNAT in nat-prerouting, conntrack reversing it)",
@@ -456,7 +504,12 @@ pub fn figures() -> Outcome {
             .collect::<Vec<_>>()
             .join(" ")
     ));
-    for (shape, c) in [("kernel", &kernel), ("lace", &lace)] {
+    for (shape, c) in [
+        ("kernel via the ClusterIP", &kernel.service),
+        ("kernel direct", &kernel.direct),
+        ("lace via the ClusterIP", &lace.service),
+        ("lace direct", &lace.direct),
+    ] {
         out.notes.push(format!(
             "service: {shape}: {} transactions, {} failed{}",
             c.done,

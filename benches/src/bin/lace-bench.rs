@@ -83,6 +83,8 @@
 //! | id | what | anchor |
 //! |---|---|---|
 //! | `service.crr_per_s` | TCP connect/request/response/close transactions per second, 4 at a time for 5 s | `service.kernel.crr_per_s` |
+//! | `service.direct.crr_per_s` | the same transactions straight to the backend pod's address (no Service): the pod path's share of the gap | `service.direct.kernel.crr_per_s` |
+//! | `service[.kernel].crr_per_s.vs_direct` | through the ClusterIP ÷ direct, in one shape: what the Service adds on top of the path | the shape's `direct` figure |
 //!
 //! The pipeline figures and their method are described in `lace_benches::pipeline`, the
 //! control-plane ones in `lace_benches::control`. The stack figure needs root and the
