@@ -263,8 +263,8 @@ fn two_controls_allocating_at_once_never_share_anything_and_a_restart_reallocate
     assert_ne!(a.locator, b.locator);
     assert_eq!(
         restarted.read(|i| i.leases().count()),
-        PODS_PER_NODE + PODS_PER_NODE / 2,
-        "its own endpoints and the other node's l2 ones"
+        2 * PODS_PER_NODE,
+        "its own endpoints and the other node's, l2 and l3 (ADR 0039)"
     );
 
     // A restarted control re-reads everything: the same ADDs again change nothing.
@@ -373,7 +373,7 @@ fn a_single_object_state_is_migrated() {
     assert_eq!(c.list("networkendpoints").len(), 12);
     assert_eq!(c.list("allocations").len(), 2);
     assert_eq!(c.list("neighbors").len(), 6);
-    // node-a's view: its own leases as they were (ids kept), and node-b's l2 ones.
+    // node-a's view: its own leases as they were (ids kept), and node-b's.
     let mine: Vec<EndpointLease> =
         store.read(|i| i.leases().filter(|l| l.node == "node-a").cloned().collect());
     assert_eq!(mine.len(), 6);

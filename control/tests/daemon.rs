@@ -749,22 +749,23 @@ fn objects_in_the_api_server_reach_the_loop_through_the_kubernetes_source() {
     cluster.create(&pod("api", "backend"));
     let b = allocate_eventually(&lab, "c2", "api");
     assert_ne!(a.ips, b.ips);
-    // A pod of another node is not watched (field selector spec.nodeName).
+    // A pod of another node is watched too, kept as a policy peer (ADR 0039).
     cluster.create(&pod("elsewhere", "backend").replace("nodeName: node-a", "nodeName: node-b"));
     cluster.delete(&pod("api", "backend"));
     let status = || lab.status.0.lock().unwrap().last().cloned().unwrap();
     for _ in 0..200 {
         let s = status();
-        if !s.pods.iter().any(|p| p.name == "api") {
+        if !s.pods.iter().any(|p| p.name == "api") && s.pods.iter().any(|p| p.name == "elsewhere") {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let s = status();
-    assert!(
-        !s.pods
-            .iter()
-            .any(|p| p.name == "api" || p.name == "elsewhere"),
+    assert!(!s.pods.iter().any(|p| p.name == "api"), "{:?}", s.pods);
+    let elsewhere = s.pods.iter().find(|p| p.name == "elsewhere");
+    assert_eq!(
+        elsewhere.and_then(|p| p.node.as_deref()),
+        Some("node-b"),
         "{:?}",
         s.pods
     );

@@ -19,7 +19,9 @@
 //! - a Service whose backend is a node's own address (as the `kubernetes` Service's are the
 //!   API servers'): pods on both nodes reach it through the ClusterIP;
 //! - a NetworkPolicy isolating the backends: each one's own node still reaches it, another
-//!   node's host and the frontend no longer do, until the policy is deleted;
+//!   node's host and the frontend no longer do, until the policy is deleted; a second one
+//!   admitting `tier: frontend` pods lets the frontend on the other node in (a podSelector
+//!   peer on another node), and nothing else;
 //! - the host interface survives a forwarder restart, and `lace-forwarder stats` shows it;
 //! - every endpoint is a NetworkEndpoint in its pod's namespace; deleting a pod (no DEL)
 //!   removes it;
@@ -669,6 +671,45 @@ spec: {podSelector: {matchLabels: {tier:          backend}}, policyTypes: [Ingre
         lab.probe(0, backend1.v4).is_err(),
         "node-a's host reached node-b's isolated pod"
     );
+
+    // ---- a podSelector peer on the other node: a policy admitting `tier: frontend` lets
+    //      frontend-1 (node-a) reach backend-1 (node-b), whose node knows frontend-1's labels
+    //      from the Pod watch; backend-2 (node-a, not a frontend) and node-a's host still do
+    //      not ----
+    let admit = lab.res.dir.join("admit.yaml");
+    write(
+        &admit,
+        "apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: frontends-in, namespace: team-blue}
+spec:
+  podSelector: {matchLabels: {tier: backend}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {tier: frontend}}}]
+    ports: [{port: 8080, protocol: TCP}]
+",
+    );
+    lab.k(&["apply", "-f", admit.to_str().unwrap()]);
+    let body = wait_for(
+        "frontend-1 admitted to backend-1 across nodes",
+        WAIT,
+        || http_get(&frontend1.ns, backend1.v4, 8080).ok(),
+    );
+    assert_eq!(body, "backend-1");
+    assert_eq!(
+        http_get(&frontend1.ns, backend2.v4, 8080).ok().as_deref(),
+        Some("backend-2")
+    );
+    assert!(
+        http_get(&backend2.ns, backend1.v4, 8080).is_err(),
+        "backend-2 (no frontend) reached the isolated backend-1"
+    );
+    assert!(
+        lab.probe(0, backend1.v4).is_err(),
+        "node-a's host reached node-b's isolated pod"
+    );
+    lab.k(&["delete", "-f", admit.to_str().unwrap()]);
     lab.k(&["delete", "-f", isolate.to_str().unwrap()]);
     wait_for("the backends open again", WAIT, || {
         http_get(&frontend1.ns, backend1.v4, 8080).ok()

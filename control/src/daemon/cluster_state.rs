@@ -25,11 +25,12 @@
 //! - Each control writes only its own node's blocks, claims and endpoints; other nodes' are
 //!   read. Endpoint ids are reserved in the ledger [`ENDPOINT_CHUNK`] at a time, before any
 //!   endpoint uses them, so a restart never hands one out twice.
-//! - `refresh` applies what the watches delivered: another node's block or l2 endpoint, a
-//!   network or node registered elsewhere. Endpoints are watched for this node and for l2
-//!   networks only (`lace-cni.io/node`, `lace-cni.io/l2` labels): an l3 endpoint of another node
-//!   matters to no one here, so a control's memory grows with its node and the l2 networks, not
-//!   with the cluster.
+//! - `refresh` applies what the watches delivered: another node's block or endpoint, a
+//!   network or node registered elsewhere. Endpoints are watched in two scopes, this node's and
+//!   every other node's (`lace-cni.io/node` label, `=` and `!=`): an l2 endpoint of another node
+//!   is in this node's FDB and neighbor table, and an l3 one is the address of a pod a
+//!   NetworkPolicy peer may select (ADR 0039). A control's memory grows with the cluster's
+//!   endpoints (a few hundred bytes each), as every CNI agent's endpoint cache does.
 //! - An object that contradicts the view (a block taken twice, an endpoint of a network
 //!   recreated since) is left out and logged, never repaired; a ledger that does not parse is
 //!   an error naming the object.
@@ -76,7 +77,7 @@ enum Watch {
     Allocations,
     Claims,
     MyEndpoints,
-    L2Endpoints,
+    OtherEndpoints,
 }
 
 impl Watch {
@@ -85,7 +86,7 @@ impl Watch {
         Watch::Allocations,
         Watch::Claims,
         Watch::MyEndpoints,
-        Watch::L2Endpoints,
+        Watch::OtherEndpoints,
     ];
 }
 
@@ -175,7 +176,7 @@ fn ar_of(w: Watch) -> ApiResource {
         Watch::Ledger => ApiResource::erase::<ConfigMap>(&()),
         Watch::Allocations => ApiResource::erase::<Allocation>(&()),
         Watch::Claims => ApiResource::erase::<Neighbor>(&()),
-        Watch::MyEndpoints | Watch::L2Endpoints => ApiResource::erase::<NetworkEndpoint>(&()),
+        Watch::MyEndpoints | Watch::OtherEndpoints => ApiResource::erase::<NetworkEndpoint>(&()),
     }
 }
 
@@ -184,7 +185,7 @@ fn kind_name(w: Watch) -> &'static str {
         Watch::Ledger => "ConfigMap",
         Watch::Allocations => "Allocation",
         Watch::Claims => "Neighbor",
-        Watch::MyEndpoints | Watch::L2Endpoints => "NetworkEndpoint",
+        Watch::MyEndpoints | Watch::OtherEndpoints => "NetworkEndpoint",
     }
 }
 
@@ -300,8 +301,8 @@ impl ClusterState {
                         Watch::MyEndpoints => {
                             watcher::Config::default().labels(&format!("{NODE_LABEL}={me}"))
                         }
-                        Watch::L2Endpoints => {
-                            watcher::Config::default().labels(&format!("{L2_LABEL}=true"))
+                        Watch::OtherEndpoints => {
+                            watcher::Config::default().labels(&format!("{NODE_LABEL}!={me}"))
                         }
                         Watch::Allocations | Watch::Claims => watcher::Config::default(),
                     };
@@ -407,10 +408,10 @@ impl ClusterState {
                 .records
                 .endpoints
                 .retain(|_, e| e.labels.get(NODE_LABEL) != Some(&me)),
-            Watch::L2Endpoints => self
+            Watch::OtherEndpoints => self
                 .records
                 .endpoints
-                .retain(|_, e| e.labels.get(L2_LABEL).map(String::as_str) != Some("true")),
+                .retain(|_, e| e.labels.get(NODE_LABEL) == Some(&me)),
         }
         for o in &listed {
             self.store(w, o)?;
@@ -502,7 +503,7 @@ impl ClusterState {
                 }
                 Ok(Some(Change::Claim(old.map(|o| o.spec), Some(new.spec))))
             }
-            Watch::MyEndpoints | Watch::L2Endpoints => {
+            Watch::MyEndpoints | Watch::OtherEndpoints => {
                 let spec: NetworkEndpointSpec = match serde_json::from_value(spec) {
                     Ok(s) => s,
                     Err(e) => {
@@ -572,7 +573,7 @@ impl ClusterState {
                 }
                 false
             }
-            Watch::MyEndpoints | Watch::L2Endpoints => {
+            Watch::MyEndpoints | Watch::OtherEndpoints => {
                 let k = (ns.clone(), name);
                 if self.records.endpoints.get(&k).is_some_and(|s| s.uid == uid) {
                     if let Some(old) = self.records.endpoints.remove(&k) {
@@ -916,7 +917,7 @@ impl ClusterState {
                 .claims
                 .remove(name)
                 .map(|c| Change::Claim(Some(c.spec), None)),
-            Watch::MyEndpoints | Watch::L2Endpoints => self
+            Watch::MyEndpoints | Watch::OtherEndpoints => self
                 .records
                 .endpoints
                 .remove(&(ns.clone(), name.to_owned()))
@@ -1382,7 +1383,7 @@ enum Change {
 /// The kind a watch's objects are deleted under (both endpoint watches are one kind).
 fn kind_of(w: Watch) -> Watch {
     match w {
-        Watch::L2Endpoints => Watch::MyEndpoints,
+        Watch::OtherEndpoints => Watch::MyEndpoints,
         other => other,
     }
 }

@@ -305,7 +305,7 @@ pub struct Control<S: IpamStore, R: StatusSink> {
     compile_error: Option<String>,
     /// ClusterIPs whose records the last refused batch held (their Services say so).
     unpublished: BTreeSet<IpAddr>,
-    notes: Vec<String>,
+    notes: Vec<crate::compile::Note>,
     status: StatusFile,
     logged: BTreeMap<(String, String, String), (String, String)>,
     logged_problems: BTreeSet<String>,
@@ -1180,7 +1180,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 return;
             }
         };
-        let notes: Vec<String> = compiled.notes.iter().map(ToString::to_string).collect();
+        let notes = compiled.notes;
         for n in &notes {
             if !self.notes.contains(n) {
                 tracing::warn!("compiler: {n}");

@@ -1916,20 +1916,7 @@ spec: {podSelector: {}}
             cond(&core, "Network", "backend", READY).reason,
             "LastGoodSpec"
         );
-        let tables = TablesReport {
-            generation: 1,
-            error: None,
-            unpublished: &BTreeSet::new(),
-            notes: &[],
-        };
-        let s = report(
-            &core,
-            &ipam,
-            &BTreeSet::new(),
-            tables,
-            "t0",
-            &StatusFile::default(),
-        );
+        let s = status_of(&core, &ipam, &[]);
         let entry = s.networks.iter().find(|n| n.name == "backend").unwrap();
         assert_eq!(
             (entry.type_.as_str(), entry.subnets.clone()),
@@ -2093,6 +2080,24 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
 
     /// Pods are bound when first observed; every pod, service and NetworkPolicy shows its
     /// binding before any ADD.
+    /// The status file with the tables published at generation 1 and `notes`.
+    fn status_of(core: &Core, ipam: &Ipam, notes: &[crate::compile::Note]) -> StatusFile {
+        let tables = TablesReport {
+            generation: 1,
+            error: None,
+            unpublished: &BTreeSet::new(),
+            notes,
+        };
+        report(
+            core,
+            ipam,
+            &BTreeSet::new(),
+            tables,
+            "t0",
+            &StatusFile::default(),
+        )
+    }
+
     #[test]
     fn every_resource_shows_its_binding() {
         let mut core = Core::new("node-a");
@@ -2109,20 +2114,7 @@ spec: {nodeName: node-a, containers: [{name: app, image: x}]}
         };
         assert_eq!(b.binding, Binding::Network("backend".into()));
         assert_eq!(b.decided_by, Some(("tiers".into(), 0)));
-        let tables = TablesReport {
-            generation: 1,
-            error: None,
-            unpublished: &BTreeSet::new(),
-            notes: &[],
-        };
-        let s = report(
-            &core,
-            &ipam,
-            &BTreeSet::new(),
-            tables,
-            "t0",
-            &StatusFile::default(),
-        );
+        let s = status_of(&core, &ipam, &[]);
         let pods: Vec<(String, Option<String>, String)> = s
             .pods
             .iter()
@@ -2320,5 +2312,55 @@ spec:
             cel.message
         );
         assert_eq!(core.policies().active(), ["good"]);
+    }
+
+    /// A NetworkPolicy in force is `Programmed`; one whose network's tables are over the
+    /// limits (the compiler's `Limit` note) is `Programmed=False`, `OverLimit`, with the note's
+    /// message; one that never had a valid spec has `Valid=False` only.
+    #[test]
+    fn network_policies_show_whether_they_are_programmed() {
+        use crate::compile::{Note, NoteKind};
+        let mut core = Core::new("node-a");
+        let mut ipam = new_ipam();
+        core.observe(snapshot(&[
+            NETWORKS,
+            BINDING,
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny, namespace: shop}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: huge, namespace: shop}
+spec: {podSelector: {}, policyTypes: [Egress]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: broken, namespace: shop}
+spec: {podSelector: {}, policyTypes: [Sideways]}
+"#,
+        ]));
+        batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        let notes = [Note {
+            kind: NoteKind::Limit,
+            object: "NetworkPolicy shop/huge".into(),
+            message: "network backend: 5000000 decisions exceed the limit of 4194304".into(),
+        }];
+        let s = status_of(&core, &ipam, &notes);
+        let programmed = |name: &str| {
+            let e = s.network_policies.iter().find(|e| e.name == name).unwrap();
+            e.conditions
+                .iter()
+                .find(|c| c.type_ == PROGRAMMED)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        assert_eq!(programmed("deny").unwrap().1, "Programmed");
+        let (status, reason, message) = programmed("huge").unwrap();
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "OverLimit"));
+        assert!(message.contains("exceed the limit"), "{message}");
+        assert_eq!(programmed("broken"), None);
+        assert_eq!(s.notes, [notes[0].to_string()]);
     }
 }

@@ -176,9 +176,9 @@ impl Daemon {
             tick: POLL,
             compile: cfg.compile(),
         };
-        // Kubernetes mode: the EndpointSlice controller writes every Service's slices, and
-        // other nodes' pods are not watched; standalone: slices if the directory has them, else
-        // the selector over lace's own endpoints.
+        // Kubernetes mode: the EndpointSlice controller writes every Service's slices (other
+        // nodes' pods are kept only as policy peers, ADR 0039); standalone: slices if the
+        // directory has them, else the selector over lace's own endpoints.
         let core = core::Core::new(&p.node).with_service_cidr(cfg.service_cidr);
         let core = match &cfg.source {
             SourceConfig::Standalone { .. } => core,

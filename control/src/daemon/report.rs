@@ -18,6 +18,7 @@ use std::net::IpAddr;
 
 use crate::api::{Condition, NetworkStatus};
 use crate::bind::{Binding, ContinuousBindings};
+use crate::compile::{Note, NoteKind};
 use crate::ipam::Ipam;
 use crate::world::AttachmentKey;
 
@@ -35,7 +36,7 @@ pub struct TablesReport<'a> {
     /// `Programmed` as they are now (the forwarder keeps their previous records, if any).
     pub unpublished: &'a BTreeSet<IpAddr>,
     /// The compiler's notes.
-    pub notes: &'a [String],
+    pub notes: &'a [Note],
 }
 
 /// The prefix length a pod's address is configured with: a host route.
@@ -96,6 +97,28 @@ fn not_published(
                  the Service as it was last published until the tables have room"
             ),
         );
+    }
+}
+
+/// A NetworkPolicy's `Programmed`: `False`, `OverLimit`, while its network's policy tables would
+/// exceed the limits (the compiler's `Limit` note on it: the last good tables stay); else
+/// `True` when it is in force (its valid spec, or the last valid one); none for a policy that
+/// never had a valid spec (`Valid=False` says it all).
+fn policy_programmed(core: &Core, e: &BindingEntry, notes: &[Note], conds: &mut Vec<Condition>) {
+    let key = crate::source::NamespacedName::new(&e.namespace, &e.name);
+    let object = format!("NetworkPolicy {key}");
+    let limit = notes
+        .iter()
+        .find(|n| n.kind == NoteKind::Limit && n.object == object);
+    if let Some(n) = limit {
+        conds.push(condition(PROGRAMMED, false, "OverLimit", n.message.clone()));
+    } else if core.world().network_policies.contains_key(&key) {
+        conds.push(condition(
+            PROGRAMMED,
+            true,
+            "Programmed",
+            "compiled into the policy tables of the networks it applies to",
+        ));
     }
 }
 
@@ -244,10 +267,11 @@ pub fn report(
     }
     s.network_policies = continuous(core.network_policy_bindings());
     for e in &mut s.network_policies {
-        let conds = core.network_policy_conditions(&e.namespace, &e.name);
+        let mut conds = core.network_policy_conditions(&e.namespace, &e.name);
+        policy_programmed(core, e, tables.notes, &mut conds);
         e.conditions = stamped(e, conds, &previous.network_policies);
     }
-    s.notes = tables.notes.to_vec();
+    s.notes = tables.notes.iter().map(ToString::to_string).collect();
     s.problems = core.problems().iter().map(ToString::to_string).collect();
     s.error = tables.error.map(str::to_owned);
     if s.content_key() == previous.content_key() {

@@ -1,8 +1,8 @@
 //! The Kubernetes source: control's input from an API server, through kube-rs watchers.
 //!
-//! One `kube::runtime::watcher` per [`ObjectKind`] — the lace kinds, `Pod`s of this node only
-//! (`spec.nodeName=<node>` field selector), `Namespace`, `Node`, `Service`, `NetworkPolicy`,
-//! `EndpointSlice` (every namespace's: they carry the Services' backends on every node) —
+//! One `kube::runtime::watcher` per [`ObjectKind`] — the lace kinds, `Pod`, `Namespace`,
+//! `Node`, `Service`, `NetworkPolicy`, `EndpointSlice` (every namespace's: they carry the
+//! Services' backends on every node) —
 //! on a single-threaded tokio runtime the source thread owns. The watchers list (paginated,
 //! with a resourceVersion), watch from it with bookmarks, relist after `410 Gone` and retry
 //! every other error with kube's default exponential backoff (0.8 s doubling to 30 s, reset
@@ -17,6 +17,12 @@
 //! - a new full snapshot whenever a kind is relisted (after `410 Gone`, an API server
 //!   restart, a dropped watch the watcher could not resume) and whenever an object's problems
 //!   change.
+//!
+//! Pods of every node are watched, as Calico's and Cilium's agents see every workload: a
+//! NetworkPolicy's podSelector peers run on any node, and a rule's named port is resolved
+//! against the peer pod's container ports. A pod of another node is kept only as what those
+//! need ([`peer_view`]: its name, namespace, uid, labels, deletion, node and named container
+//! ports), so the other nodes' pods cost little memory (ADR 0039).
 //!
 //! While the API server is unreachable nothing is sent: the loop keeps the state it has (the
 //! forwarder keeps its tables, CNI DEL keeps being answered). Objects are decoded exactly as
@@ -48,7 +54,7 @@ pub struct KubernetesConfig {
     /// service account token and CA under `/var/run/secrets/kubernetes.io/serviceaccount`,
     /// `KUBERNETES_SERVICE_HOST`/`_PORT`), which is what a DaemonSet pod has.
     pub kubeconfig: Option<PathBuf>,
-    /// This node (Pods are watched for it only).
+    /// This node (its Pods are kept whole; other nodes' as [`peer_view`]).
     pub node: String,
 }
 
@@ -139,6 +145,8 @@ fn api_resource(kind: ObjectKind) -> ApiResource {
 /// loop is to receive.
 #[derive(Debug, Default)]
 pub struct KubeState {
+    /// This node: its pods are kept whole.
+    node: String,
     objects: Objects,
     problems: BTreeMap<ObjectRef, Problem>,
     listed: BTreeSet<ObjectKind>,
@@ -147,6 +155,14 @@ pub struct KubeState {
 }
 
 impl KubeState {
+    /// The state of node `node`'s source, before any list.
+    pub fn new(node: &str) -> KubeState {
+        KubeState {
+            node: node.to_owned(),
+            ..KubeState::default()
+        }
+    }
+
     /// The current snapshot.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
@@ -168,7 +184,11 @@ impl KubeState {
         };
         // List items of built-in kinds carry no apiVersion/kind (the API server's JSON leaves
         // them out); the watcher knows what it watches.
-        let mut typed = o.clone();
+        let mut typed = if kind == ObjectKind::Pod && node_of(o) != Some(self.node.as_str()) {
+            peer_view(o)
+        } else {
+            o.clone()
+        };
         typed.types = Some(kube::api::TypeMeta {
             api_version: kind.api_version().to_owned(),
             kind: kind.as_str().to_owned(),
@@ -305,6 +325,68 @@ impl KubeState {
     }
 }
 
+/// A pod's `spec.nodeName`.
+fn node_of(o: &DynamicObject) -> Option<&str> {
+    o.data.get("spec")?.get("nodeName")?.as_str()
+}
+
+/// What this node keeps of another node's pod: `metadata` `name`, `namespace`, `uid`, `labels`
+/// and `deletionTimestamp`; `spec.nodeName`; each container's `name` and `ports`, and those of
+/// restartable init containers (sidecars), whose named ports Kubernetes resolves too. Nothing
+/// else of it is read here: its addresses are its NetworkEndpoints', and binding, IPAM and the
+/// CNI act on this node's pods only.
+pub fn peer_view(o: &DynamicObject) -> DynamicObject {
+    let m = &o.metadata;
+    let metadata = kube::api::ObjectMeta {
+        name: m.name.clone(),
+        namespace: m.namespace.clone(),
+        uid: m.uid.clone(),
+        labels: m.labels.clone(),
+        deletion_timestamp: m.deletion_timestamp.clone(),
+        ..Default::default()
+    };
+    let spec = o.data.get("spec");
+    let ports_of = |c: &serde_json::Value, keep_restart: bool| {
+        let mut out = serde_json::Map::new();
+        for f in ["name", "ports"] {
+            if let Some(v) = c.get(f) {
+                out.insert(f.into(), v.clone());
+            }
+        }
+        if keep_restart {
+            if let Some(v) = c.get("restartPolicy") {
+                out.insert("restartPolicy".into(), v.clone());
+            }
+        }
+        serde_json::Value::Object(out)
+    };
+    let list = |field: &str, sidecars: bool| -> Vec<serde_json::Value> {
+        spec.and_then(|s| s.get(field))
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                !sidecars || c.get("restartPolicy").and_then(|v| v.as_str()) == Some("Always")
+            })
+            .map(|c| ports_of(c, sidecars))
+            .collect()
+    };
+    let mut kept = serde_json::Map::new();
+    if let Some(n) = spec.and_then(|s| s.get("nodeName")) {
+        kept.insert("nodeName".into(), n.clone());
+    }
+    kept.insert("containers".into(), list("containers", false).into());
+    let sidecars = list("initContainers", true);
+    if !sidecars.is_empty() {
+        kept.insert("initContainers".into(), sidecars.into());
+    }
+    DynamicObject {
+        types: o.types.clone(),
+        metadata,
+        data: serde_json::json!({ "spec": kept }),
+    }
+}
+
 fn has(objects: &Objects, r: &ObjectRef) -> bool {
     refs_of(objects, r.kind).contains(r)
 }
@@ -438,17 +520,13 @@ pub fn run(
         let client = client(config).await?;
         let streams = ObjectKind::ALL.into_iter().map(|kind| {
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(kind));
-            let mut wc = watcher::Config::default();
-            if kind == ObjectKind::Pod {
-                wc = wc.fields(&format!("spec.nodeName={}", config.node));
-            }
-            watcher(api, wc)
+            watcher(api, watcher::Config::default())
                 .default_backoff()
                 .map(move |event| (kind, event))
                 .boxed()
         });
         let mut all = futures_util::stream::select_all(streams);
-        let mut state = KubeState::default();
+        let mut state = KubeState::new(&config.node);
         while let Some((kind, event)) = all.next().await {
             match event {
                 Ok(event) => {
@@ -463,4 +541,111 @@ pub fn run(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, node: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": "shop",
+                "uid": format!("uid-{name}"),
+                "labels": {"app": "web"},
+                "annotations": {"big": "x".repeat(4096)},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{
+                    "name": "app",
+                    "image": "registry.example/web:1",
+                    "env": [{"name": "A", "value": "b"}],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                }],
+                "initContainers": [
+                    {"name": "setup", "image": "x", "ports": [{"name": "once", "containerPort": 1}]},
+                    {"name": "proxy", "image": "y", "restartPolicy": "Always",
+                     "ports": [{"name": "metrics", "containerPort": 9090}]},
+                ],
+            },
+            "status": {"phase": "Running", "podIP": "10.40.1.2"},
+        }))
+        .unwrap()
+    }
+
+    fn listed(state: &mut KubeState, pods: Vec<DynamicObject>) -> Snapshot {
+        let mut last = None;
+        for kind in ObjectKind::ALL {
+            state.handle(kind, watcher::Event::Init);
+            if kind == ObjectKind::Pod {
+                for p in &pods {
+                    state.handle(kind, watcher::Event::InitApply(p.clone()));
+                }
+            }
+            last = state.handle(kind, watcher::Event::InitDone);
+        }
+        match last {
+            Some(SourceEvent::Snapshot(s)) => *s,
+            other => panic!("no snapshot after every list: {other:?}"),
+        }
+    }
+
+    /// Every node's pods are listed; this node's are kept whole, another node's as what a
+    /// NetworkPolicy peer needs: labels, node, named container ports (sidecars' too, not plain
+    /// init containers'), and nothing else.
+    #[test]
+    fn other_nodes_pods_are_kept_as_policy_peers() {
+        let mut state = KubeState::new("node-a");
+        let snap = listed(
+            &mut state,
+            vec![pod("mine", "node-a"), pod("peer", "node-b")],
+        );
+        let get = |name: &str| {
+            snap.objects
+                .pods
+                .get(&super::super::NamespacedName::new("shop", name))
+                .unwrap_or_else(|| panic!("{name} not listed"))
+                .clone()
+        };
+        let mine = get("mine");
+        assert!(mine.metadata.annotations.is_some() && mine.status.is_some());
+        assert_eq!(
+            mine.spec.as_ref().unwrap().containers[0].image.as_deref(),
+            Some("registry.example/web:1")
+        );
+        let peer = get("peer");
+        assert_eq!(peer.metadata.uid.as_deref(), Some("uid-peer"));
+        assert_eq!(
+            peer.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get("app")
+                .map(String::as_str),
+            Some("web")
+        );
+        assert!(peer.metadata.annotations.is_none() && peer.metadata.managed_fields.is_none());
+        assert!(peer.status.is_none());
+        let spec = peer.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("node-b"));
+        let c = &spec.containers[0];
+        assert_eq!((c.name.as_str(), c.image.as_deref()), ("app", None));
+        assert!(c.env.is_none());
+        assert_eq!(c.ports.as_ref().unwrap()[0].name.as_deref(), Some("http"));
+        let init = spec.init_containers.unwrap();
+        assert_eq!(init.len(), 1, "only the restartable init container");
+        assert_eq!(init[0].restart_policy.as_deref(), Some("Always"));
+        assert_eq!(init[0].ports.as_ref().unwrap()[0].container_port, 9090);
+        // A pod scheduled onto this node later is kept whole from then on.
+        let moved = pod("peer", "node-a");
+        match state.handle(ObjectKind::Pod, watcher::Event::Apply(moved)) {
+            Some(SourceEvent::Applied(Object::Pod(p))) => assert!(p.status.is_some()),
+            other => panic!("{other:?}"),
+        }
+    }
 }
