@@ -63,7 +63,7 @@ use lace_forwarder::pipeline::{
     Config, Counters, CtTimeouts, Io, Pipeline, Stage, UnderlayNeighbors,
 };
 use lace_forwarder::wire::checksum;
-use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable};
+use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable, FlowView};
 use lace_shared::policy::{
     maglev_size, maglev_table, Backend, BackendState, PeerClass, PolicyDir, PolicySet, PolicySetId,
     PortRange, Ports, ServiceInfo, ServiceKey, PROTO_TCP,
@@ -565,6 +565,30 @@ impl Path {
         }
     }
 
+    /// The zone a tracked path's connections are in: the sending pod's (egress), or from the
+    /// uplink the receiving pod's (ingress).
+    fn zone(self) -> PortId {
+        match self.rx_port() {
+            PortId::UPLINK => self.tx_ports()[0].0,
+            pod => pod,
+        }
+    }
+
+    /// Where a new-connection path's frames differ per connection ([`vary_connection`]): the
+    /// offset of the IPv4 header and of the remote end's address in it — the destination of a
+    /// pod's connection, the source of one from the uplink. `None`: the path opens none.
+    const fn varied(self) -> Option<(usize, usize)> {
+        match self {
+            Path::CtNew => Some((14, 16)),
+            _ => None,
+        }
+    }
+
+    /// Whether every packet of the path is a new connection.
+    const fn opens_each(self) -> bool {
+        self.varied().is_some()
+    }
+
     /// How many times each packet passes `s` (a flooded frame's copies pass the nodes after
     /// l2-flood each).
     fn passes(self, s: Stage) -> u64 {
@@ -646,15 +670,10 @@ impl Path {
         match self {
             Path::L3Local => udp4_frame(MAC_A, GW_MAC, A4, B4, FRAME_LEN),
             Path::L3Encap => udp4_frame(MAC_A, GW_MAC, A4, REMOTE4, FRAME_LEN),
-            Path::L3Decap => {
-                // The remote node's H.Encaps.Red: outer IPv6 to our SID, no SRH, inner IPv4.
-                let inner = udp4_frame(PEER_MAC, UPLINK_MAC, REMOTE4, B4, 14 + 28);
-                let mut f = eth(UPLINK_MAC, PEER_MAC, 0x86dd);
-                f.extend_from_slice(&ipv6_header(28, 4, PEER, MY_SID));
-                f.extend_from_slice(&inner[14..]);
-                debug_assert_eq!(f.len(), DECAP_LEN);
-                f
-            }
+            Path::L3Decap => encapsulated(
+                MY_SID,
+                &udp4_frame(PEER_MAC, UPLINK_MAC, REMOTE4, B4, 14 + 28),
+            ),
             Path::ArpReply => {
                 let mut f = eth([0xff; 6], MAC_A, 0x0806);
                 f.extend_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]); // Ethernet/IPv4, request
@@ -720,8 +739,16 @@ impl Path {
                 f
             }
             Path::L2Flood => udp4_frame(MAC_L2A, [0xff; 6], L2A4, Ipv4Addr::BROADCAST, FRAME_LEN),
-            Path::CtHit => tcp4_frame(MAC_S, S4, VIP4, CT_SPORT, 80, TCP_ACK),
-            Path::CtNew => tcp4_frame(MAC_N, N4, SREMOTE_BLOCK, 0, BACKEND_PORT, TCP_SYN),
+            Path::CtHit => tcp4_frame(MAC_S, S4, VIP4, CT_SPORT, 80, TCP_ACK, FRAME_LEN),
+            Path::CtNew => tcp4_frame(
+                MAC_N,
+                N4,
+                SREMOTE_BLOCK,
+                0,
+                BACKEND_PORT,
+                TCP_SYN,
+                FRAME_LEN,
+            ),
         }
     }
 
@@ -745,27 +772,30 @@ const TCP_ACK: u8 = 0x10;
 const NEW_PORTS: u64 = 64_000;
 const NEW_HOSTS: u64 = 250;
 
-/// Makes the ct_new frame `frame` connection number `k`: source port 1024 + k mod 64,000,
-/// destination 10.2.2.(1 + k / 64,000 mod 250); the IPv4 and TCP checksums updated in place.
+/// Makes a new-connection frame `frame` connection number `k`, its TCP/IPv4 packet at `l3`
+/// and the remote end's address at `l3 + addr` (see [`Path::varied`]): source port 1024 + k mod
+/// 64,000, the remote end 10.3.2.(1 + k / 64,000 mod 250); the IPv4 and TCP checksums updated
+/// in place.
 #[inline(always)]
-fn vary_connection(frame: &mut [u8], k: u64) {
+fn vary_connection(frame: &mut [u8], k: u64, (l3, addr): (usize, usize)) {
     let sport = 1024 + (k % NEW_PORTS) as u16;
     let host = 1 + (k / NEW_PORTS % NEW_HOSTS) as u16;
-    // The last 16 bits of the destination (bytes 32..34), the source port (34..36).
-    let old_dst = u16::from_be_bytes([frame[32], frame[33]]);
-    let new_dst = old_dst & 0xff00 | host;
-    let old_sport = u16::from_be_bytes([frame[34], frame[35]]);
-    let ip = checksum::update_u16(u16::from_be_bytes([frame[24], frame[25]]), old_dst, new_dst);
-    let tcp = u16::from_be_bytes([frame[50], frame[51]]);
+    // The last 16 bits of the remote address, the source port, the two checksums.
+    let (at_host, at_sport, at_ip, at_tcp) = (l3 + addr + 2, l3 + 20, l3 + 10, l3 + 36);
+    let read = |f: &[u8], at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
+    let old_host = read(frame, at_host);
+    let new_host = old_host & 0xff00 | host;
+    let old_sport = read(frame, at_sport);
+    let ip = checksum::update_u16(read(frame, at_ip), old_host, new_host);
     let tcp = checksum::update_u16(
-        checksum::update_u16(tcp, old_dst, new_dst),
+        checksum::update_u16(read(frame, at_tcp), old_host, new_host),
         old_sport,
         sport,
     );
-    frame[24..26].copy_from_slice(&ip.to_be_bytes());
-    frame[32..34].copy_from_slice(&new_dst.to_be_bytes());
-    frame[34..36].copy_from_slice(&sport.to_be_bytes());
-    frame[50..52].copy_from_slice(&tcp.to_be_bytes());
+    frame[at_ip..at_ip + 2].copy_from_slice(&ip.to_be_bytes());
+    frame[at_host..at_host + 2].copy_from_slice(&new_host.to_be_bytes());
+    frame[at_sport..at_sport + 2].copy_from_slice(&sport.to_be_bytes());
+    frame[at_tcp..at_tcp + 2].copy_from_slice(&tcp.to_be_bytes());
 }
 
 /// Frame size of the 64-byte figures.
@@ -826,8 +856,8 @@ fn udp4_frame(
     f
 }
 
-/// An Ethernet + IPv4 + TCP frame of [`FRAME_LEN`] bytes from pod `src_mac` to its gateway
-/// (10 bytes of payload), TTL 64, valid IPv4 and TCP checksums.
+/// An Ethernet + IPv4 + TCP frame of `len` bytes from pod `src_mac` to its gateway (payload to
+/// fill it), TTL 64, valid IPv4 and TCP checksums.
 fn tcp4_frame(
     src_mac: [u8; 6],
     src: Ipv4Addr,
@@ -835,8 +865,9 @@ fn tcp4_frame(
     sport: u16,
     dport: u16,
     flags: u8,
+    len: usize,
 ) -> Vec<u8> {
-    let mut f = udp4_frame(src_mac, GW_MAC, src, dst, FRAME_LEN);
+    let mut f = udp4_frame(src_mac, GW_MAC, src, dst, len);
     f[23] = 6;
     f[24..26].copy_from_slice(&[0, 0]);
     let sum = checksum(&f[14..34]);
@@ -850,14 +881,24 @@ fn tcp4_frame(
     tcp[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
     f[34..54].copy_from_slice(&tcp);
     f[54..].fill(0x5a);
-    let mut pseudo = Vec::with_capacity(12 + FRAME_LEN - 34);
+    let mut pseudo = Vec::with_capacity(12 + len - 34);
     pseudo.extend_from_slice(&src.octets());
     pseudo.extend_from_slice(&dst.octets());
     pseudo.extend_from_slice(&[0, 6]);
-    pseudo.extend_from_slice(&((FRAME_LEN - 34) as u16).to_be_bytes());
+    pseudo.extend_from_slice(&((len - 34) as u16).to_be_bytes());
     pseudo.extend_from_slice(&f[34..]);
     let sum = checksum(&pseudo);
     f[50..52].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+/// `frame`'s IP packet as the remote node's H.Encaps.Red sends it to this node's `sid`: outer
+/// IPv6 from the remote node, no SRH.
+fn encapsulated(sid: Ipv6Addr, frame: &[u8]) -> Vec<u8> {
+    let inner = &frame[14..];
+    let mut f = eth(UPLINK_MAC, PEER_MAC, 0x86dd);
+    f.extend_from_slice(&ipv6_header(inner.len() as u16, 4, PEER, sid));
+    f.extend_from_slice(inner);
     f
 }
 
@@ -980,8 +1021,8 @@ struct Worker {
     burst: Burst,
     pkts: Vec<Mbuf>,
     templates: Vec<Vec<u8>>,
-    /// The node's flow table, its counters at the last check, the next ct_new connection's
-    /// number, and the free entries of the ct_new removal sweep.
+    /// The node's flow table, its counters at the last check, the next new connection's
+    /// number (of every new-connection path), and the free entries of their removal sweeps.
     flows: Arc<FlowTable>,
     flow_base: FlowCounts,
     next_conn: u64,
@@ -1099,9 +1140,9 @@ impl Worker {
                     .rx_queue([&mut self.rx64, &mut self.rx82, &mut self.rx118])
                     .rx_burst(&mut self.burst);
                 write_template(&mut self.burst, &self.templates[path as usize]);
-                if path == Path::CtNew {
+                if let Some(at) = path.varied() {
                     for m in self.burst.iter_mut() {
-                        vary_connection(m.data_mut(), self.next_conn);
+                        vary_connection(m.data_mut(), self.next_conn, at);
                         self.next_conn += 1;
                     }
                 }
@@ -1156,7 +1197,7 @@ impl Worker {
     /// stages and out of its port, with no drop, and entered as many connections in the flow
     /// table as the path opens (ct_new: one per packet; the others none). Resets the counters.
     fn check(&mut self, path: Path, packets: u64) -> anyhow::Result<()> {
-        let opened = if path == Path::CtNew { packets } else { 0 };
+        let opened = if path.opens_each() { packets } else { 0 };
         self.check_opening(path, packets, opened)
     }
 
@@ -1229,15 +1270,29 @@ impl Worker {
         Ok(())
     }
 
-    /// Opens the ct_hit connection (its first packets: one new entry, the rest hits) and
-    /// checks what a packet of it becomes: DNAT to the backend, encapsulated to the remote
-    /// node's SID of the stateful network, out of the uplink.
-    fn open_ct_hit(&mut self) -> anyhow::Result<()> {
-        let path = Path::CtHit;
+    /// Opens the connection of hit path `path` with one burst (its first packet: one new
+    /// entry, the rest hits) and checks the counters; returns the connection's entry, found by
+    /// `key`, and the first packet that left (its port, its bytes).
+    fn open(&mut self, path: Path, key: &FlowKey) -> anyhow::Result<(FlowView, PortId, Vec<u8>)> {
+        let id = format!("pipeline.{}", path.name());
         self.io.capture = Some(None);
         let n = self.burst(Contender::Pipeline(path));
         let captured = self.io.capture.take().flatten();
         self.check_opening(path, n, 1)?;
+        let v = self
+            .flows
+            .lookup(key, key.hash(self.flows.seed()))
+            .ok_or_else(|| anyhow!("{id}: the connection is not in the flow table"))?;
+        let Some((port, f)) = captured else {
+            bail!("{id}: no packet left the pipeline");
+        };
+        Ok((v, port, f))
+    }
+
+    /// Opens the ct_hit connection and checks what a packet of it becomes: DNAT to the
+    /// backend, encapsulated to the remote node's SID of the stateful network, out of the
+    /// uplink.
+    fn open_ct_hit(&mut self) -> anyhow::Result<()> {
         let key = FlowKey {
             zone: POD_S.0,
             proto: PROTO_TCP,
@@ -1246,17 +1301,11 @@ impl Worker {
             rport: 80,
             lport: CT_SPORT,
         };
-        let v = self
-            .flows
-            .lookup(&key, key.hash(self.flows.seed()))
-            .ok_or_else(|| anyhow!("pipeline.ct_hit: the connection is not in the flow table"))?;
+        let (v, port, f) = self.open(Path::CtHit, &key)?;
         let nat = v.nat.map(|t| (t.addr, t.port));
         if nat != Some((BACKEND4.to_ipv6_mapped().octets(), BACKEND_PORT)) {
             bail!("pipeline.ct_hit: the connection's translation is {nat:?}, not the backend");
         }
-        let Some((port, f)) = captured else {
-            bail!("pipeline.ct_hit: no packet left the pipeline");
-        };
         // Ethernet, outer IPv6 (destination at 38..54), inner IPv4 at 54, TCP at 74.
         let ok = port == PortId::UPLINK
             && f.len() == FRAME_LEN + 40
@@ -1283,15 +1332,48 @@ impl Worker {
         Ok(())
     }
 
-    /// Removes every ct_new connection from the flow table as the forwarder's sweep does
-    /// (every entry of the table visited), returning the TSC cycles it took and the
-    /// connections removed.
-    fn remove_new(&mut self) -> (u64, u64) {
+    /// One round of `bursts` bursts of `c` (a new-connection path's: at most
+    /// [`new_bursts`], the table holds four of them), timed and checked: its cycles per packet,
+    /// and for a new-connection path the timed sweep that removes its connections after it
+    /// (cycles per connection).
+    fn timed_round(&mut self, c: Contender, bursts: usize) -> anyhow::Result<(f64, Option<f64>)> {
+        let bursts = match c {
+            Contender::Pipeline(p) if p.opens_each() => new_bursts(bursts),
+            _ => bursts,
+        };
+        let start = rdtsc();
+        let n = self.round(c, bursts);
+        let cycles = rdtsc().saturating_sub(start) as f64 / n.max(1) as f64;
+        let Contender::Pipeline(path) = c else {
+            if n == 0 {
+                bail!("the null port delivered no packets");
+            }
+            return Ok((cycles, None));
+        };
+        self.check(path, n)?;
+        if !path.opens_each() {
+            return Ok((cycles, None));
+        }
+        let (sweep, removed) = self.remove_new(path);
+        if removed != n {
+            bail!(
+                "pipeline.{}: the sweep removed {removed} of {n} new connections",
+                path.name()
+            );
+        }
+        Ok((cycles, Some(sweep as f64 / n as f64)))
+    }
+
+    /// Removes every connection of new-connection path `path` from the flow table as the
+    /// forwarder's sweep does (every entry of the table visited), returning the TSC cycles it
+    /// took and the connections removed.
+    fn remove_new(&mut self, path: Path) -> (u64, u64) {
+        let zone = path.zone().0;
         let start = rdtsc();
         let (_, removed) =
             self.flows
                 .sweep(0, self.flows.capacity(), &mut self.sweep_cache, 0, |v| {
-                    v.key.zone == POD_N.0
+                    v.key.zone == zone
                 });
         self.flows.return_cache(&mut self.sweep_cache);
         let cycles = rdtsc().saturating_sub(start);
@@ -1393,13 +1475,111 @@ pub struct Want {
     pub ct: bool,
 }
 
-/// Bursts of a timed ct_new round: a quarter of the flow table's connections, so that the
-/// table never fills between removal sweeps.
-fn new_bursts(sizes: &Sizes) -> usize {
-    sizes
-        .bursts
-        .min(FLOWS as usize / 4 / fwd::BURST_SIZE)
-        .max(1)
+/// Bursts of a new-connection round of `bursts`: at most a quarter of the flow table's
+/// connections, so that the table never fills between removal sweeps.
+fn new_bursts(bursts: usize) -> usize {
+    bursts.min(FLOWS as usize / 4 / fwd::BURST_SIZE).max(1)
+}
+
+/// The timed rounds, every contender once per round (round-robin): contender 0 is
+/// `dpdk.null_fwd`, 1 `dpdk.null_fwd_write`, 2 onwards `paths` in order.
+#[derive(Debug)]
+struct Rounds {
+    paths: Vec<Path>,
+    /// Cycles per packet of each contender in each round.
+    samples: Vec<Vec<f64>>,
+    /// For a new-connection path, the removal sweep's cycles per connection after each round.
+    removal: Vec<Vec<f64>>,
+}
+
+impl Rounds {
+    /// The contender index of `path`.
+    fn at(&self, path: Path) -> usize {
+        2 + self.paths.iter().position(|&p| p == path).unwrap_or(0)
+    }
+
+    /// Contender `k`'s median cycles per packet.
+    fn median(&self, k: usize) -> f64 {
+        median(self.samples[k].clone())
+    }
+
+    /// Contender `k`'s cycles minus `base`'s in the same round, median over the rounds.
+    fn above(&self, k: usize, base: usize) -> f64 {
+        median(
+            self.samples[k]
+                .iter()
+                .zip(&self.samples[base])
+                .map(|(a, b)| a - b)
+                .collect(),
+        )
+    }
+
+    /// New connections per second on one core of new-connection contender `k`: TSC Hz ÷
+    /// (cycles per new connection + its removal), median over the rounds.
+    fn per_s(&self, k: usize) -> f64 {
+        let total = self.samples[k]
+            .iter()
+            .zip(&self.removal[k])
+            .map(|(open, remove)| open + remove)
+            .collect();
+        tsc_hz() / median(total)
+    }
+
+    /// `pipeline.<path>.cycles` and `.mpps`, as anchors.
+    fn anchors(&self, path: Path) -> (Figure, Figure) {
+        let cycles = self.median(self.at(path));
+        (
+            Figure::new(
+                format!("pipeline.{}.cycles", path.name()),
+                cycles,
+                "cycles/packet",
+            ),
+            Figure::new(
+                format!("pipeline.{}.mpps", path.name()),
+                tsc_hz() / cycles / 1e6,
+                "Mpps",
+            ),
+        )
+    }
+
+    /// `pipeline.<hit>.cycles`, `.mpps`, `.<above>` (hit − `anchor` per round) and
+    /// `.above_floor` of a tracked path beside its untracked `anchor` of the same rounds.
+    fn hit_figures(&self, hit: Path, anchor: Path, above: &str, floor: &Figure) -> Vec<Figure> {
+        let (k, a) = (self.at(hit), self.at(anchor));
+        let (cycles, mpps) = self.anchors(anchor);
+        let id = |what: &str| format!("pipeline.{}.{what}", hit.name());
+        vec![
+            Figure::versus(id("cycles"), self.median(k), &cycles),
+            Figure::versus(id("mpps"), tsc_hz() / self.median(k) / 1e6, &mpps),
+            Figure::versus(id(above), self.above(k, a), &cycles),
+            Figure::versus(id("above_floor"), self.above(k, 1), floor),
+        ]
+    }
+
+    /// `<id>.cycles` (beside `cycles_anchor`), `<id>.removal_cycles` and `<id>_per_s` (beside
+    /// `per_s_anchor` when there is one) of new-connection path `new`.
+    fn new_conns_figures(
+        &self,
+        id: &str,
+        new: Path,
+        cycles_anchor: &Figure,
+        per_s_anchor: Option<&Figure>,
+    ) -> [Figure; 3] {
+        let k = self.at(new);
+        let per_s = format!("{id}_per_s");
+        [
+            Figure::versus(format!("{id}.cycles"), self.median(k), cycles_anchor),
+            Figure::new(
+                format!("{id}.removal_cycles"),
+                median(self.removal[k].clone()),
+                "cycles/connection",
+            ),
+            match per_s_anchor {
+                Some(a) => Figure::versus(per_s, self.per_s(k), a),
+                None => Figure::new(per_s, self.per_s(k), "1/s"),
+            },
+        ]
+    }
 }
 
 /// Every pipeline figure `want` asks for, and notes for the report. `worker_lcore` is an EAL
@@ -1427,32 +1607,21 @@ pub fn figures(
         paths.extend(Path::CT);
         w0.open_ct_hit().context("pipeline.ct_hit")?;
     }
-    // Warm up and check every contender: the frames must fit the null ports' mbufs exactly,
-    // and every packet must take its path.
     let contenders: Vec<Contender> = [Contender::NullFwd, Contender::NullFwdWrite]
         .into_iter()
         .chain(paths.iter().map(|&p| Contender::Pipeline(p)))
         .collect();
+    // Warm up and check every contender: every packet must take its path.
     for &c in &contenders {
-        let bursts = if c == Contender::Pipeline(Path::CtNew) {
-            sizes.warmup.min(new_bursts(&sizes))
-        } else {
-            sizes.warmup
-        };
-        let n = w0.round(c, bursts);
-        if let Contender::Pipeline(path) = c {
-            w0.check(path, n)?;
-            if path == Path::CtNew {
-                let (_, removed) = w0.remove_new();
-                if removed != n {
-                    bail!("ct.new_conns: the sweep removed {removed} of {n} new connections");
-                }
-            }
-        } else if n == 0 {
-            bail!("the null port delivered no packets");
-        }
+        w0.timed_round(c, sizes.warmup)?;
     }
-    for &path in &paths {
+    let mut rounds = Rounds {
+        paths,
+        samples: vec![Vec::with_capacity(sizes.rounds); contenders.len()],
+        removal: vec![Vec::new(); contenders.len()],
+    };
+    // The frames must fit the null ports' mbufs exactly.
+    for &path in &rounds.paths {
         let mut b: Burst = Burst::new();
         path.rx_queue([&mut w0.rx64, &mut w0.rx82, &mut w0.rx118])
             .rx_burst(&mut b);
@@ -1465,39 +1634,16 @@ pub fn figures(
         }
     }
 
-    // Timed: every contender once per round, round-robin. ct_new's rounds are shorter (the
-    // table holds four of them) and each is followed by the timed sweep that removes its
-    // connections (`removal`: its cycles per connection).
-    let mut samples = vec![Vec::with_capacity(sizes.rounds); contenders.len()];
-    let mut removal = Vec::with_capacity(sizes.rounds);
+    // Timed: every contender once per round, round-robin.
     for _ in 0..sizes.rounds {
-        for (&c, s) in contenders.iter().zip(&mut samples) {
-            let bursts = if c == Contender::Pipeline(Path::CtNew) {
-                new_bursts(&sizes)
-            } else {
-                sizes.bursts
-            };
-            let start = rdtsc();
-            let n = w0.round(c, bursts);
-            let cycles = rdtsc().saturating_sub(start);
-            if let Contender::Pipeline(path) = c {
-                w0.check(path, n)?;
-                if path == Path::CtNew {
-                    let (sweep, removed) = w0.remove_new();
-                    if removed != n {
-                        bail!("ct.new_conns: the sweep removed {removed} of {n} new connections");
-                    }
-                    removal.push(sweep as f64 / n as f64);
-                }
-            } else if n == 0 {
-                bail!("the null port delivered no packets");
-            }
-            s.push(cycles as f64 / n as f64);
+        for (k, &c) in contenders.iter().enumerate() {
+            let (cycles, removal) = w0.timed_round(c, sizes.bursts)?;
+            rounds.samples[k].push(cycles);
+            rounds.removal[k].extend(removal);
         }
     }
-    let medians: Vec<f64> = samples.iter().cloned().map(median).collect();
+    let medians: Vec<f64> = (0..contenders.len()).map(|k| rounds.median(k)).collect();
     let mpps = |cycles: f64| tsc_hz() / cycles / 1e6;
-    let at = |path: Path| 2 + paths.iter().position(|&p| p == path).unwrap_or(0);
 
     let a_cycles = Figure::new("dpdk.null_fwd.cycles", medians[0], "cycles/packet");
     let a_mpps = Figure::new("dpdk.null_fwd.mpps", mpps(medians[0]), "Mpps");
@@ -1514,20 +1660,8 @@ pub fn figures(
     }
     // The pipeline's own cost of a path: its cycles minus the I/O floor of the same round (rx,
     // the frame written, tx), median over the rounds.
-    let above = |k: usize, base: usize| -> f64 {
-        median(
-            samples[k]
-                .iter()
-                .zip(&samples[base])
-                .map(|(path, floor)| path - floor)
-                .collect(),
-        )
-    };
-    let encap = at(Path::L3Encap);
-    let encap_cycles = Figure::new("pipeline.l3_encap.cycles", medians[encap], "cycles/packet");
-    let encap_mpps = Figure::new("pipeline.l3_encap.mpps", mpps(medians[encap]), "Mpps");
-    for &path in paths.iter().filter(|p| Path::ALL.contains(p)) {
-        let k = at(path);
+    for &path in rounds.paths.iter().filter(|p| Path::ALL.contains(p)) {
+        let k = rounds.at(path);
         figures.push(Figure::versus(
             format!("pipeline.{}.cycles", path.name()),
             medians[k],
@@ -1540,7 +1674,7 @@ pub fn figures(
         ));
         figures.push(Figure::versus(
             format!("pipeline.{}.above_floor", path.name()),
-            above(k, 1),
+            rounds.above(k, 1),
             &floor,
         ));
         if path == Path::L2Flood {
@@ -1569,20 +1703,9 @@ pub fn figures(
         ));
     }
     if want.ct {
-        let (figs, note) = ct_figures(
-            &samples,
-            &removal,
-            &medians,
-            at(Path::CtHit),
-            at(Path::CtNew),
-            encap,
-            &encap_cycles,
-            &encap_mpps,
-            &floor,
-            &sizes,
-        );
+        let (figs, ct_notes) = tracked_figures(&rounds, &floor, &sizes);
         figures.extend(figs);
-        notes.push(note);
+        notes.extend(ct_notes);
     }
     if !want.paths {
         return Ok((figures, notes));
@@ -1608,46 +1731,12 @@ pub fn figures(
     Ok((figures, notes))
 }
 
-/// The connection-tracking figures from the round-robin samples: `hit`, `new` and `encap` are
-/// the contenders' indices, `removal` ct_new's sweep cycles per connection per round.
-#[allow(clippy::too_many_arguments)]
-fn ct_figures(
-    samples: &[Vec<f64>],
-    removal: &[f64],
-    medians: &[f64],
-    hit: usize,
-    new: usize,
-    encap: usize,
-    encap_cycles: &Figure,
-    encap_mpps: &Figure,
-    floor: &Figure,
-    sizes: &Sizes,
-) -> (Vec<Figure>, String) {
-    let hz = tsc_hz();
-    let diff = |k: usize, base: &[f64]| -> f64 {
-        median(samples[k].iter().zip(base).map(|(a, b)| a - b).collect())
-    };
-    let above_encap = diff(hit, &samples[encap]);
-    let new_total: Vec<f64> = samples[new]
-        .iter()
-        .zip(removal)
-        .map(|(open, remove)| open + remove)
-        .collect();
-    let new_per_s = hz / median(new_total.clone());
-    let figures = vec![
-        Figure::versus("pipeline.ct_hit.cycles", medians[hit], encap_cycles),
-        Figure::versus("pipeline.ct_hit.mpps", hz / medians[hit] / 1e6, encap_mpps),
-        Figure::versus("pipeline.ct_hit.above_encap", above_encap, encap_cycles),
-        Figure::versus("pipeline.ct_hit.above_floor", diff(hit, &samples[1]), floor),
-        Figure::versus("ct.new_conns.cycles", medians[new], encap_cycles),
-        Figure::new(
-            "ct.new_conns.removal_cycles",
-            median(removal.to_vec()),
-            "cycles/connection",
-        ),
-        Figure::new("ct.new_conns_per_s", new_per_s, "1/s"),
-    ];
-    let note = format!(
+/// The connection-tracking figures from the round-robin rounds, and their note.
+fn tracked_figures(r: &Rounds, floor: &Figure, sizes: &Sizes) -> (Vec<Figure>, Vec<String>) {
+    let (encap_cycles, _) = r.anchors(Path::L3Encap);
+    let mut figures = r.hit_figures(Path::CtHit, Path::L3Encap, "above_encap", floor);
+    figures.extend(r.new_conns_figures("ct.new_conns", Path::CtNew, &encap_cycles, None));
+    let ct_note = format!(
         "pipeline.ct_hit / ct.new_conns: the same rounds as pipeline.l3_encap ({} rounds, \
          round-robin, medians), a stateful network whose pods are isolated for ingress and \
          egress (one policy set, egress allowed to the remote node's /24 on TCP 8080), a flow \
@@ -1669,9 +1758,9 @@ fn ct_figures(
          an established connection, not a new one, and OVS counts no per-phase cycles that \
          separate the two",
         sizes.rounds,
-        new_bursts(sizes)
+        new_bursts(sizes.bursts)
     );
-    (figures, note)
+    (figures, vec![ct_note])
 }
 
 /// Route changes per second of the churn figure, and per publication.
@@ -1912,17 +2001,23 @@ mod tests {
     fn new_connection_frames_stay_valid() {
         let tcp_ok = |f: &[u8]| {
             let mut pseudo = f[26..34].to_vec();
-            pseudo.extend_from_slice(&[0, 6, 0, (FRAME_LEN - 34) as u8]);
+            pseudo.extend_from_slice(&[0, 6, 0, (f.len() - 34) as u8]);
             pseudo.extend_from_slice(&f[34..]);
             checksum(&f[14..34]) == 0 && checksum(&pseudo) == 0
         };
         assert!(tcp_ok(&Path::CtHit.template()));
-        let mut seen = std::collections::HashSet::new();
-        for k in [0, 1, 63_999, 64_000, 5_000_000, NEW_PORTS * NEW_HOSTS - 1] {
-            let mut f = Path::CtNew.template();
-            vary_connection(&mut f, k);
-            assert!(tcp_ok(&f), "connection {k}");
-            assert!(seen.insert((f[33], u16::from_be_bytes([f[34], f[35]]))));
+        for path in [Path::CtNew] {
+            let (l3, addr) = path.varied().expect("a new-connection path");
+            let mut seen = std::collections::HashSet::new();
+            for k in [0, 1, 63_999, 64_000, 5_000_000, NEW_PORTS * NEW_HOSTS - 1] {
+                let mut f = path.template();
+                vary_connection(&mut f, k, (l3, addr));
+                // The inner packet behind an Ethernet header's worth of bytes, as tcp_ok reads.
+                let f = &f[l3 - 14..];
+                assert!(tcp_ok(f), "{path:?} connection {k}");
+                let remote = (f[14 + addr..14 + addr + 4]).to_vec();
+                assert!(seen.insert((remote, u16::from_be_bytes([f[34], f[35]]))));
+            }
         }
     }
 
