@@ -63,7 +63,7 @@ use lace_forwarder::pipeline::{
     Config, Counters, CtTimeouts, Io, Pipeline, Stage, UnderlayNeighbors,
 };
 use lace_forwarder::wire::checksum;
-use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable, FlowView};
+use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable, FlowView, Origin};
 use lace_shared::policy::{
     maglev_size, maglev_table, Backend, BackendState, PeerClass, PolicyDir, PolicySet, PolicySetId,
     PortRange, Ports, ServiceInfo, ServiceKey, PROTO_TCP,
@@ -151,6 +151,54 @@ const PEER_SSID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 3, 0, 0, 0, 0);
 /// The policy set of both pods: isolated for ingress and egress; egress allowed to the remote
 /// block on TCP 8080 (and to nothing else).
 const SET: PolicySetId = PolicySetId(1);
+/// This node's End.DT46 SID for [`SNET`]: the policy figures' packets come from the remote
+/// node's pods through it.
+const MY_SSID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 3, 0, 0, 0, 0);
+/// The pods of the policy figures, isolated for ingress: H (the policy_hit connection's) and D
+/// (policy_new's) by [`SET_1K`], E (policy_new_1rule's) by [`SET_1`].
+const POD_H: PortId = PortId(7);
+const POD_D: PortId = PortId(8);
+const POD_E: PortId = PortId(9);
+const MAC_H: [u8; 6] = [0x02, 0, 0, 0, 3, 7];
+const MAC_D: [u8; 6] = [0x02, 0, 0, 0, 3, 8];
+const MAC_E: [u8; 6] = [0x02, 0, 0, 0, 3, 9];
+const H4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 4);
+const D4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 5);
+const E4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 6);
+/// The remote pod of the policy_hit connection (its source port [`CT_SPORT`]); the policy_new
+/// connections come from 10.3.2.1 … 10.3.2.250, so never from it.
+const R4: Ipv4Addr = Ipv4Addr::new(10, 3, 2, 251);
+/// Rules of the 1,000-rule set: rule i (i < [`RULES`]) is `from: [ipBlock 10.3.2.0/24]`,
+/// `ports: [TCP 10000 + 2i]`.
+const RULES: u16 = 1000;
+/// The port of the last rule, which every policy connection goes to.
+const POLICY_PORT: u16 = rule_port(RULES - 1);
+/// The set of the 1,000 rules (pods H and D): isolated for ingress, one decision for the remote
+/// block's class — the union of the rules' ports, as control compiles it: 1,000 ranges (no two
+/// adjacent, so none merge) in a chain of 112 port-set records.
+const SET_1K: PolicySetId = PolicySetId(2);
+/// The set of the one rule (pod E): the 1,000-rule set's last rule alone.
+const SET_1: PolicySetId = PolicySetId(3);
+
+/// The TCP port rule `i` of the 1,000-rule set allows.
+const fn rule_port(i: u16) -> u16 {
+    10_000 + 2 * i
+}
+
+/// What the 1,000-rule set's rules `first..RULES` allow together, as control compiles a
+/// decision: the union of their ports.
+fn rules(first: u16) -> Ports {
+    Ports::Ranges(
+        (first..RULES)
+            .map(|i| PortRange {
+                proto: PROTO_TCP,
+                lo: rule_port(i),
+                hi: rule_port(i),
+            })
+            .collect(),
+    )
+}
+
 /// Connections the flow table holds: the forwarder's default (`conntrack.max_flows`).
 pub const FLOWS: u32 = lace_forwarder::engine::config::DEFAULT_MAX_FLOWS;
 
@@ -375,8 +423,9 @@ fn l2_network(w: &mut TableWriter) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Programs the stateful network: pods S and N (policy set [`SET`]), the remote node's block
-/// (peer class [`REMOTE_CLASS`]) and the Service `VIP4:80/TCP → BACKEND4:8080`.
+/// Programs the stateful network: pods S and N (policy set [`SET`]), H and D ([`SET_1K`]) and E
+/// ([`SET_1`]), the remote node's block (peer class [`REMOTE_CLASS`]), the Service
+/// `VIP4:80/TCP → BACKEND4:8080` and this node's End.DT46 SID of the network.
 fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
     w.set_network(
         SNET,
@@ -391,7 +440,13 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
             l2: L2Settings::default(),
         },
     )?;
-    for (port, mac, ip) in [(POD_S, MAC_S, S4), (POD_N, MAC_N, N4)] {
+    for (port, mac, ip, policy) in [
+        (POD_S, MAC_S, S4, SET),
+        (POD_N, MAC_N, N4, SET),
+        (POD_H, MAC_H, H4, SET_1K),
+        (POD_D, MAC_D, D4, SET_1K),
+        (POD_E, MAC_E, E4, SET_1),
+    ] {
         w.set_port(
             port,
             &PortInfo {
@@ -402,7 +457,7 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
                 ipv6: None,
                 endpoint: u64::from(port.0),
                 iface: IfName::new(&format!("pod{}", port.0))?,
-                policy: SET,
+                policy,
             },
         )?;
         w.add_route(
@@ -433,6 +488,18 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
             egress_isolated: true,
         },
     )?;
+    for (set, ports) in [(SET_1K, rules(0)), (SET_1, rules(RULES - 1))] {
+        w.set_policy_set(
+            set,
+            &PolicySet {
+                network: SNET,
+                ingress_isolated: true,
+                egress_isolated: false,
+            },
+        )?;
+        w.set_decision(set, PolicyDir::Ingress, REMOTE_CLASS, &ports)?;
+    }
+    w.set_local_sid(Sid(MY_SSID), SidBehavior::EndDt46(SNET))?;
     w.set_decision(
         SET,
         PolicyDir::Egress,
@@ -496,6 +563,15 @@ pub enum Path {
     /// SYN, its source port and destination varied per packet): policy classification, a new
     /// flow-table entry, SRv6 encap.
     CtNew,
+    /// From the uplink to this node's End.DT46 SID of the stateful network, the inner packet
+    /// to pod H on a connection tracked in H's zone (118 bytes in, a TCP/IPv4 ACK inside):
+    /// srv6-decap, a flow-table hit in H's zone (the 1,000-rule set's verdict), delivery.
+    PolicyHit,
+    /// As `PolicyHit` to pod D, every packet a new connection (a SYN, its source address and
+    /// port varied per packet): classified against the 1,000-rule set, entered, delivered.
+    PolicyNew,
+    /// As `PolicyNew` to pod E, classified against the 1-rule set.
+    PolicyNew1,
 }
 
 /// Copies of each flooded frame: the other local pod, nodes 2 and 3.
@@ -516,6 +592,8 @@ impl Path {
     ];
     /// The connection-tracking paths.
     pub const CT: [Path; 2] = [Path::CtHit, Path::CtNew];
+    /// The NetworkPolicy paths (ingress on this node).
+    pub const POLICY: [Path; 3] = [Path::PolicyHit, Path::PolicyNew, Path::PolicyNew1];
 
     /// The figure-id component.
     pub const fn name(self) -> &'static str {
@@ -531,6 +609,9 @@ impl Path {
             Path::L2Flood => "l2_flood",
             Path::CtHit => "ct_hit",
             Path::CtNew => "ct_new",
+            Path::PolicyHit => "policy_hit",
+            Path::PolicyNew => "policy_new",
+            Path::PolicyNew1 => "policy_new_1rule",
         }
     }
 
@@ -539,6 +620,7 @@ impl Path {
         match self {
             Path::L3Decap => DECAP_LEN,
             Path::L2Decap | Path::NdProxy => L2_DECAP_LEN,
+            Path::PolicyHit | Path::PolicyNew | Path::PolicyNew1 => POLICY_LEN,
             _ => FRAME_LEN,
         }
     }
@@ -546,7 +628,11 @@ impl Path {
     /// The port the frames arrive on.
     const fn rx_port(self) -> PortId {
         match self {
-            Path::L3Decap | Path::L2Decap => PortId::UPLINK,
+            Path::L3Decap
+            | Path::L2Decap
+            | Path::PolicyHit
+            | Path::PolicyNew
+            | Path::PolicyNew1 => PortId::UPLINK,
             Path::L2Encap | Path::ArpProxy | Path::NdProxy | Path::L2Flood => POD_L2A,
             Path::CtHit => POD_S,
             Path::CtNew => POD_N,
@@ -562,6 +648,9 @@ impl Path {
             Path::ArpReply => &[(POD_A, 1)],
             Path::L2Decap | Path::ArpProxy | Path::NdProxy => &[(POD_L2A, 1)],
             Path::L2Flood => &[(POD_L2B, 1), (PortId::UPLINK, FLOOD_COPIES - 1)],
+            Path::PolicyHit => &[(POD_H, 1)],
+            Path::PolicyNew => &[(POD_D, 1)],
+            Path::PolicyNew1 => &[(POD_E, 1)],
         }
     }
 
@@ -580,6 +669,7 @@ impl Path {
     const fn varied(self) -> Option<(usize, usize)> {
         match self {
             Path::CtNew => Some((14, 16)),
+            Path::PolicyNew | Path::PolicyNew1 => Some((POLICY_L3, 12)),
             _ => None,
         }
     }
@@ -660,6 +750,16 @@ impl Path {
                 Stage::Conntrack,
                 Stage::Srv6Encap,
                 Stage::UnderlayOut,
+                Stage::Tx,
+            ],
+            // The pod's port is tracked: the lookup hands the packet to conntrack (its ingress
+            // zone), which hands it to local-rewrite.
+            Path::PolicyHit | Path::PolicyNew | Path::PolicyNew1 => &[
+                Stage::UplinkInput,
+                Stage::Srv6Decap,
+                Stage::Ip4Lookup,
+                Stage::Conntrack,
+                Stage::LocalRewrite,
                 Stage::Tx,
             ],
         }
@@ -749,6 +849,9 @@ impl Path {
                 TCP_SYN,
                 FRAME_LEN,
             ),
+            Path::PolicyHit => policy_frame(R4, H4, CT_SPORT, POLICY_PORT, TCP_ACK),
+            Path::PolicyNew => policy_frame(SREMOTE_BLOCK, D4, 0, POLICY_PORT, TCP_SYN),
+            Path::PolicyNew1 => policy_frame(SREMOTE_BLOCK, E4, 0, POLICY_PORT, TCP_SYN),
         }
     }
 
@@ -805,6 +908,11 @@ pub const DECAP_LEN: usize = 14 + 40 + 20 + 8;
 /// Frame size of the l2 decap figure: Ethernet + outer IPv6 + the 64-byte inner frame (the
 /// nd_proxy frame comes padded to it).
 pub const L2_DECAP_LEN: usize = 14 + 40 + FRAME_LEN;
+/// Frame size of the policy figures (the 118-byte port's): Ethernet + outer IPv6 + a 64-byte
+/// TCP/IPv4 packet (24 bytes of payload).
+pub const POLICY_LEN: usize = L2_DECAP_LEN;
+/// Where the policy frames' inner IPv4 header starts.
+const POLICY_L3: usize = 14 + 40;
 
 fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
     let mut f = Vec::with_capacity(128);
@@ -900,6 +1008,13 @@ fn encapsulated(sid: Ipv6Addr, frame: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&ipv6_header(inner.len() as u16, 4, PEER, sid));
     f.extend_from_slice(inner);
     f
+}
+
+/// A policy figure's frame: TCP/IPv4 from the remote pod `src`:`sport` to the pod `dst`:`dport`
+/// of this node, encapsulated to this node's SID of the stateful network ([`POLICY_LEN`]).
+fn policy_frame(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let inner = tcp4_frame(PEER_MAC, src, dst, sport, dport, flags, POLICY_LEN - 40);
+    encapsulated(MY_SSID, &inner)
 }
 
 fn ipv6_header(payload_len: u16, next: u8, src: Ipv6Addr, dst: Ipv6Addr) -> [u8; 40] {
@@ -1032,7 +1147,16 @@ struct Worker {
 }
 
 /// Queues of the TX port: the anchor's, then one per output port.
-const OUTPUT_PORTS: [PortId; 5] = [PortId::UPLINK, POD_A, POD_B, POD_L2A, POD_L2B];
+const OUTPUT_PORTS: [PortId; 8] = [
+    PortId::UPLINK,
+    POD_A,
+    POD_B,
+    POD_L2A,
+    POD_L2B,
+    POD_H,
+    POD_D,
+    POD_E,
+];
 
 impl Worker {
     /// Creates worker `index`'s mempool and null ports, and registers its reader.
@@ -1107,6 +1231,7 @@ impl Worker {
             templates: Path::ALL
                 .iter()
                 .chain(&Path::CT)
+                .chain(&Path::POLICY)
                 .map(|p| p.template())
                 .collect(),
             flow_base: node.flows.counts(),
@@ -1195,25 +1320,43 @@ impl Worker {
 
     /// Checks the counters since the last check: `packets` went through exactly `path`'s
     /// stages and out of its port, with no drop, and entered as many connections in the flow
-    /// table as the path opens (ct_new: one per packet; the others none). Resets the counters.
+    /// table as the path opens (ct_new, policy_new*: one per packet; the others none). Resets
+    /// the counters.
     fn check(&mut self, path: Path, packets: u64) -> anyhow::Result<()> {
         let opened = if path.opens_each() { packets } else { 0 };
         self.check_opening(path, packets, opened)
     }
 
+    /// What happened since the last check: the pipeline's counters, the packets each output
+    /// port sent, those sent to ports without output, the learn reports, and the flow table's
+    /// counts then and now. Resets them.
+    fn take_round(&mut self) -> Taken {
+        let flows = self.flows.counts();
+        Taken {
+            counters: self.pipeline.take_counters(),
+            sent: self
+                .io
+                .outputs
+                .iter_mut()
+                .map(|o| (o.port, std::mem::take(&mut o.sent)))
+                .collect(),
+            unknown: std::mem::take(&mut self.io.unknown_port),
+            learned: std::mem::take(&mut self.io.learned),
+            base: std::mem::replace(&mut self.flow_base, flows),
+            flows,
+        }
+    }
+
     /// [`Worker::check`] with `opened` new connections expected.
     fn check_opening(&mut self, path: Path, packets: u64, opened: u64) -> anyhow::Result<()> {
-        let c = self.pipeline.take_counters();
-        let flows = self.flows.counts();
-        let base = std::mem::replace(&mut self.flow_base, flows);
-        let sent: Vec<(PortId, u64)> = self
-            .io
-            .outputs
-            .iter_mut()
-            .map(|o| (o.port, std::mem::take(&mut o.sent)))
-            .collect();
-        let unknown = std::mem::take(&mut self.io.unknown_port);
-        let learned = std::mem::take(&mut self.io.learned);
+        let Taken {
+            counters: c,
+            sent,
+            unknown,
+            learned,
+            base,
+            flows,
+        } = self.take_round();
         let id = format!("pipeline.{} ({})", path.name(), self.name);
         if packets == 0 {
             bail!("{id}: the null port delivered no packets (mempool exhausted?)");
@@ -1332,6 +1475,81 @@ impl Worker {
         Ok(())
     }
 
+    /// Opens the policy_hit connection and checks it: its entry is in H's zone, opened from
+    /// the remote pod (ingress), untranslated, under the network's current policy generation —
+    /// an entry is only made for a connection the policy allows, and the generation says that
+    /// verdict is the current policy's, so every timed packet is a hit that carries it; the
+    /// tables hold the two sets the figures name, and the remote pods are in the class they
+    /// decide; the packet left on H's port decapsulated and delivered (H's MAC from the
+    /// gateway's, TTL 63, the segment as sent). Then a packet that each policy path's set
+    /// denies is dropped as policy-denied ([`Worker::denied`]).
+    fn open_policy_hit(&mut self) -> anyhow::Result<()> {
+        let path = Path::PolicyHit;
+        let key = FlowKey {
+            zone: POD_H.0,
+            proto: PROTO_TCP,
+            v6: false,
+            remote: R4.to_ipv6_mapped().octets(),
+            rport: CT_SPORT,
+            lport: POLICY_PORT,
+        };
+        let (v, port, f) = self.open(path, &key)?;
+        let (gen, class, sets) = {
+            let snap = self.reader.snapshot();
+            let net = snap.network(SNET);
+            let sets = [SET_1K, SET_1].map(|s| snap.decision(s, PolicyDir::Ingress, REMOTE_CLASS));
+            (
+                net.map(|n| n.policy_gen()),
+                net.map(|n| n.peer_class4(R4)),
+                sets,
+            )
+        };
+        self.reader.quiescent();
+        if v.origin != Origin::Ingress || v.reverse || v.nat.is_some() || Some(v.gen) != gen {
+            bail!(
+                "pipeline.policy_hit: the connection's entry is {v:?} (the network's policy \
+                 generation {gen:?}), not an untranslated ingress connection allowed under the \
+                 current policy"
+            );
+        }
+        if class != Some(REMOTE_CLASS) || sets != [Some(rules(0)), Some(rules(RULES - 1))] {
+            bail!(
+                "pipeline.policy_hit: {R4} is in peer class {class:?} and the sets decide \
+                 {sets:?} for class {}, not the 1,000-rule and 1-rule sets",
+                REMOTE_CLASS.0
+            );
+        }
+        let sent = path.template();
+        let ok = port == POD_H
+            && f.len() == POLICY_LEN - 40
+            && f[..6] == MAC_H
+            && f[6..12] == GW_MAC
+            && f[12..14] == [0x08, 0x00]
+            && f[14 + 8] == 63
+            && checksum(&f[14..34]) == 0
+            && f[14 + 12..14 + 20] == sent[POLICY_L3 + 12..POLICY_L3 + 20]
+            && f[34..] == sent[POLICY_L3 + 20..];
+        if !ok {
+            bail!(
+                "pipeline.policy_hit: the packet left on port {} as {:02x?}, not delivered to \
+                 pod H ({H4}) as sent",
+                port.0,
+                f
+            );
+        }
+        for (path, dst, dport, flags) in [
+            // An ACK of no connection to a port between the last two rules' (the whole chain
+            // scanned, nothing allows it).
+            (path, H4, POLICY_PORT - 1, TCP_ACK),
+            (Path::PolicyNew, D4, POLICY_PORT - 1, TCP_SYN),
+            // The second-to-last rule's port: allowed by the 1,000 rules, not by the one.
+            (Path::PolicyNew1, E4, rule_port(RULES - 2), TCP_SYN),
+        ] {
+            self.denied(path, &policy_frame(R4, dst, CT_SPORT + 1, dport, flags))?;
+        }
+        Ok(())
+    }
+
     /// One round of `bursts` bursts of `c` (a new-connection path's: at most
     /// [`new_bursts`], the table holds four of them), timed and checked: its cycles per packet,
     /// and for a new-connection path the timed sweep that removes its connections after it
@@ -1364,6 +1582,42 @@ impl Worker {
         Ok((cycles, Some(sweep as f64 / n as f64)))
     }
 
+    /// Runs one burst of `path` with `frame` in place of its template and checks that every
+    /// packet was dropped in conntrack as policy-denied: none left, no connection entered.
+    fn denied(&mut self, path: Path, frame: &[u8]) -> anyhow::Result<()> {
+        let template = std::mem::replace(&mut self.templates[path as usize], frame.to_vec());
+        let n = self.burst(Contender::Pipeline(path));
+        self.templates[path as usize] = template;
+        let Taken {
+            counters: c,
+            sent,
+            unknown,
+            base,
+            flows,
+            ..
+        } = self.take_round();
+        let left: u64 = sent.iter().map(|(_, k)| k).sum::<u64>() + unknown;
+        if n == 0
+            || c.stage(Stage::Conntrack) != n
+            || c.drop(DropReason::PolicyDenied) != n
+            || c.total_drops() != n
+            || left != 0
+            || flows.created != base.created
+        {
+            bail!(
+                "pipeline.{}: a packet its policy denies (dport {}) was not dropped as \
+                 policy-denied: of {n}, {left} left, {} connections entered, drops: {}; \
+                 stages: {}",
+                path.name(),
+                u16::from_be_bytes([frame[POLICY_L3 + 22], frame[POLICY_L3 + 23]]),
+                flows.created - base.created,
+                drop_summary(&c),
+                stage_summary(&c)
+            );
+        }
+        Ok(())
+    }
+
     /// Removes every connection of new-connection path `path` from the flow table as the
     /// forwarder's sweep does (every entry of the table visited), returning the TSC cycles it
     /// took and the connections removed.
@@ -1391,6 +1645,21 @@ fn write_template(burst: &mut Burst, template: &[u8]) {
         let n = d.len().min(template.len());
         d[..n].copy_from_slice(&template[..n]);
     }
+}
+
+/// What happened since a worker's last check ([`Worker::take_round`]).
+#[derive(Debug)]
+struct Taken {
+    counters: Counters,
+    /// Packets sent per output port.
+    sent: Vec<(PortId, u64)>,
+    /// Packets sent to ports without output.
+    unknown: u64,
+    /// Learn reports.
+    learned: u64,
+    /// The flow table's counts at the last check, and now.
+    base: FlowCounts,
+    flows: FlowCounts,
 }
 
 /// One worker's part of a scaling window.
@@ -1471,7 +1740,8 @@ pub struct Want {
     /// `dpdk.null_fwd*`, every `pipeline.<path>` of [`Path::ALL`], churn and scaling.
     pub paths: bool,
     /// `pipeline.ct_hit.*` and `ct.new_conns*` (with `pipeline.l3_encap.*` in the same rounds,
-    /// their anchor).
+    /// their anchor), `pipeline.policy_hit.*` and `policy.new_conns*` (with
+    /// `pipeline.l3_decap.*` and `policy.1rule.new_conns*`).
     pub ct: bool,
 }
 
@@ -1601,11 +1871,13 @@ pub fn figures(
     let mut paths: Vec<Path> = if want.paths {
         Path::ALL.to_vec()
     } else {
-        vec![Path::L3Encap]
+        vec![Path::L3Encap, Path::L3Decap]
     };
     if want.ct {
         paths.extend(Path::CT);
+        paths.extend(Path::POLICY);
         w0.open_ct_hit().context("pipeline.ct_hit")?;
+        w0.open_policy_hit().context("pipeline.policy_hit")?;
     }
     let contenders: Vec<Contender> = [Contender::NullFwd, Contender::NullFwdWrite]
         .into_iter()
@@ -1731,11 +2003,27 @@ pub fn figures(
     Ok((figures, notes))
 }
 
-/// The connection-tracking figures from the round-robin rounds, and their note.
+/// The connection-tracking and NetworkPolicy figures from the round-robin rounds, and their
+/// notes.
 fn tracked_figures(r: &Rounds, floor: &Figure, sizes: &Sizes) -> (Vec<Figure>, Vec<String>) {
     let (encap_cycles, _) = r.anchors(Path::L3Encap);
+    let (decap_cycles, _) = r.anchors(Path::L3Decap);
     let mut figures = r.hit_figures(Path::CtHit, Path::L3Encap, "above_encap", floor);
     figures.extend(r.new_conns_figures("ct.new_conns", Path::CtNew, &encap_cycles, None));
+    figures.extend(r.hit_figures(Path::PolicyHit, Path::L3Decap, "above_decap", floor));
+    let [one_cycles, one_removal, one_per_s] = r.new_conns_figures(
+        "policy.1rule.new_conns",
+        Path::PolicyNew1,
+        &decap_cycles,
+        None,
+    );
+    figures.extend(r.new_conns_figures(
+        "policy.new_conns",
+        Path::PolicyNew,
+        &one_cycles,
+        Some(&one_per_s),
+    ));
+    figures.extend([one_cycles, one_removal, one_per_s]);
     let ct_note = format!(
         "pipeline.ct_hit / ct.new_conns: the same rounds as pipeline.l3_encap ({} rounds, \
          round-robin, medians), a stateful network whose pods are isolated for ingress and \
@@ -1760,7 +2048,41 @@ fn tracked_figures(r: &Rounds, floor: &Figure, sizes: &Sizes) -> (Vec<Figure>, V
         sizes.rounds,
         new_bursts(sizes.bursts)
     );
-    (figures, vec![ct_note])
+    let policy_note = format!(
+        "pipeline.policy_hit / policy.new_conns: the same rounds as pipeline.l3_decap ({} \
+         rounds, round-robin, medians). Ingress NetworkPolicy is decided on the destination's \
+         node, so the packets arrive as the remote node sends them: {POLICY_LEN} B frames from \
+         the uplink to this node's End.DT46 SID of the stateful network, inside a 64 B TCP/IPv4 \
+         packet from a remote pod ({SREMOTE_BLOCK}/24, one peer class) to a pod of this node \
+         isolated for ingress — uplink-input, srv6-decap, ip4-lookup, conntrack in the pod's \
+         zone, local-rewrite (anchor l3_decap: the same path to an untracked pod, {DECAP_LEN} B \
+         with UDP inside, delivered on the fused way). The 1,000-rule set: rule i (i < \
+         {RULES}) = from ipBlock {SREMOTE_BLOCK}/24, TCP port {} + 2i, one decision of {RULES} \
+         ranges (none adjacent, none merged) in a chain of 112 port-set records, as control \
+         compiles it; every connection goes to the last rule's port ({POLICY_PORT}), so \
+         classifying one scans every range — the most 1,000 rules cost a NEW connection (rules \
+         naming 1,000 different peers compile to 1,000 peer classes instead: one LPM and one \
+         hash lookup whatever their number; not measured here). policy_hit: ACKs from {R4} to pod H ({H4}, the \
+         1,000-rule set) on a connection opened and checked before timing (its entry in H's \
+         zone, ingress, untranslated, under the network's current policy generation; the \
+         packet delivered as sent, TTL 63), every timed packet a flow-table hit carrying that \
+         verdict, no entry created (checked every round); above_decap = policy_hit − l3_decap \
+         per round, median. policy.new_conns: SYNs to pod D ({D4}, the 1,000-rule set), each \
+         from a new (remote address, port): ingress classification + flow-table insert + \
+         delivery, rounds of {} bursts, every packet checked to have entered one connection, \
+         the sweep that removes them timed after each round; its anchor policy.1rule.new_conns: \
+         the same to pod E ({E4}: one rule, the last one alone), same rounds; new_conns_per_s = \
+         TSC Hz ÷ (cycles per new connection + its removal), one core. Before timing, a packet \
+         each set denies is dropped as policy-denied: an ACK of no connection to H and a SYN to \
+         D on port {} (between the last two rules' ports: every range scanned), a SYN to E on \
+         {} (allowed by the 1,000 rules, not by the one)",
+        sizes.rounds,
+        rule_port(0),
+        new_bursts(sizes.bursts),
+        POLICY_PORT - 1,
+        rule_port(RULES - 2),
+    );
+    (figures, vec![ct_note, policy_note])
 }
 
 /// Route changes per second of the churn figure, and per publication.
@@ -2006,7 +2328,8 @@ mod tests {
             checksum(&f[14..34]) == 0 && checksum(&pseudo) == 0
         };
         assert!(tcp_ok(&Path::CtHit.template()));
-        for path in [Path::CtNew] {
+        assert!(tcp_ok(&Path::PolicyHit.template()[POLICY_L3 - 14..]));
+        for path in [Path::CtNew, Path::PolicyNew, Path::PolicyNew1] {
             let (l3, addr) = path.varied().expect("a new-connection path");
             let mut seen = std::collections::HashSet::new();
             for k in [0, 1, 63_999, 64_000, 5_000_000, NEW_PORTS * NEW_HOSTS - 1] {
@@ -2022,8 +2345,25 @@ mod tests {
     }
 
     #[test]
+    fn policy_sets_hold_the_rules_the_figures_name() {
+        let Ports::Ranges(all) = rules(0).normalized() else {
+            panic!("ranges");
+        };
+        assert_eq!(all.len(), usize::from(RULES), "no two rules' ports merge");
+        let records = all.len().div_ceil(lace_shared::policy::PORTSET_RANGES);
+        assert_eq!(records, 112, "port-set records");
+        assert_eq!(all.last().map(|r| r.lo), Some(POLICY_PORT));
+        let (thousand, one) = (rules(0), rules(RULES - 1));
+        assert!(thousand.allows(PROTO_TCP, POLICY_PORT) && one.allows(PROTO_TCP, POLICY_PORT));
+        // The denied probes' ports.
+        assert!(!thousand.allows(PROTO_TCP, POLICY_PORT - 1));
+        let second_last = rule_port(RULES - 2);
+        assert!(thousand.allows(PROTO_TCP, second_last) && !one.allows(PROTO_TCP, second_last));
+    }
+
+    #[test]
     fn frames_have_their_sizes_and_valid_checksums() {
-        for p in Path::ALL.into_iter().chain(Path::CT) {
+        for p in Path::ALL.into_iter().chain(Path::CT).chain(Path::POLICY) {
             assert_eq!(p.template().len(), p.frame_len(), "{p:?}");
         }
         let f = Path::L3Local.template();
