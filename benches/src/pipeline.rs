@@ -63,7 +63,7 @@ use lace_forwarder::pipeline::{
     Config, Counters, CtTimeouts, Io, Pipeline, Stage, UnderlayNeighbors,
 };
 use lace_forwarder::wire::checksum;
-use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable};
+use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable, FlowView, Origin};
 use lace_shared::policy::{
     maglev_size, maglev_table, Backend, BackendState, PeerClass, PolicyDir, PolicySet, PolicySetId,
     PortRange, Ports, ServiceInfo, ServiceKey, PROTO_TCP,
@@ -151,6 +151,54 @@ const PEER_SSID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 2, 3, 0, 0, 0, 0);
 /// The policy set of both pods: isolated for ingress and egress; egress allowed to the remote
 /// block on TCP 8080 (and to nothing else).
 const SET: PolicySetId = PolicySetId(1);
+/// This node's End.DT46 SID for [`SNET`]: the policy figures' packets come from the remote
+/// node's pods through it.
+const MY_SSID: Ipv6Addr = Ipv6Addr::new(0xfc00, 0, 1, 3, 0, 0, 0, 0);
+/// The pods of the policy figures, isolated for ingress: H (the policy_hit connection's) and D
+/// (policy_new's) by [`SET_1K`], E (policy_new_1rule's) by [`SET_1`].
+const POD_H: PortId = PortId(7);
+const POD_D: PortId = PortId(8);
+const POD_E: PortId = PortId(9);
+const MAC_H: [u8; 6] = [0x02, 0, 0, 0, 3, 7];
+const MAC_D: [u8; 6] = [0x02, 0, 0, 0, 3, 8];
+const MAC_E: [u8; 6] = [0x02, 0, 0, 0, 3, 9];
+const H4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 4);
+const D4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 5);
+const E4: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 6);
+/// The remote pod of the policy_hit connection (its source port [`CT_SPORT`]); the policy_new
+/// connections come from 10.3.2.1 … 10.3.2.250, so never from it.
+const R4: Ipv4Addr = Ipv4Addr::new(10, 3, 2, 251);
+/// Rules of the 1,000-rule set: rule i (i < [`RULES`]) is `from: [ipBlock 10.3.2.0/24]`,
+/// `ports: [TCP 10000 + 2i]`.
+const RULES: u16 = 1000;
+/// The port of the last rule, which every policy connection goes to.
+const POLICY_PORT: u16 = rule_port(RULES - 1);
+/// The set of the 1,000 rules (pods H and D): isolated for ingress, one decision for the remote
+/// block's class — the union of the rules' ports, as control compiles it: 1,000 ranges (no two
+/// adjacent, so none merge) in a chain of 112 port-set records.
+const SET_1K: PolicySetId = PolicySetId(2);
+/// The set of the one rule (pod E): the 1,000-rule set's last rule alone.
+const SET_1: PolicySetId = PolicySetId(3);
+
+/// The TCP port rule `i` of the 1,000-rule set allows.
+const fn rule_port(i: u16) -> u16 {
+    10_000 + 2 * i
+}
+
+/// What the 1,000-rule set's rules `first..RULES` allow together, as control compiles a
+/// decision: the union of their ports.
+fn rules(first: u16) -> Ports {
+    Ports::Ranges(
+        (first..RULES)
+            .map(|i| PortRange {
+                proto: PROTO_TCP,
+                lo: rule_port(i),
+                hi: rule_port(i),
+            })
+            .collect(),
+    )
+}
+
 /// Connections the flow table holds: the forwarder's default (`conntrack.max_flows`).
 pub const FLOWS: u32 = lace_forwarder::engine::config::DEFAULT_MAX_FLOWS;
 
@@ -375,8 +423,9 @@ fn l2_network(w: &mut TableWriter) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Programs the stateful network: pods S and N (policy set [`SET`]), the remote node's block
-/// (peer class [`REMOTE_CLASS`]) and the Service `VIP4:80/TCP → BACKEND4:8080`.
+/// Programs the stateful network: pods S and N (policy set [`SET`]), H and D ([`SET_1K`]) and E
+/// ([`SET_1`]), the remote node's block (peer class [`REMOTE_CLASS`]), the Service
+/// `VIP4:80/TCP → BACKEND4:8080` and this node's End.DT46 SID of the network.
 fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
     w.set_network(
         SNET,
@@ -391,7 +440,13 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
             l2: L2Settings::default(),
         },
     )?;
-    for (port, mac, ip) in [(POD_S, MAC_S, S4), (POD_N, MAC_N, N4)] {
+    for (port, mac, ip, policy) in [
+        (POD_S, MAC_S, S4, SET),
+        (POD_N, MAC_N, N4, SET),
+        (POD_H, MAC_H, H4, SET_1K),
+        (POD_D, MAC_D, D4, SET_1K),
+        (POD_E, MAC_E, E4, SET_1),
+    ] {
         w.set_port(
             port,
             &PortInfo {
@@ -402,7 +457,7 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
                 ipv6: None,
                 endpoint: u64::from(port.0),
                 iface: IfName::new(&format!("pod{}", port.0))?,
-                policy: SET,
+                policy,
             },
         )?;
         w.add_route(
@@ -433,6 +488,18 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
             egress_isolated: true,
         },
     )?;
+    for (set, ports) in [(SET_1K, rules(0)), (SET_1, rules(RULES - 1))] {
+        w.set_policy_set(
+            set,
+            &PolicySet {
+                network: SNET,
+                ingress_isolated: true,
+                egress_isolated: false,
+            },
+        )?;
+        w.set_decision(set, PolicyDir::Ingress, REMOTE_CLASS, &ports)?;
+    }
+    w.set_local_sid(Sid(MY_SSID), SidBehavior::EndDt46(SNET))?;
     w.set_decision(
         SET,
         PolicyDir::Egress,
@@ -496,6 +563,15 @@ pub enum Path {
     /// SYN, its source port and destination varied per packet): policy classification, a new
     /// flow-table entry, SRv6 encap.
     CtNew,
+    /// From the uplink to this node's End.DT46 SID of the stateful network, the inner packet
+    /// to pod H on a connection tracked in H's zone (118 bytes in, a TCP/IPv4 ACK inside):
+    /// srv6-decap, a flow-table hit in H's zone (the 1,000-rule set's verdict), delivery.
+    PolicyHit,
+    /// As `PolicyHit` to pod D, every packet a new connection (a SYN, its source address and
+    /// port varied per packet): classified against the 1,000-rule set, entered, delivered.
+    PolicyNew,
+    /// As `PolicyNew` to pod E, classified against the 1-rule set.
+    PolicyNew1,
 }
 
 /// Copies of each flooded frame: the other local pod, nodes 2 and 3.
@@ -516,6 +592,8 @@ impl Path {
     ];
     /// The connection-tracking paths.
     pub const CT: [Path; 2] = [Path::CtHit, Path::CtNew];
+    /// The NetworkPolicy paths (ingress on this node).
+    pub const POLICY: [Path; 3] = [Path::PolicyHit, Path::PolicyNew, Path::PolicyNew1];
 
     /// The figure-id component.
     pub const fn name(self) -> &'static str {
@@ -531,6 +609,9 @@ impl Path {
             Path::L2Flood => "l2_flood",
             Path::CtHit => "ct_hit",
             Path::CtNew => "ct_new",
+            Path::PolicyHit => "policy_hit",
+            Path::PolicyNew => "policy_new",
+            Path::PolicyNew1 => "policy_new_1rule",
         }
     }
 
@@ -539,6 +620,7 @@ impl Path {
         match self {
             Path::L3Decap => DECAP_LEN,
             Path::L2Decap | Path::NdProxy => L2_DECAP_LEN,
+            Path::PolicyHit | Path::PolicyNew | Path::PolicyNew1 => POLICY_LEN,
             _ => FRAME_LEN,
         }
     }
@@ -546,7 +628,11 @@ impl Path {
     /// The port the frames arrive on.
     const fn rx_port(self) -> PortId {
         match self {
-            Path::L3Decap | Path::L2Decap => PortId::UPLINK,
+            Path::L3Decap
+            | Path::L2Decap
+            | Path::PolicyHit
+            | Path::PolicyNew
+            | Path::PolicyNew1 => PortId::UPLINK,
             Path::L2Encap | Path::ArpProxy | Path::NdProxy | Path::L2Flood => POD_L2A,
             Path::CtHit => POD_S,
             Path::CtNew => POD_N,
@@ -562,7 +648,35 @@ impl Path {
             Path::ArpReply => &[(POD_A, 1)],
             Path::L2Decap | Path::ArpProxy | Path::NdProxy => &[(POD_L2A, 1)],
             Path::L2Flood => &[(POD_L2B, 1), (PortId::UPLINK, FLOOD_COPIES - 1)],
+            Path::PolicyHit => &[(POD_H, 1)],
+            Path::PolicyNew => &[(POD_D, 1)],
+            Path::PolicyNew1 => &[(POD_E, 1)],
         }
+    }
+
+    /// The zone a tracked path's connections are in: the sending pod's (egress), or from the
+    /// uplink the receiving pod's (ingress).
+    fn zone(self) -> PortId {
+        match self.rx_port() {
+            PortId::UPLINK => self.tx_ports()[0].0,
+            pod => pod,
+        }
+    }
+
+    /// Where a new-connection path's frames differ per connection ([`vary_connection`]): the
+    /// offset of the IPv4 header and of the remote end's address in it — the destination of a
+    /// pod's connection, the source of one from the uplink. `None`: the path opens none.
+    const fn varied(self) -> Option<(usize, usize)> {
+        match self {
+            Path::CtNew => Some((14, 16)),
+            Path::PolicyNew | Path::PolicyNew1 => Some((POLICY_L3, 12)),
+            _ => None,
+        }
+    }
+
+    /// Whether every packet of the path is a new connection.
+    const fn opens_each(self) -> bool {
+        self.varied().is_some()
     }
 
     /// How many times each packet passes `s` (a flooded frame's copies pass the nodes after
@@ -638,6 +752,16 @@ impl Path {
                 Stage::UnderlayOut,
                 Stage::Tx,
             ],
+            // The pod's port is tracked: the lookup hands the packet to conntrack (its ingress
+            // zone), which hands it to local-rewrite.
+            Path::PolicyHit | Path::PolicyNew | Path::PolicyNew1 => &[
+                Stage::UplinkInput,
+                Stage::Srv6Decap,
+                Stage::Ip4Lookup,
+                Stage::Conntrack,
+                Stage::LocalRewrite,
+                Stage::Tx,
+            ],
         }
     }
 
@@ -646,15 +770,10 @@ impl Path {
         match self {
             Path::L3Local => udp4_frame(MAC_A, GW_MAC, A4, B4, FRAME_LEN),
             Path::L3Encap => udp4_frame(MAC_A, GW_MAC, A4, REMOTE4, FRAME_LEN),
-            Path::L3Decap => {
-                // The remote node's H.Encaps.Red: outer IPv6 to our SID, no SRH, inner IPv4.
-                let inner = udp4_frame(PEER_MAC, UPLINK_MAC, REMOTE4, B4, 14 + 28);
-                let mut f = eth(UPLINK_MAC, PEER_MAC, 0x86dd);
-                f.extend_from_slice(&ipv6_header(28, 4, PEER, MY_SID));
-                f.extend_from_slice(&inner[14..]);
-                debug_assert_eq!(f.len(), DECAP_LEN);
-                f
-            }
+            Path::L3Decap => encapsulated(
+                MY_SID,
+                &udp4_frame(PEER_MAC, UPLINK_MAC, REMOTE4, B4, 14 + 28),
+            ),
             Path::ArpReply => {
                 let mut f = eth([0xff; 6], MAC_A, 0x0806);
                 f.extend_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]); // Ethernet/IPv4, request
@@ -720,8 +839,19 @@ impl Path {
                 f
             }
             Path::L2Flood => udp4_frame(MAC_L2A, [0xff; 6], L2A4, Ipv4Addr::BROADCAST, FRAME_LEN),
-            Path::CtHit => tcp4_frame(MAC_S, S4, VIP4, CT_SPORT, 80, TCP_ACK),
-            Path::CtNew => tcp4_frame(MAC_N, N4, SREMOTE_BLOCK, 0, BACKEND_PORT, TCP_SYN),
+            Path::CtHit => tcp4_frame(MAC_S, S4, VIP4, CT_SPORT, 80, TCP_ACK, FRAME_LEN),
+            Path::CtNew => tcp4_frame(
+                MAC_N,
+                N4,
+                SREMOTE_BLOCK,
+                0,
+                BACKEND_PORT,
+                TCP_SYN,
+                FRAME_LEN,
+            ),
+            Path::PolicyHit => policy_frame(R4, H4, CT_SPORT, POLICY_PORT, TCP_ACK),
+            Path::PolicyNew => policy_frame(SREMOTE_BLOCK, D4, 0, POLICY_PORT, TCP_SYN),
+            Path::PolicyNew1 => policy_frame(SREMOTE_BLOCK, E4, 0, POLICY_PORT, TCP_SYN),
         }
     }
 
@@ -745,27 +875,30 @@ const TCP_ACK: u8 = 0x10;
 const NEW_PORTS: u64 = 64_000;
 const NEW_HOSTS: u64 = 250;
 
-/// Makes the ct_new frame `frame` connection number `k`: source port 1024 + k mod 64,000,
-/// destination 10.2.2.(1 + k / 64,000 mod 250); the IPv4 and TCP checksums updated in place.
+/// Makes a new-connection frame `frame` connection number `k`, its TCP/IPv4 packet at `l3`
+/// and the remote end's address at `l3 + addr` (see [`Path::varied`]): source port 1024 + k mod
+/// 64,000, the remote end 10.3.2.(1 + k / 64,000 mod 250); the IPv4 and TCP checksums updated
+/// in place.
 #[inline(always)]
-fn vary_connection(frame: &mut [u8], k: u64) {
+fn vary_connection(frame: &mut [u8], k: u64, (l3, addr): (usize, usize)) {
     let sport = 1024 + (k % NEW_PORTS) as u16;
     let host = 1 + (k / NEW_PORTS % NEW_HOSTS) as u16;
-    // The last 16 bits of the destination (bytes 32..34), the source port (34..36).
-    let old_dst = u16::from_be_bytes([frame[32], frame[33]]);
-    let new_dst = old_dst & 0xff00 | host;
-    let old_sport = u16::from_be_bytes([frame[34], frame[35]]);
-    let ip = checksum::update_u16(u16::from_be_bytes([frame[24], frame[25]]), old_dst, new_dst);
-    let tcp = u16::from_be_bytes([frame[50], frame[51]]);
+    // The last 16 bits of the remote address, the source port, the two checksums.
+    let (at_host, at_sport, at_ip, at_tcp) = (l3 + addr + 2, l3 + 20, l3 + 10, l3 + 36);
+    let read = |f: &[u8], at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
+    let old_host = read(frame, at_host);
+    let new_host = old_host & 0xff00 | host;
+    let old_sport = read(frame, at_sport);
+    let ip = checksum::update_u16(read(frame, at_ip), old_host, new_host);
     let tcp = checksum::update_u16(
-        checksum::update_u16(tcp, old_dst, new_dst),
+        checksum::update_u16(read(frame, at_tcp), old_host, new_host),
         old_sport,
         sport,
     );
-    frame[24..26].copy_from_slice(&ip.to_be_bytes());
-    frame[32..34].copy_from_slice(&new_dst.to_be_bytes());
-    frame[34..36].copy_from_slice(&sport.to_be_bytes());
-    frame[50..52].copy_from_slice(&tcp.to_be_bytes());
+    frame[at_ip..at_ip + 2].copy_from_slice(&ip.to_be_bytes());
+    frame[at_host..at_host + 2].copy_from_slice(&new_host.to_be_bytes());
+    frame[at_sport..at_sport + 2].copy_from_slice(&sport.to_be_bytes());
+    frame[at_tcp..at_tcp + 2].copy_from_slice(&tcp.to_be_bytes());
 }
 
 /// Frame size of the 64-byte figures.
@@ -775,6 +908,11 @@ pub const DECAP_LEN: usize = 14 + 40 + 20 + 8;
 /// Frame size of the l2 decap figure: Ethernet + outer IPv6 + the 64-byte inner frame (the
 /// nd_proxy frame comes padded to it).
 pub const L2_DECAP_LEN: usize = 14 + 40 + FRAME_LEN;
+/// Frame size of the policy figures (the 118-byte port's): Ethernet + outer IPv6 + a 64-byte
+/// TCP/IPv4 packet (24 bytes of payload).
+pub const POLICY_LEN: usize = L2_DECAP_LEN;
+/// Where the policy frames' inner IPv4 header starts.
+const POLICY_L3: usize = 14 + 40;
 
 fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
     let mut f = Vec::with_capacity(128);
@@ -826,8 +964,8 @@ fn udp4_frame(
     f
 }
 
-/// An Ethernet + IPv4 + TCP frame of [`FRAME_LEN`] bytes from pod `src_mac` to its gateway
-/// (10 bytes of payload), TTL 64, valid IPv4 and TCP checksums.
+/// An Ethernet + IPv4 + TCP frame of `len` bytes from pod `src_mac` to its gateway (payload to
+/// fill it), TTL 64, valid IPv4 and TCP checksums.
 fn tcp4_frame(
     src_mac: [u8; 6],
     src: Ipv4Addr,
@@ -835,8 +973,9 @@ fn tcp4_frame(
     sport: u16,
     dport: u16,
     flags: u8,
+    len: usize,
 ) -> Vec<u8> {
-    let mut f = udp4_frame(src_mac, GW_MAC, src, dst, FRAME_LEN);
+    let mut f = udp4_frame(src_mac, GW_MAC, src, dst, len);
     f[23] = 6;
     f[24..26].copy_from_slice(&[0, 0]);
     let sum = checksum(&f[14..34]);
@@ -850,15 +989,32 @@ fn tcp4_frame(
     tcp[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
     f[34..54].copy_from_slice(&tcp);
     f[54..].fill(0x5a);
-    let mut pseudo = Vec::with_capacity(12 + FRAME_LEN - 34);
+    let mut pseudo = Vec::with_capacity(12 + len - 34);
     pseudo.extend_from_slice(&src.octets());
     pseudo.extend_from_slice(&dst.octets());
     pseudo.extend_from_slice(&[0, 6]);
-    pseudo.extend_from_slice(&((FRAME_LEN - 34) as u16).to_be_bytes());
+    pseudo.extend_from_slice(&((len - 34) as u16).to_be_bytes());
     pseudo.extend_from_slice(&f[34..]);
     let sum = checksum(&pseudo);
     f[50..52].copy_from_slice(&sum.to_be_bytes());
     f
+}
+
+/// `frame`'s IP packet as the remote node's H.Encaps.Red sends it to this node's `sid`: outer
+/// IPv6 from the remote node, no SRH.
+fn encapsulated(sid: Ipv6Addr, frame: &[u8]) -> Vec<u8> {
+    let inner = &frame[14..];
+    let mut f = eth(UPLINK_MAC, PEER_MAC, 0x86dd);
+    f.extend_from_slice(&ipv6_header(inner.len() as u16, 4, PEER, sid));
+    f.extend_from_slice(inner);
+    f
+}
+
+/// A policy figure's frame: TCP/IPv4 from the remote pod `src`:`sport` to the pod `dst`:`dport`
+/// of this node, encapsulated to this node's SID of the stateful network ([`POLICY_LEN`]).
+fn policy_frame(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let inner = tcp4_frame(PEER_MAC, src, dst, sport, dport, flags, POLICY_LEN - 40);
+    encapsulated(MY_SSID, &inner)
 }
 
 fn ipv6_header(payload_len: u16, next: u8, src: Ipv6Addr, dst: Ipv6Addr) -> [u8; 40] {
@@ -980,8 +1136,8 @@ struct Worker {
     burst: Burst,
     pkts: Vec<Mbuf>,
     templates: Vec<Vec<u8>>,
-    /// The node's flow table, its counters at the last check, the next ct_new connection's
-    /// number, and the free entries of the ct_new removal sweep.
+    /// The node's flow table, its counters at the last check, the next new connection's
+    /// number (of every new-connection path), and the free entries of their removal sweeps.
     flows: Arc<FlowTable>,
     flow_base: FlowCounts,
     next_conn: u64,
@@ -991,7 +1147,16 @@ struct Worker {
 }
 
 /// Queues of the TX port: the anchor's, then one per output port.
-const OUTPUT_PORTS: [PortId; 5] = [PortId::UPLINK, POD_A, POD_B, POD_L2A, POD_L2B];
+const OUTPUT_PORTS: [PortId; 8] = [
+    PortId::UPLINK,
+    POD_A,
+    POD_B,
+    POD_L2A,
+    POD_L2B,
+    POD_H,
+    POD_D,
+    POD_E,
+];
 
 impl Worker {
     /// Creates worker `index`'s mempool and null ports, and registers its reader.
@@ -1066,6 +1231,7 @@ impl Worker {
             templates: Path::ALL
                 .iter()
                 .chain(&Path::CT)
+                .chain(&Path::POLICY)
                 .map(|p| p.template())
                 .collect(),
             flow_base: node.flows.counts(),
@@ -1099,9 +1265,9 @@ impl Worker {
                     .rx_queue([&mut self.rx64, &mut self.rx82, &mut self.rx118])
                     .rx_burst(&mut self.burst);
                 write_template(&mut self.burst, &self.templates[path as usize]);
-                if path == Path::CtNew {
+                if let Some(at) = path.varied() {
                     for m in self.burst.iter_mut() {
-                        vary_connection(m.data_mut(), self.next_conn);
+                        vary_connection(m.data_mut(), self.next_conn, at);
                         self.next_conn += 1;
                     }
                 }
@@ -1154,25 +1320,43 @@ impl Worker {
 
     /// Checks the counters since the last check: `packets` went through exactly `path`'s
     /// stages and out of its port, with no drop, and entered as many connections in the flow
-    /// table as the path opens (ct_new: one per packet; the others none). Resets the counters.
+    /// table as the path opens (ct_new, policy_new*: one per packet; the others none). Resets
+    /// the counters.
     fn check(&mut self, path: Path, packets: u64) -> anyhow::Result<()> {
-        let opened = if path == Path::CtNew { packets } else { 0 };
+        let opened = if path.opens_each() { packets } else { 0 };
         self.check_opening(path, packets, opened)
+    }
+
+    /// What happened since the last check: the pipeline's counters, the packets each output
+    /// port sent, those sent to ports without output, the learn reports, and the flow table's
+    /// counts then and now. Resets them.
+    fn take_round(&mut self) -> Taken {
+        let flows = self.flows.counts();
+        Taken {
+            counters: self.pipeline.take_counters(),
+            sent: self
+                .io
+                .outputs
+                .iter_mut()
+                .map(|o| (o.port, std::mem::take(&mut o.sent)))
+                .collect(),
+            unknown: std::mem::take(&mut self.io.unknown_port),
+            learned: std::mem::take(&mut self.io.learned),
+            base: std::mem::replace(&mut self.flow_base, flows),
+            flows,
+        }
     }
 
     /// [`Worker::check`] with `opened` new connections expected.
     fn check_opening(&mut self, path: Path, packets: u64, opened: u64) -> anyhow::Result<()> {
-        let c = self.pipeline.take_counters();
-        let flows = self.flows.counts();
-        let base = std::mem::replace(&mut self.flow_base, flows);
-        let sent: Vec<(PortId, u64)> = self
-            .io
-            .outputs
-            .iter_mut()
-            .map(|o| (o.port, std::mem::take(&mut o.sent)))
-            .collect();
-        let unknown = std::mem::take(&mut self.io.unknown_port);
-        let learned = std::mem::take(&mut self.io.learned);
+        let Taken {
+            counters: c,
+            sent,
+            unknown,
+            learned,
+            base,
+            flows,
+        } = self.take_round();
         let id = format!("pipeline.{} ({})", path.name(), self.name);
         if packets == 0 {
             bail!("{id}: the null port delivered no packets (mempool exhausted?)");
@@ -1229,15 +1413,29 @@ impl Worker {
         Ok(())
     }
 
-    /// Opens the ct_hit connection (its first packets: one new entry, the rest hits) and
-    /// checks what a packet of it becomes: DNAT to the backend, encapsulated to the remote
-    /// node's SID of the stateful network, out of the uplink.
-    fn open_ct_hit(&mut self) -> anyhow::Result<()> {
-        let path = Path::CtHit;
+    /// Opens the connection of hit path `path` with one burst (its first packet: one new
+    /// entry, the rest hits) and checks the counters; returns the connection's entry, found by
+    /// `key`, and the first packet that left (its port, its bytes).
+    fn open(&mut self, path: Path, key: &FlowKey) -> anyhow::Result<(FlowView, PortId, Vec<u8>)> {
+        let id = format!("pipeline.{}", path.name());
         self.io.capture = Some(None);
         let n = self.burst(Contender::Pipeline(path));
         let captured = self.io.capture.take().flatten();
         self.check_opening(path, n, 1)?;
+        let v = self
+            .flows
+            .lookup(key, key.hash(self.flows.seed()))
+            .ok_or_else(|| anyhow!("{id}: the connection is not in the flow table"))?;
+        let Some((port, f)) = captured else {
+            bail!("{id}: no packet left the pipeline");
+        };
+        Ok((v, port, f))
+    }
+
+    /// Opens the ct_hit connection and checks what a packet of it becomes: DNAT to the
+    /// backend, encapsulated to the remote node's SID of the stateful network, out of the
+    /// uplink.
+    fn open_ct_hit(&mut self) -> anyhow::Result<()> {
         let key = FlowKey {
             zone: POD_S.0,
             proto: PROTO_TCP,
@@ -1246,17 +1444,11 @@ impl Worker {
             rport: 80,
             lport: CT_SPORT,
         };
-        let v = self
-            .flows
-            .lookup(&key, key.hash(self.flows.seed()))
-            .ok_or_else(|| anyhow!("pipeline.ct_hit: the connection is not in the flow table"))?;
+        let (v, port, f) = self.open(Path::CtHit, &key)?;
         let nat = v.nat.map(|t| (t.addr, t.port));
         if nat != Some((BACKEND4.to_ipv6_mapped().octets(), BACKEND_PORT)) {
             bail!("pipeline.ct_hit: the connection's translation is {nat:?}, not the backend");
         }
-        let Some((port, f)) = captured else {
-            bail!("pipeline.ct_hit: no packet left the pipeline");
-        };
         // Ethernet, outer IPv6 (destination at 38..54), inner IPv4 at 54, TCP at 74.
         let ok = port == PortId::UPLINK
             && f.len() == FRAME_LEN + 40
@@ -1283,15 +1475,159 @@ impl Worker {
         Ok(())
     }
 
-    /// Removes every ct_new connection from the flow table as the forwarder's sweep does
-    /// (every entry of the table visited), returning the TSC cycles it took and the
-    /// connections removed.
-    fn remove_new(&mut self) -> (u64, u64) {
+    /// Opens the policy_hit connection and checks it: its entry is in H's zone, opened from
+    /// the remote pod (ingress), untranslated, under the network's current policy generation —
+    /// an entry is only made for a connection the policy allows, and the generation says that
+    /// verdict is the current policy's, so every timed packet is a hit that carries it; the
+    /// tables hold the two sets the figures name, and the remote pods are in the class they
+    /// decide; the packet left on H's port decapsulated and delivered (H's MAC from the
+    /// gateway's, TTL 63, the segment as sent). Then a packet that each policy path's set
+    /// denies is dropped as policy-denied ([`Worker::denied`]).
+    fn open_policy_hit(&mut self) -> anyhow::Result<()> {
+        let path = Path::PolicyHit;
+        let key = FlowKey {
+            zone: POD_H.0,
+            proto: PROTO_TCP,
+            v6: false,
+            remote: R4.to_ipv6_mapped().octets(),
+            rport: CT_SPORT,
+            lport: POLICY_PORT,
+        };
+        let (v, port, f) = self.open(path, &key)?;
+        let (gen, class, sets) = {
+            let snap = self.reader.snapshot();
+            let net = snap.network(SNET);
+            let sets = [SET_1K, SET_1].map(|s| snap.decision(s, PolicyDir::Ingress, REMOTE_CLASS));
+            (
+                net.map(|n| n.policy_gen()),
+                net.map(|n| n.peer_class4(R4)),
+                sets,
+            )
+        };
+        self.reader.quiescent();
+        if v.origin != Origin::Ingress || v.reverse || v.nat.is_some() || Some(v.gen) != gen {
+            bail!(
+                "pipeline.policy_hit: the connection's entry is {v:?} (the network's policy \
+                 generation {gen:?}), not an untranslated ingress connection allowed under the \
+                 current policy"
+            );
+        }
+        if class != Some(REMOTE_CLASS) || sets != [Some(rules(0)), Some(rules(RULES - 1))] {
+            bail!(
+                "pipeline.policy_hit: {R4} is in peer class {class:?} and the sets decide \
+                 {sets:?} for class {}, not the 1,000-rule and 1-rule sets",
+                REMOTE_CLASS.0
+            );
+        }
+        let sent = path.template();
+        let ok = port == POD_H
+            && f.len() == POLICY_LEN - 40
+            && f[..6] == MAC_H
+            && f[6..12] == GW_MAC
+            && f[12..14] == [0x08, 0x00]
+            && f[14 + 8] == 63
+            && checksum(&f[14..34]) == 0
+            && f[14 + 12..14 + 20] == sent[POLICY_L3 + 12..POLICY_L3 + 20]
+            && f[34..] == sent[POLICY_L3 + 20..];
+        if !ok {
+            bail!(
+                "pipeline.policy_hit: the packet left on port {} as {:02x?}, not delivered to \
+                 pod H ({H4}) as sent",
+                port.0,
+                f
+            );
+        }
+        for (path, dst, dport, flags) in [
+            // An ACK of no connection to a port between the last two rules' (the whole chain
+            // scanned, nothing allows it).
+            (path, H4, POLICY_PORT - 1, TCP_ACK),
+            (Path::PolicyNew, D4, POLICY_PORT - 1, TCP_SYN),
+            // The second-to-last rule's port: allowed by the 1,000 rules, not by the one.
+            (Path::PolicyNew1, E4, rule_port(RULES - 2), TCP_SYN),
+        ] {
+            self.denied(path, &policy_frame(R4, dst, CT_SPORT + 1, dport, flags))?;
+        }
+        Ok(())
+    }
+
+    /// One round of `bursts` bursts of `c` (a new-connection path's: at most
+    /// [`new_bursts`], the table holds four of them), timed and checked: its cycles per packet,
+    /// and for a new-connection path the timed sweep that removes its connections after it
+    /// (cycles per connection).
+    fn timed_round(&mut self, c: Contender, bursts: usize) -> anyhow::Result<(f64, Option<f64>)> {
+        let bursts = match c {
+            Contender::Pipeline(p) if p.opens_each() => new_bursts(bursts),
+            _ => bursts,
+        };
+        let start = rdtsc();
+        let n = self.round(c, bursts);
+        let cycles = rdtsc().saturating_sub(start) as f64 / n.max(1) as f64;
+        let Contender::Pipeline(path) = c else {
+            if n == 0 {
+                bail!("the null port delivered no packets");
+            }
+            return Ok((cycles, None));
+        };
+        self.check(path, n)?;
+        if !path.opens_each() {
+            return Ok((cycles, None));
+        }
+        let (sweep, removed) = self.remove_new(path);
+        if removed != n {
+            bail!(
+                "pipeline.{}: the sweep removed {removed} of {n} new connections",
+                path.name()
+            );
+        }
+        Ok((cycles, Some(sweep as f64 / n as f64)))
+    }
+
+    /// Runs one burst of `path` with `frame` in place of its template and checks that every
+    /// packet was dropped in conntrack as policy-denied: none left, no connection entered.
+    fn denied(&mut self, path: Path, frame: &[u8]) -> anyhow::Result<()> {
+        let template = std::mem::replace(&mut self.templates[path as usize], frame.to_vec());
+        let n = self.burst(Contender::Pipeline(path));
+        self.templates[path as usize] = template;
+        let Taken {
+            counters: c,
+            sent,
+            unknown,
+            base,
+            flows,
+            ..
+        } = self.take_round();
+        let left: u64 = sent.iter().map(|(_, k)| k).sum::<u64>() + unknown;
+        if n == 0
+            || c.stage(Stage::Conntrack) != n
+            || c.drop(DropReason::PolicyDenied) != n
+            || c.total_drops() != n
+            || left != 0
+            || flows.created != base.created
+        {
+            bail!(
+                "pipeline.{}: a packet its policy denies (dport {}) was not dropped as \
+                 policy-denied: of {n}, {left} left, {} connections entered, drops: {}; \
+                 stages: {}",
+                path.name(),
+                u16::from_be_bytes([frame[POLICY_L3 + 22], frame[POLICY_L3 + 23]]),
+                flows.created - base.created,
+                drop_summary(&c),
+                stage_summary(&c)
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes every connection of new-connection path `path` from the flow table as the
+    /// forwarder's sweep does (every entry of the table visited), returning the TSC cycles it
+    /// took and the connections removed.
+    fn remove_new(&mut self, path: Path) -> (u64, u64) {
+        let zone = path.zone().0;
         let start = rdtsc();
         let (_, removed) =
             self.flows
                 .sweep(0, self.flows.capacity(), &mut self.sweep_cache, 0, |v| {
-                    v.key.zone == POD_N.0
+                    v.key.zone == zone
                 });
         self.flows.return_cache(&mut self.sweep_cache);
         let cycles = rdtsc().saturating_sub(start);
@@ -1309,6 +1645,21 @@ fn write_template(burst: &mut Burst, template: &[u8]) {
         let n = d.len().min(template.len());
         d[..n].copy_from_slice(&template[..n]);
     }
+}
+
+/// What happened since a worker's last check ([`Worker::take_round`]).
+#[derive(Debug)]
+struct Taken {
+    counters: Counters,
+    /// Packets sent per output port.
+    sent: Vec<(PortId, u64)>,
+    /// Packets sent to ports without output.
+    unknown: u64,
+    /// Learn reports.
+    learned: u64,
+    /// The flow table's counts at the last check, and now.
+    base: FlowCounts,
+    flows: FlowCounts,
 }
 
 /// One worker's part of a scaling window.
@@ -1389,17 +1740,116 @@ pub struct Want {
     /// `dpdk.null_fwd*`, every `pipeline.<path>` of [`Path::ALL`], churn and scaling.
     pub paths: bool,
     /// `pipeline.ct_hit.*` and `ct.new_conns*` (with `pipeline.l3_encap.*` in the same rounds,
-    /// their anchor).
+    /// their anchor), `pipeline.policy_hit.*` and `policy.new_conns*` (with
+    /// `pipeline.l3_decap.*` and `policy.1rule.new_conns*`).
     pub ct: bool,
 }
 
-/// Bursts of a timed ct_new round: a quarter of the flow table's connections, so that the
-/// table never fills between removal sweeps.
-fn new_bursts(sizes: &Sizes) -> usize {
-    sizes
-        .bursts
-        .min(FLOWS as usize / 4 / fwd::BURST_SIZE)
-        .max(1)
+/// Bursts of a new-connection round of `bursts`: at most a quarter of the flow table's
+/// connections, so that the table never fills between removal sweeps.
+fn new_bursts(bursts: usize) -> usize {
+    bursts.min(FLOWS as usize / 4 / fwd::BURST_SIZE).max(1)
+}
+
+/// The timed rounds, every contender once per round (round-robin): contender 0 is
+/// `dpdk.null_fwd`, 1 `dpdk.null_fwd_write`, 2 onwards `paths` in order.
+#[derive(Debug)]
+struct Rounds {
+    paths: Vec<Path>,
+    /// Cycles per packet of each contender in each round.
+    samples: Vec<Vec<f64>>,
+    /// For a new-connection path, the removal sweep's cycles per connection after each round.
+    removal: Vec<Vec<f64>>,
+}
+
+impl Rounds {
+    /// The contender index of `path`.
+    fn at(&self, path: Path) -> usize {
+        2 + self.paths.iter().position(|&p| p == path).unwrap_or(0)
+    }
+
+    /// Contender `k`'s median cycles per packet.
+    fn median(&self, k: usize) -> f64 {
+        median(self.samples[k].clone())
+    }
+
+    /// Contender `k`'s cycles minus `base`'s in the same round, median over the rounds.
+    fn above(&self, k: usize, base: usize) -> f64 {
+        median(
+            self.samples[k]
+                .iter()
+                .zip(&self.samples[base])
+                .map(|(a, b)| a - b)
+                .collect(),
+        )
+    }
+
+    /// New connections per second on one core of new-connection contender `k`: TSC Hz ÷
+    /// (cycles per new connection + its removal), median over the rounds.
+    fn per_s(&self, k: usize) -> f64 {
+        let total = self.samples[k]
+            .iter()
+            .zip(&self.removal[k])
+            .map(|(open, remove)| open + remove)
+            .collect();
+        tsc_hz() / median(total)
+    }
+
+    /// `pipeline.<path>.cycles` and `.mpps`, as anchors.
+    fn anchors(&self, path: Path) -> (Figure, Figure) {
+        let cycles = self.median(self.at(path));
+        (
+            Figure::new(
+                format!("pipeline.{}.cycles", path.name()),
+                cycles,
+                "cycles/packet",
+            ),
+            Figure::new(
+                format!("pipeline.{}.mpps", path.name()),
+                tsc_hz() / cycles / 1e6,
+                "Mpps",
+            ),
+        )
+    }
+
+    /// `pipeline.<hit>.cycles`, `.mpps`, `.<above>` (hit − `anchor` per round) and
+    /// `.above_floor` of a tracked path beside its untracked `anchor` of the same rounds.
+    fn hit_figures(&self, hit: Path, anchor: Path, above: &str, floor: &Figure) -> Vec<Figure> {
+        let (k, a) = (self.at(hit), self.at(anchor));
+        let (cycles, mpps) = self.anchors(anchor);
+        let id = |what: &str| format!("pipeline.{}.{what}", hit.name());
+        vec![
+            Figure::versus(id("cycles"), self.median(k), &cycles),
+            Figure::versus(id("mpps"), tsc_hz() / self.median(k) / 1e6, &mpps),
+            Figure::versus(id(above), self.above(k, a), &cycles),
+            Figure::versus(id("above_floor"), self.above(k, 1), floor),
+        ]
+    }
+
+    /// `<id>.cycles` (beside `cycles_anchor`), `<id>.removal_cycles` and `<id>_per_s` (beside
+    /// `per_s_anchor` when there is one) of new-connection path `new`.
+    fn new_conns_figures(
+        &self,
+        id: &str,
+        new: Path,
+        cycles_anchor: &Figure,
+        per_s_anchor: Option<&Figure>,
+    ) -> [Figure; 3] {
+        let k = self.at(new);
+        let per_s = format!("{id}_per_s");
+        [
+            Figure::versus(format!("{id}.cycles"), self.median(k), cycles_anchor),
+            Figure::new(
+                format!("{id}.removal_cycles"),
+                median(self.removal[k].clone()),
+                "cycles/connection",
+            ),
+            match per_s_anchor {
+                Some(a) => Figure::versus(per_s, self.per_s(k), a),
+                None => Figure::new(per_s, self.per_s(k), "1/s"),
+            },
+        ]
+    }
 }
 
 /// Every pipeline figure `want` asks for, and notes for the report. `worker_lcore` is an EAL
@@ -1421,38 +1871,29 @@ pub fn figures(
     let mut paths: Vec<Path> = if want.paths {
         Path::ALL.to_vec()
     } else {
-        vec![Path::L3Encap]
+        vec![Path::L3Encap, Path::L3Decap]
     };
     if want.ct {
         paths.extend(Path::CT);
+        paths.extend(Path::POLICY);
         w0.open_ct_hit().context("pipeline.ct_hit")?;
+        w0.open_policy_hit().context("pipeline.policy_hit")?;
     }
-    // Warm up and check every contender: the frames must fit the null ports' mbufs exactly,
-    // and every packet must take its path.
     let contenders: Vec<Contender> = [Contender::NullFwd, Contender::NullFwdWrite]
         .into_iter()
         .chain(paths.iter().map(|&p| Contender::Pipeline(p)))
         .collect();
+    // Warm up and check every contender: every packet must take its path.
     for &c in &contenders {
-        let bursts = if c == Contender::Pipeline(Path::CtNew) {
-            sizes.warmup.min(new_bursts(&sizes))
-        } else {
-            sizes.warmup
-        };
-        let n = w0.round(c, bursts);
-        if let Contender::Pipeline(path) = c {
-            w0.check(path, n)?;
-            if path == Path::CtNew {
-                let (_, removed) = w0.remove_new();
-                if removed != n {
-                    bail!("ct.new_conns: the sweep removed {removed} of {n} new connections");
-                }
-            }
-        } else if n == 0 {
-            bail!("the null port delivered no packets");
-        }
+        w0.timed_round(c, sizes.warmup)?;
     }
-    for &path in &paths {
+    let mut rounds = Rounds {
+        paths,
+        samples: vec![Vec::with_capacity(sizes.rounds); contenders.len()],
+        removal: vec![Vec::new(); contenders.len()],
+    };
+    // The frames must fit the null ports' mbufs exactly.
+    for &path in &rounds.paths {
         let mut b: Burst = Burst::new();
         path.rx_queue([&mut w0.rx64, &mut w0.rx82, &mut w0.rx118])
             .rx_burst(&mut b);
@@ -1465,39 +1906,16 @@ pub fn figures(
         }
     }
 
-    // Timed: every contender once per round, round-robin. ct_new's rounds are shorter (the
-    // table holds four of them) and each is followed by the timed sweep that removes its
-    // connections (`removal`: its cycles per connection).
-    let mut samples = vec![Vec::with_capacity(sizes.rounds); contenders.len()];
-    let mut removal = Vec::with_capacity(sizes.rounds);
+    // Timed: every contender once per round, round-robin.
     for _ in 0..sizes.rounds {
-        for (&c, s) in contenders.iter().zip(&mut samples) {
-            let bursts = if c == Contender::Pipeline(Path::CtNew) {
-                new_bursts(&sizes)
-            } else {
-                sizes.bursts
-            };
-            let start = rdtsc();
-            let n = w0.round(c, bursts);
-            let cycles = rdtsc().saturating_sub(start);
-            if let Contender::Pipeline(path) = c {
-                w0.check(path, n)?;
-                if path == Path::CtNew {
-                    let (sweep, removed) = w0.remove_new();
-                    if removed != n {
-                        bail!("ct.new_conns: the sweep removed {removed} of {n} new connections");
-                    }
-                    removal.push(sweep as f64 / n as f64);
-                }
-            } else if n == 0 {
-                bail!("the null port delivered no packets");
-            }
-            s.push(cycles as f64 / n as f64);
+        for (k, &c) in contenders.iter().enumerate() {
+            let (cycles, removal) = w0.timed_round(c, sizes.bursts)?;
+            rounds.samples[k].push(cycles);
+            rounds.removal[k].extend(removal);
         }
     }
-    let medians: Vec<f64> = samples.iter().cloned().map(median).collect();
+    let medians: Vec<f64> = (0..contenders.len()).map(|k| rounds.median(k)).collect();
     let mpps = |cycles: f64| tsc_hz() / cycles / 1e6;
-    let at = |path: Path| 2 + paths.iter().position(|&p| p == path).unwrap_or(0);
 
     let a_cycles = Figure::new("dpdk.null_fwd.cycles", medians[0], "cycles/packet");
     let a_mpps = Figure::new("dpdk.null_fwd.mpps", mpps(medians[0]), "Mpps");
@@ -1514,20 +1932,8 @@ pub fn figures(
     }
     // The pipeline's own cost of a path: its cycles minus the I/O floor of the same round (rx,
     // the frame written, tx), median over the rounds.
-    let above = |k: usize, base: usize| -> f64 {
-        median(
-            samples[k]
-                .iter()
-                .zip(&samples[base])
-                .map(|(path, floor)| path - floor)
-                .collect(),
-        )
-    };
-    let encap = at(Path::L3Encap);
-    let encap_cycles = Figure::new("pipeline.l3_encap.cycles", medians[encap], "cycles/packet");
-    let encap_mpps = Figure::new("pipeline.l3_encap.mpps", mpps(medians[encap]), "Mpps");
-    for &path in paths.iter().filter(|p| Path::ALL.contains(p)) {
-        let k = at(path);
+    for &path in rounds.paths.iter().filter(|p| Path::ALL.contains(p)) {
+        let k = rounds.at(path);
         figures.push(Figure::versus(
             format!("pipeline.{}.cycles", path.name()),
             medians[k],
@@ -1540,7 +1946,7 @@ pub fn figures(
         ));
         figures.push(Figure::versus(
             format!("pipeline.{}.above_floor", path.name()),
-            above(k, 1),
+            rounds.above(k, 1),
             &floor,
         ));
         if path == Path::L2Flood {
@@ -1569,20 +1975,9 @@ pub fn figures(
         ));
     }
     if want.ct {
-        let (figs, note) = ct_figures(
-            &samples,
-            &removal,
-            &medians,
-            at(Path::CtHit),
-            at(Path::CtNew),
-            encap,
-            &encap_cycles,
-            &encap_mpps,
-            &floor,
-            &sizes,
-        );
+        let (figs, ct_notes) = tracked_figures(&rounds, &floor, &sizes);
         figures.extend(figs);
-        notes.push(note);
+        notes.extend(ct_notes);
     }
     if !want.paths {
         return Ok((figures, notes));
@@ -1608,46 +2003,28 @@ pub fn figures(
     Ok((figures, notes))
 }
 
-/// The connection-tracking figures from the round-robin samples: `hit`, `new` and `encap` are
-/// the contenders' indices, `removal` ct_new's sweep cycles per connection per round.
-#[allow(clippy::too_many_arguments)]
-fn ct_figures(
-    samples: &[Vec<f64>],
-    removal: &[f64],
-    medians: &[f64],
-    hit: usize,
-    new: usize,
-    encap: usize,
-    encap_cycles: &Figure,
-    encap_mpps: &Figure,
-    floor: &Figure,
-    sizes: &Sizes,
-) -> (Vec<Figure>, String) {
-    let hz = tsc_hz();
-    let diff = |k: usize, base: &[f64]| -> f64 {
-        median(samples[k].iter().zip(base).map(|(a, b)| a - b).collect())
-    };
-    let above_encap = diff(hit, &samples[encap]);
-    let new_total: Vec<f64> = samples[new]
-        .iter()
-        .zip(removal)
-        .map(|(open, remove)| open + remove)
-        .collect();
-    let new_per_s = hz / median(new_total.clone());
-    let figures = vec![
-        Figure::versus("pipeline.ct_hit.cycles", medians[hit], encap_cycles),
-        Figure::versus("pipeline.ct_hit.mpps", hz / medians[hit] / 1e6, encap_mpps),
-        Figure::versus("pipeline.ct_hit.above_encap", above_encap, encap_cycles),
-        Figure::versus("pipeline.ct_hit.above_floor", diff(hit, &samples[1]), floor),
-        Figure::versus("ct.new_conns.cycles", medians[new], encap_cycles),
-        Figure::new(
-            "ct.new_conns.removal_cycles",
-            median(removal.to_vec()),
-            "cycles/connection",
-        ),
-        Figure::new("ct.new_conns_per_s", new_per_s, "1/s"),
-    ];
-    let note = format!(
+/// The connection-tracking and NetworkPolicy figures from the round-robin rounds, and their
+/// notes.
+fn tracked_figures(r: &Rounds, floor: &Figure, sizes: &Sizes) -> (Vec<Figure>, Vec<String>) {
+    let (encap_cycles, _) = r.anchors(Path::L3Encap);
+    let (decap_cycles, _) = r.anchors(Path::L3Decap);
+    let mut figures = r.hit_figures(Path::CtHit, Path::L3Encap, "above_encap", floor);
+    figures.extend(r.new_conns_figures("ct.new_conns", Path::CtNew, &encap_cycles, None));
+    figures.extend(r.hit_figures(Path::PolicyHit, Path::L3Decap, "above_decap", floor));
+    let [one_cycles, one_removal, one_per_s] = r.new_conns_figures(
+        "policy.1rule.new_conns",
+        Path::PolicyNew1,
+        &decap_cycles,
+        None,
+    );
+    figures.extend(r.new_conns_figures(
+        "policy.new_conns",
+        Path::PolicyNew,
+        &one_cycles,
+        Some(&one_per_s),
+    ));
+    figures.extend([one_cycles, one_removal, one_per_s]);
+    let ct_note = format!(
         "pipeline.ct_hit / ct.new_conns: the same rounds as pipeline.l3_encap ({} rounds, \
          round-robin, medians), a stateful network whose pods are isolated for ingress and \
          egress (one policy set, egress allowed to the remote node's /24 on TCP 8080), a flow \
@@ -1669,9 +2046,43 @@ fn ct_figures(
          an established connection, not a new one, and OVS counts no per-phase cycles that \
          separate the two",
         sizes.rounds,
-        new_bursts(sizes)
+        new_bursts(sizes.bursts)
     );
-    (figures, note)
+    let policy_note = format!(
+        "pipeline.policy_hit / policy.new_conns: the same rounds as pipeline.l3_decap ({} \
+         rounds, round-robin, medians). Ingress NetworkPolicy is decided on the destination's \
+         node, so the packets arrive as the remote node sends them: {POLICY_LEN} B frames from \
+         the uplink to this node's End.DT46 SID of the stateful network, inside a 64 B TCP/IPv4 \
+         packet from a remote pod ({SREMOTE_BLOCK}/24, one peer class) to a pod of this node \
+         isolated for ingress — uplink-input, srv6-decap, ip4-lookup, conntrack in the pod's \
+         zone, local-rewrite (anchor l3_decap: the same path to an untracked pod, {DECAP_LEN} B \
+         with UDP inside, delivered on the fused way). The 1,000-rule set: rule i (i < \
+         {RULES}) = from ipBlock {SREMOTE_BLOCK}/24, TCP port {} + 2i, one decision of {RULES} \
+         ranges (none adjacent, none merged) in a chain of 112 port-set records, as control \
+         compiles it; every connection goes to the last rule's port ({POLICY_PORT}), so \
+         classifying one scans every range — the most 1,000 rules cost a NEW connection (rules \
+         naming 1,000 different peers compile to 1,000 peer classes instead: one LPM and one \
+         hash lookup whatever their number; not measured here). policy_hit: ACKs from {R4} to pod H ({H4}, the \
+         1,000-rule set) on a connection opened and checked before timing (its entry in H's \
+         zone, ingress, untranslated, under the network's current policy generation; the \
+         packet delivered as sent, TTL 63), every timed packet a flow-table hit carrying that \
+         verdict, no entry created (checked every round); above_decap = policy_hit − l3_decap \
+         per round, median. policy.new_conns: SYNs to pod D ({D4}, the 1,000-rule set), each \
+         from a new (remote address, port): ingress classification + flow-table insert + \
+         delivery, rounds of {} bursts, every packet checked to have entered one connection, \
+         the sweep that removes them timed after each round; its anchor policy.1rule.new_conns: \
+         the same to pod E ({E4}: one rule, the last one alone), same rounds; new_conns_per_s = \
+         TSC Hz ÷ (cycles per new connection + its removal), one core. Before timing, a packet \
+         each set denies is dropped as policy-denied: an ACK of no connection to H and a SYN to \
+         D on port {} (between the last two rules' ports: every range scanned), a SYN to E on \
+         {} (allowed by the 1,000 rules, not by the one)",
+        sizes.rounds,
+        rule_port(0),
+        new_bursts(sizes.bursts),
+        POLICY_PORT - 1,
+        rule_port(RULES - 2),
+    );
+    (figures, vec![ct_note, policy_note])
 }
 
 /// Route changes per second of the churn figure, and per publication.
@@ -1912,23 +2323,47 @@ mod tests {
     fn new_connection_frames_stay_valid() {
         let tcp_ok = |f: &[u8]| {
             let mut pseudo = f[26..34].to_vec();
-            pseudo.extend_from_slice(&[0, 6, 0, (FRAME_LEN - 34) as u8]);
+            pseudo.extend_from_slice(&[0, 6, 0, (f.len() - 34) as u8]);
             pseudo.extend_from_slice(&f[34..]);
             checksum(&f[14..34]) == 0 && checksum(&pseudo) == 0
         };
         assert!(tcp_ok(&Path::CtHit.template()));
-        let mut seen = std::collections::HashSet::new();
-        for k in [0, 1, 63_999, 64_000, 5_000_000, NEW_PORTS * NEW_HOSTS - 1] {
-            let mut f = Path::CtNew.template();
-            vary_connection(&mut f, k);
-            assert!(tcp_ok(&f), "connection {k}");
-            assert!(seen.insert((f[33], u16::from_be_bytes([f[34], f[35]]))));
+        assert!(tcp_ok(&Path::PolicyHit.template()[POLICY_L3 - 14..]));
+        for path in [Path::CtNew, Path::PolicyNew, Path::PolicyNew1] {
+            let (l3, addr) = path.varied().expect("a new-connection path");
+            let mut seen = std::collections::HashSet::new();
+            for k in [0, 1, 63_999, 64_000, 5_000_000, NEW_PORTS * NEW_HOSTS - 1] {
+                let mut f = path.template();
+                vary_connection(&mut f, k, (l3, addr));
+                // The inner packet behind an Ethernet header's worth of bytes, as tcp_ok reads.
+                let f = &f[l3 - 14..];
+                assert!(tcp_ok(f), "{path:?} connection {k}");
+                let remote = (f[14 + addr..14 + addr + 4]).to_vec();
+                assert!(seen.insert((remote, u16::from_be_bytes([f[34], f[35]]))));
+            }
         }
     }
 
     #[test]
+    fn policy_sets_hold_the_rules_the_figures_name() {
+        let Ports::Ranges(all) = rules(0).normalized() else {
+            panic!("ranges");
+        };
+        assert_eq!(all.len(), usize::from(RULES), "no two rules' ports merge");
+        let records = all.len().div_ceil(lace_shared::policy::PORTSET_RANGES);
+        assert_eq!(records, 112, "port-set records");
+        assert_eq!(all.last().map(|r| r.lo), Some(POLICY_PORT));
+        let (thousand, one) = (rules(0), rules(RULES - 1));
+        assert!(thousand.allows(PROTO_TCP, POLICY_PORT) && one.allows(PROTO_TCP, POLICY_PORT));
+        // The denied probes' ports.
+        assert!(!thousand.allows(PROTO_TCP, POLICY_PORT - 1));
+        let second_last = rule_port(RULES - 2);
+        assert!(thousand.allows(PROTO_TCP, second_last) && !one.allows(PROTO_TCP, second_last));
+    }
+
+    #[test]
     fn frames_have_their_sizes_and_valid_checksums() {
-        for p in Path::ALL.into_iter().chain(Path::CT) {
+        for p in Path::ALL.into_iter().chain(Path::CT).chain(Path::POLICY) {
             assert_eq!(p.template().len(), p.frame_len(), "{p:?}");
         }
         let f = Path::L3Local.template();

@@ -40,6 +40,10 @@
 //! | `pipeline.ct_hit.cycles`, `.mpps` | a tracked connection through policy and Service NAT: pod → ClusterIP, flow-table hit, DNAT, lookup again, SRv6 encap (64-byte TCP) | `pipeline.l3_encap.*`, same rounds |
 //! | `pipeline.ct_hit.above_encap` | ct_hit − l3_encap per round (median): what tracking adds to a packet | none (VPP's stateful ACL session hit ≈ 101 clocks, published) |
 //! | `ct.new_conns.cycles`, `.removal_cycles`, `ct.new_conns_per_s` | every packet a new connection: egress policy classification + flow-table insert + SRv6 encap; its removal by the sweep; connections per second on one core (both) | `pipeline.l3_encap.cycles`, same rounds (OVS-DPDK's conntrack not driven: see the note) |
+//! | `pipeline.policy_hit.cycles`, `.mpps` | an established connection through NetworkPolicy where it is decided, the destination's node: uplink → this node's End.DT46 SID → a pod isolated for ingress by the 1,000-rule set (below), its connection already allowed and tracked: uplink-input, srv6-decap, ip4-lookup, conntrack (flow-table hit in the pod's zone, the verdict under the current policy generation), local-rewrite (118-byte frame, TCP inside) | `pipeline.l3_decap.*`, same rounds |
+//! | `pipeline.policy_hit.above_decap` | policy_hit − l3_decap per round (median): what the tracked verdict adds to delivery. Ingress policy is enforced on the node that delivers, so the anchor is that delivery untracked (l3_decap), not l3_encap as issue 26 names it: an encapsulated packet leaves the source's node, where only egress policy applies — that hit is `pipeline.ct_hit` (plus its DNAT) | none (target ≤ 40) |
+//! | `policy.new_conns.cycles`, `.removal_cycles`, `policy.new_conns_per_s` | every packet a new connection from a remote pod (decap as above) to a pod whose set has 1,000 rules — rule i: from the remote block's ipBlock, TCP port 10000 + 2i, compiled into one decision of 1,000 ranges — every connection to the last rule's port, so its classification scans all 1,000: classification + flow-table insert + delivery; its removal by the sweep; connections per second on one core (both) | `policy.1rule.new_conns.*`: the same to a pod whose set is the last rule alone, same rounds |
+//! | `policy.1rule.new_conns.cycles`, `.removal_cycles`, `policy.1rule.new_conns_per_s` | that anchor | `pipeline.l3_decap.cycles`, same rounds |
 //! | `ct.1m_flows.bytes`, `.bytes_per_flow` | the flow table sized for 1,048,576 connections, filled with as many (half of them translated) | none |
 //! | `pipeline.l3_encap.scaling_2w` | encap throughput with two workers (two lcores, own ports each) ÷ one | `pipeline.scaling_2w.ideal` = 2 |
 //! | `churn.100k_per_s.l3_encap.cycles` | l3_encap while a thread moves routes between two remote nodes at 100,000 changes/s | `churn.quiet.l3_encap.cycles`: alternating rounds, the thread paused |
@@ -147,7 +151,7 @@ struct Args {
     /// Measure only these sections (comma-separated): `stack` (the two-node CNI figures),
     /// `k8s` (the same stack against the fake API server, and control at cluster scale; runs
     /// the standalone stack figures too, its anchors), `tables` (FIB, FDB, neighbor, publish, multi — with their DPDK anchors), `pipeline`,
-    /// `ct` (connection tracking), `latency`, `peer` (OVS-DPDK and dpdk-testpmd beside lace), `control`. Default: all.
+    /// `ct` (connection tracking and NetworkPolicy), `latency`, `peer` (OVS-DPDK and dpdk-testpmd beside lace), `control`. Default: all.
     /// Targets of figures not measured are not printed.
     #[arg(long, value_delimiter = ',', value_name = "SECTION")]
     only: Vec<Section>,
@@ -177,7 +181,9 @@ enum Section {
     /// The forwarding pipeline over DPDK null ports (`dpdk.null_fwd*`, `pipeline.*`).
     Pipeline,
     /// Connection tracking: `pipeline.ct_hit.*` and `ct.new_conns*` through the pipeline (with
-    /// `pipeline.l3_encap.*` in the same rounds), `ct.1m_flows.*` (the flow table's memory).
+    /// `pipeline.l3_encap.*` in the same rounds), `pipeline.policy_hit.*` and
+    /// `policy.new_conns*` (with `pipeline.l3_decap.*` and `policy.1rule.new_conns*`),
+    /// `ct.1m_flows.*` (the flow table's memory).
     Ct,
     /// Per-packet latency through a worker (`pipeline.latency.*`).
     Latency,
@@ -1669,6 +1675,14 @@ fn set_targets(report: &mut Report, ids: &Ids) {
             Target::ValueAtMost(40.0),
         ),
         ("ct.new_conns_per_s".to_owned(), Target::ValueAtLeast(1e6)),
+        (
+            "pipeline.policy_hit.above_decap".to_owned(),
+            Target::ValueAtMost(40.0),
+        ),
+        (
+            "policy.new_conns_per_s".to_owned(),
+            Target::ValueAtLeast(1e6),
+        ),
         (
             ct::FLOWS_1M_BYTES.to_owned(),
             Target::ValueAtMost(128.0 * MIB),
