@@ -1597,18 +1597,25 @@ impl<'a> Snapshot<'a> {
         }
     }
 
-    /// Whether the port-set chain at `head` holds `proto`/`port`.
+    /// Whether the port-set chain at `head` holds `proto`/`port`. The writer stores a set's
+    /// ranges normalized (sorted by protocol and start, disjoint) and chunked in chain order,
+    /// so a record whose last range ends before (`proto`, `port`) is passed over on that one
+    /// comparison, and in the first record that reaches it only the first range ending at or
+    /// after it can hold it: one record is looked into, not every range of the chain.
     fn portset_allows(&self, head: u32, proto: u8, port: u16) -> bool {
+        let key = (proto, port);
         let mut i = head;
         for _ in 0..MAX_PORTSET_CHAIN {
             let Some(r) = PagedArray::<PortSetRec>::get(self.mem, &self.root.portsets, i) else {
                 return false;
             };
-            if r.ranges()
-                .iter()
-                .any(|x| x.proto == proto && x.lo <= port && port <= x.hi)
-            {
-                return true;
+            let ranges = r.ranges();
+            let before = ranges.last().is_none_or(|l| (l.proto, l.hi) < key);
+            if !before {
+                return ranges
+                    .iter()
+                    .find(|x| (x.proto, x.hi) >= key)
+                    .is_some_and(|x| x.proto == proto && x.lo <= port);
             }
             if r.next == 0 {
                 return false;

@@ -326,6 +326,55 @@ fn decisions_allow_what_they_say_and_nothing_else() {
     h.quiescent();
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// A decision of any ranges over TCP, UDP and SCTP, one record or a long chain, allows
+    /// exactly the ports its normalized ranges hold (the reader passes over whole records and
+    /// looks into one): every port of every protocol checked against `Ports::allows`.
+    #[test]
+    fn a_decision_allows_exactly_its_ranges(
+        raw in proptest::collection::vec((0u8..3, 0u16..=65535, 0u16..600), 1..120),
+    ) {
+        let protos = [PROTO_TCP, PROTO_UDP, PROTO_SCTP];
+        let ports = Ports::Ranges(
+            raw.iter()
+                .map(|&(p, lo, len)| PortRange {
+                    proto: protos[usize::from(p)],
+                    lo,
+                    hi: lo.saturating_add(len),
+                })
+                .collect(),
+        )
+        .normalized();
+        let dir = TempDir::new("portset-prop");
+        let cfg = dir.cfg();
+        let mut w = TableWriter::create(&cfg).unwrap();
+        w.set_network(NET, &info()).unwrap();
+        let set = PolicySetId(1);
+        w.set_policy_set(
+            set,
+            &PolicySet {
+                network: NET,
+                ingress_isolated: true,
+                egress_isolated: false,
+            },
+        )
+        .unwrap();
+        w.set_decision(set, PolicyDir::Ingress, PeerClass(1), &ports)
+            .unwrap();
+        w.publish().unwrap();
+        let r = TableReader::attach(&cfg).unwrap();
+        let mut h = r.register().unwrap();
+        let s = h.snapshot();
+        for proto in protos.into_iter().chain([1]) {
+            for port in 0..=u16::MAX {
+                let got = s.policy_allows(set, PolicyDir::Ingress, PeerClass(1), proto, port);
+                proptest::prop_assert_eq!(got, ports.allows(proto, port), "{}/{}", port, proto);
+            }
+        }
+    }
+}
+
 #[test]
 fn port_sets_are_shared_chained_and_released_across_a_restart() {
     let dir = TempDir::new("portsets");
