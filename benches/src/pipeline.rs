@@ -2059,8 +2059,9 @@ fn tracked_figures(r: &Rounds, floor: &Figure, sizes: &Sizes) -> (Vec<Figure>, V
          with UDP inside, delivered on the fused way). The 1,000-rule set: rule i (i < \
          {RULES}) = from ipBlock {SREMOTE_BLOCK}/24, TCP port {} + 2i, one decision of {RULES} \
          ranges (none adjacent, none merged) in a chain of 112 port-set records, as control \
-         compiles it; every connection goes to the last rule's port ({POLICY_PORT}), so \
-         classifying one scans every range — the most 1,000 rules cost a NEW connection (rules \
+         compiles it (consecutive: binary-searched by record); every connection goes to the last \
+         rule's port ({POLICY_PORT}), the farthest range — the most 1,000 rules cost a NEW \
+         connection (rules \
          naming 1,000 different peers compile to 1,000 peer classes instead: one LPM and one \
          hash lookup whatever their number; not measured here). policy_hit: ACKs from {R4} to pod H ({H4}, the \
          1,000-rule set) on a connection opened and checked before timing (its entry in H's \
@@ -2074,7 +2075,7 @@ fn tracked_figures(r: &Rounds, floor: &Figure, sizes: &Sizes) -> (Vec<Figure>, V
          the same to pod E ({E4}: one rule, the last one alone), same rounds; new_conns_per_s = \
          TSC Hz ÷ (cycles per new connection + its removal), one core. Before timing, a packet \
          each set denies is dropped as policy-denied: an ACK of no connection to H and a SYN to \
-         D on port {} (between the last two rules' ports: every range scanned), a SYN to E on \
+         D on port {} (between the last two rules' ports), a SYN to E on \
          {} (allowed by the 1,000 rules, not by the one)",
         sizes.rounds,
         rule_port(0),

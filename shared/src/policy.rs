@@ -233,7 +233,9 @@ pub const PORTSET_RANGES: usize = 9;
 pub struct PortSetRec {
     /// Ranges used in this record.
     pub count: u16,
-    _pad: u16,
+    /// In a chain's first record: the chain's length when its records are consecutive
+    /// (`head..head + span`, which a reader may binary-search); 0 otherwise.
+    pub span: u16,
     /// Index of the continuation record, 0 for none.
     pub next: u32,
     /// The ranges, sorted.
@@ -245,10 +247,12 @@ unsafe impl Pod for PortSetRec {}
 crate::assert_layout!(PortSetRec, 64, 4);
 
 impl PortSetRec {
-    /// A record of up to [`PORTSET_RANGES`] ranges continued at `next`.
-    pub fn new(ranges: &[PortRange], next: u32) -> PortSetRec {
+    /// A record of up to [`PORTSET_RANGES`] ranges continued at `next`; `span` as the field
+    /// says.
+    pub fn new(ranges: &[PortRange], next: u32, span: u16) -> PortSetRec {
         let mut r = PortSetRec {
             count: ranges.len().min(PORTSET_RANGES) as u16,
+            span,
             next,
             ..PortSetRec::default()
         };

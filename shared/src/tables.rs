@@ -29,7 +29,7 @@
 //! tables untouched; the staged batch is abandoned ([`TableWriter::abort`]) when the failure
 //! happened half-way, and the error says so.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -161,7 +161,7 @@ pub struct TableWriter {
     /// Port-set interning: ranges → (head index, decisions using it); chain records are not
     /// in the map.
     portset_index: HashMap<Vec<PortRange>, (u32, u32)>,
-    portset_free: Vec<u32>,
+    portset_free: BTreeSet<u32>,
     portset_next: u32,
     /// Service ports: key → record index; free indices.
     service_index: HashMap<ServiceKey, u32>,
@@ -227,7 +227,7 @@ impl TableWriter {
             nh_free: Vec::new(),
             nh_next: 1,
             portset_index: HashMap::new(),
-            portset_free: Vec::new(),
+            portset_free: BTreeSet::new(),
             portset_next: 1,
             service_index: HashMap::new(),
             service_free: Vec::new(),
@@ -273,7 +273,7 @@ impl TableWriter {
             nh_free: Vec::new(),
             nh_next: 1,
             portset_index: HashMap::new(),
-            portset_free: Vec::new(),
+            portset_free: BTreeSet::new(),
             portset_next: 1,
             service_index: HashMap::new(),
             service_free: Vec::new(),
@@ -1212,35 +1212,61 @@ impl TableWriter {
             return Ok(*head);
         }
         let chunks: Vec<&[PortRange]> = ranges.chunks(PORTSET_RANGES).collect();
-        let mut idx = Vec::with_capacity(chunks.len());
-        for _ in &chunks {
-            let i = match self.portset_free.pop() {
-                Some(i) => i,
-                None => {
-                    let i = self.portset_next;
-                    if i == PORTS_ALL {
-                        return Err(Error::TableFull {
-                            table: "port sets",
-                            capacity: u64::from(PORTS_ALL - 1),
-                        });
-                    }
-                    self.portset_next += 1;
-                    i
-                }
-            };
-            idx.push(i);
-        }
+        let head = self.portset_run(chunks.len() as u32)?;
+        // Consecutive records: readers binary-search a chain by its head's span.
+        let span = if chunks.len() > 1 && chunks.len() <= MAX_PORTSET_CHAIN {
+            chunks.len() as u16
+        } else {
+            0
+        };
         for (k, c) in chunks.iter().enumerate() {
-            let next = idx.get(k + 1).copied().unwrap_or(0);
+            let i = head + k as u32;
+            let next = if k + 1 < chunks.len() { i + 1 } else { 0 };
+            let span = if k == 0 { span } else { 0 };
             PagedArray::<PortSetRec>::set(
                 &mut self.arena,
                 &mut self.root.portsets,
-                idx[k],
-                PortSetRec::new(c, next),
+                i,
+                PortSetRec::new(c, next, span),
             )?;
         }
-        self.portset_index.insert(ranges.to_vec(), (idx[0], 1));
-        Ok(idx[0])
+        self.portset_index.insert(ranges.to_vec(), (head, 1));
+        Ok(head)
+    }
+
+    /// The first of `n` consecutive free port-set record indices: the lowest run of the free
+    /// ones that long, else the end of the array.
+    fn portset_run(&mut self, n: u32) -> Result<u32> {
+        let mut run: Option<(u32, u32)> = None;
+        for &i in &self.portset_free {
+            run = match run {
+                Some((start, len)) if start + len == i => Some((start, len + 1)),
+                _ => Some((i, 1)),
+            };
+            if run.is_some_and(|(_, len)| len == n) {
+                break;
+            }
+        }
+        let start = match run {
+            Some((start, len)) if len == n => {
+                for i in start..start + n {
+                    self.portset_free.remove(&i);
+                }
+                start
+            }
+            _ => {
+                let start = self.portset_next;
+                if u64::from(start) + u64::from(n) > u64::from(PORTS_ALL) {
+                    return Err(Error::TableFull {
+                        table: "port sets",
+                        capacity: u64::from(PORTS_ALL - 1),
+                    });
+                }
+                self.portset_next += n;
+                start
+            }
+        };
+        Ok(start)
     }
 
     fn unref_portset(&mut self, head: u32) -> Result<()> {
@@ -1256,7 +1282,7 @@ impl TableWriter {
             self.portset_index.remove(&ranges);
             for i in chain {
                 PagedArray::<PortSetRec>::remove(&mut self.arena, &mut self.root.portsets, i)?;
-                self.portset_free.push(i);
+                self.portset_free.insert(i);
             }
         }
         Ok(())
@@ -1599,28 +1625,50 @@ impl<'a> Snapshot<'a> {
 
     /// Whether the port-set chain at `head` holds `proto`/`port`. The writer stores a set's
     /// ranges normalized (sorted by protocol and start, disjoint) and chunked in chain order,
-    /// so a record whose last range ends before (`proto`, `port`) is passed over on that one
-    /// comparison, and in the first record that reaches it only the first range ending at or
-    /// after it can hold it: one record is looked into, not every range of the chain.
+    /// so only the first record whose last range ends at or after (`proto`, `port`) can hold
+    /// it, and in it only the first such range. A chain of consecutive records (its head's
+    /// `span`) is binary-searched for that record; another is walked, passing over each
+    /// record on one comparison.
     fn portset_allows(&self, head: u32, proto: u8, port: u16) -> bool {
         let key = (proto, port);
-        let mut i = head;
+        let get = |i: u32| PagedArray::<PortSetRec>::get(self.mem, &self.root.portsets, i);
+        // Whether record `r` ends before the key (the key is in a later record, if any).
+        let before = |r: &PortSetRec| r.ranges().last().is_none_or(|l| (l.proto, l.hi) < key);
+        let holds = |r: &PortSetRec| {
+            r.ranges()
+                .iter()
+                .find(|x| (x.proto, x.hi) >= key)
+                .is_some_and(|x| x.proto == proto && x.lo <= port)
+        };
+        let Some(first) = get(head) else {
+            return false;
+        };
+        let span = u32::from(first.span);
+        if span > 1 {
+            // Records below `lo` end before the key; those from `hi` on do not.
+            let (mut lo, mut hi) = (0, span);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let Some(r) = head.checked_add(mid).and_then(get) else {
+                    return false;
+                };
+                if before(r) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            return lo < span && head.checked_add(lo).and_then(get).is_some_and(holds);
+        }
+        let mut r = first;
         for _ in 0..MAX_PORTSET_CHAIN {
-            let Some(r) = PagedArray::<PortSetRec>::get(self.mem, &self.root.portsets, i) else {
-                return false;
-            };
-            let ranges = r.ranges();
-            let before = ranges.last().is_none_or(|l| (l.proto, l.hi) < key);
-            if !before {
-                return ranges
-                    .iter()
-                    .find(|x| (x.proto, x.hi) >= key)
-                    .is_some_and(|x| x.proto == proto && x.lo <= port);
+            if !before(r) {
+                return holds(r);
             }
-            if r.next == 0 {
-                return false;
+            match get(r.next).filter(|_| r.next != 0) {
+                Some(next) => r = next,
+                None => return false,
             }
-            i = r.next;
         }
         false
     }

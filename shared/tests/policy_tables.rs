@@ -329,11 +329,14 @@ fn decisions_allow_what_they_say_and_nothing_else() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
     /// A decision of any ranges over TCP, UDP and SCTP, one record or a long chain, allows
-    /// exactly the ports its normalized ranges hold (the reader passes over whole records and
-    /// looks into one): every port of every protocol checked against `Ports::allows`.
+    /// exactly the ports its normalized ranges hold: every port of every protocol checked
+    /// against `Ports::allows`. Other decisions made and removed first leave holes of
+    /// `holes` records among the free ones, so the chain is consecutive (binary-searched)
+    /// where a run is free, and at the end of the array otherwise.
     #[test]
     fn a_decision_allows_exactly_its_ranges(
         raw in proptest::collection::vec((0u8..3, 0u16..=65535, 0u16..600), 1..120),
+        holes in proptest::collection::vec(1usize..30, 0..4),
     ) {
         let protos = [PROTO_TCP, PROTO_UDP, PROTO_SCTP];
         let ports = Ports::Ranges(
@@ -360,6 +363,17 @@ proptest::proptest! {
             },
         )
         .unwrap();
+        // Chains of `holes[k] * 9` ranges, every other one removed again.
+        for (k, &n) in holes.iter().enumerate() {
+            let filler: Vec<PortRange> =
+                (0..n * 9).map(|i| tcp(i as u16 * 3, i as u16 * 3)).collect();
+            let class = PeerClass(10 + k as u32);
+            w.set_decision(set, PolicyDir::Egress, class, &Ports::Ranges(filler))
+                .unwrap();
+            if k % 2 == 0 {
+                w.remove_decision(set, PolicyDir::Egress, class).unwrap();
+            }
+        }
         w.set_decision(set, PolicyDir::Ingress, PeerClass(1), &ports)
             .unwrap();
         w.publish().unwrap();
