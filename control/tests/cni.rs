@@ -115,14 +115,7 @@ impl FakeControl {
     fn ops(&self) -> Vec<&'static str> {
         self.requests()
             .iter()
-            .map(|r| match r {
-                Request::Allocate(_) => "Allocate",
-                Request::Attach(_) => "Attach",
-                Request::Release(_) => "Release",
-                Request::Check(_) => "Check",
-                Request::Status => "Status",
-                Request::Gc { .. } => "Gc",
-            })
+            .map(lace_control::cni::client::op_name)
             .collect()
     }
 }

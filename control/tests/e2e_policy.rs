@@ -899,4 +899,21 @@ fn cluster_dns_hairpin_terminating_and_node_local_backends_end_to_end() {
         lab.drops(client_b.node, DropReason::NoLocalEndpoint) > before,
         "client-b's forwarder counted no-local-endpoint"
     );
+
+    // ---- each control's /metrics ----
+    let m = lab.control_metrics(client_b.node);
+    for line in [
+        "lace_control_objects{kind=\"Service\"} 4",
+        "lace_control_endpoints 2",
+        "lace_control_cni_requests_total{request=\"Attach\",result=\"ok\"} 2",
+        "lace_control_publish_errors_total 0",
+        "# EOF",
+    ] {
+        assert!(m.contains(line), "{line}:\n{m}");
+    }
+    let published = m
+        .lines()
+        .find_map(|l| l.strip_prefix("lace_control_publish_seconds_count "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(published > Some(0), "publications timed:\n{m}");
 }

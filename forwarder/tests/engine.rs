@@ -78,11 +78,17 @@ struct Forwarder {
 
 impl Forwarder {
     fn spawn(config: &Path, log: PathBuf) -> Forwarder {
+        Forwarder::spawn_with(config, log, &[])
+    }
+
+    /// [`Forwarder::spawn`] with more flags for `run`.
+    fn spawn_with(config: &Path, log: PathBuf, extra: &[&str]) -> Forwarder {
         let out = fs::File::create(&log).expect("create log");
         let err = out.try_clone().expect("clone log");
         let child = Command::new(BIN)
             .args(["run", "--config"])
             .arg(config)
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out)
@@ -360,6 +366,7 @@ fn help_mentions_every_option() {
         "--uplink",
         "--underlay-addr",
         "--tables-dir",
+        "--metrics-listen",
         "busy",
         "adaptive",
         "hugepages",
@@ -514,7 +521,11 @@ fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
         s["state"] == "running" && s["generation"].as_u64() == Some(generation)
     });
     fwd.sigkill();
-    let mut fwd = Forwarder::spawn(&cfg, dir.path.join("fwd4.log"));
+    let mut fwd = Forwarder::spawn_with(
+        &cfg,
+        dir.path.join("fwd4.log"),
+        &["--metrics-listen", "127.0.0.1:0"],
+    );
     wait_for(&mut fwd, &cfg, "restart after SIGKILL", |s| {
         s["state"] == "running"
             && s["alive"] == true
@@ -539,6 +550,22 @@ fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
         s["generation"].as_u64() == Some(replaced)
     });
     assert!(fwd.log().contains("tables replaced"), "log:\n{}", fwd.log());
+
+    // Its Prometheus endpoint serves the same figures.
+    let log = fwd.log();
+    let addr = lace_shared::metrics::announced(&log)
+        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"));
+    let (status, body) = lace_shared::metrics::get(addr, "/metrics").expect("GET /metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    for line in [
+        "lace_forwarder_up 1".to_owned(),
+        format!("lace_forwarder_tables_generation {replaced}"),
+        "lace_forwarder_drops_total{reason=\"tx-refused\"} 0".to_owned(),
+        "lace_forwarder_port_up{port=\"0\",kind=\"uplink\"} 1".to_owned(),
+        "# EOF".to_owned(),
+    ] {
+        assert!(body.contains(&line), "{line}:\n{body}");
+    }
 
     fwd.signal("INT");
     assert!(fwd.wait_exit("SIGINT").success(), "log:\n{}", fwd.log());

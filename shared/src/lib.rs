@@ -2,7 +2,8 @@
 //!
 //! Control (one writer) compiles a node's forwarding tables; the forwarder (many reader cores,
 //! another process) looks packets up in them. This crate is everything both sides must agree
-//! on, and nothing else: no I/O beyond mapping memory, no async runtime, no Kubernetes.
+//! on, and nothing else: no I/O beyond mapping memory (and the one metrics listener both
+//! processes serve, [`metrics`]), no async runtime, no Kubernetes.
 //!
 //! What it promises:
 //! - **Tables in shared memory** (`/dev/shm`, or hugetlbfs when mounted), created by the writer
@@ -36,6 +37,7 @@ pub mod flow;
 pub mod hash;
 pub mod learn;
 pub mod mem;
+pub mod metrics;
 pub mod pod;
 pub mod policy;
 pub mod qsbr;

@@ -45,7 +45,7 @@ pub enum Command {
     /// Run the control plane of one node: watch the manifests, keep the IPAM state, compile and
     /// publish the node's forwarding tables, answer lace-cni on a unix socket. Runs until
     /// SIGTERM or SIGINT.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print what the node's control plane last reported: networks (id, type, subnets,
     /// conditions), policies (conditions), this node's endpoints and the forwarder's port states.
     Status(StatusArgs),
@@ -136,6 +136,10 @@ pub struct RunArgs {
     /// `ClusterIPOutsideServiceCIDR`). Default: no range, no check.
     #[arg(long, value_name = "PREFIX", value_delimiter = ',')]
     pub service_cidr: Vec<String>,
+    /// Serve Prometheus metrics (objects, endpoints, publications and their latency, CNI
+    /// requests) at http://ADDR/metrics, e.g. 0.0.0.0:9412.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// `--source`.
@@ -426,6 +430,8 @@ pub struct RunConfig {
     pub host_interface: Option<(String, Option<PathBuf>)>,
     /// The cluster's service range (None: no check).
     pub service_cidr: Option<ServiceCidr>,
+    /// Where `/metrics` is served (None: not served).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl RunConfig {
@@ -529,6 +535,7 @@ impl RunConfig {
             namespace: a.namespace.clone(),
             host_interface: a.host_interface.clone().map(|n| (n, a.host_netns.clone())),
             service_cidr: service_cidr(&a.service_cidr)?,
+            metrics_listen: a.metrics_listen,
         })
     }
 

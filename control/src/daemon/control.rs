@@ -313,6 +313,7 @@ pub struct Control<S: IpamStore, R: StatusSink> {
     host: Option<super::host::HostInterface>,
     host_error: Option<String>,
     learning: Option<super::learning::Learning>,
+    metrics: Arc<super::metrics::Metrics>,
 }
 
 /// An error answer for a failed change of the shared state.
@@ -424,6 +425,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             host: None,
             host_error: None,
             learning: None,
+            metrics: Arc::default(),
         }
     }
 
@@ -432,6 +434,11 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
     pub fn with_learning(mut self, learning: super::learning::Learning) -> Self {
         self.learning = Some(learning);
         self
+    }
+
+    /// The metrics this loop keeps (the CNI server and `/metrics` share them).
+    pub fn metrics(&self) -> Arc<super::metrics::Metrics> {
+        self.metrics.clone()
     }
 
     /// The same loop, keeping the node's host interface: its port in the tables, its routes
@@ -1169,6 +1176,13 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
     }
 
     fn compile(&mut self, changes: &[Change]) {
+        let start = Instant::now();
+        let published = self.compile_and_publish(changes);
+        self.metrics.observe_publish(start.elapsed(), published);
+    }
+
+    /// Plans and applies; whether the tables were published.
+    fn compile_and_publish(&mut self, changes: &[Change]) -> bool {
         let compiled = match self.compiler.plan(self.core.world(), changes) {
             Ok(c) => c,
             Err(e) => {
@@ -1177,7 +1191,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 }
                 self.compile_error = Some(e.to_string());
                 self.full = true;
-                return;
+                return false;
             }
         };
         let notes = compiled.notes;
@@ -1198,12 +1212,14 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 if stats.changes() > 0 {
                     tracing::debug!(?changes, ?stats, "tables published");
                 }
+                true
             }
             Err(e) => {
                 tracing::error!("tables not published: {e}");
                 self.compile_error = Some(format!("publishing the tables: {e}"));
                 self.unpublished = changed;
                 self.full = true;
+                false
             }
         }
     }
@@ -1304,6 +1320,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         if let Err(e) = self.sink.publish(&status) {
             tracing::error!("status: {e}");
         }
+        self.metrics.observe_status(&status);
         self.status = status;
     }
 }

@@ -35,6 +35,7 @@ pub mod core;
 pub mod heap;
 pub mod host;
 pub mod learning;
+pub mod metrics;
 pub mod report;
 pub mod server;
 pub mod state;
@@ -73,6 +74,15 @@ pub enum DaemonError {
     /// The IPAM state or the attachment marks could not be opened.
     #[error(transparent)]
     State(#[from] StateError),
+    /// `--metrics-listen` could not be bound.
+    #[error("--metrics-listen {addr}: {source}; give a free address and port")]
+    Metrics {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The directory of control's own files could not be created.
     #[error(
         "state directory {path}: {source}; pass a directory lace-control may write with \
@@ -335,11 +345,25 @@ impl Daemon {
             tables_name: self.cfg.paths.tables_name.clone(),
             timeout: self.cfg.attach_timeout,
         });
+        let metrics = match &self.control {
+            Loop::Standalone(c) => c.metrics(),
+            Loop::Kubernetes(c) => c.metrics(),
+        };
+        let _metrics_server = match self.cfg.metrics_listen {
+            Some(addr) => {
+                let m = metrics.clone();
+                let server = lace_shared::metrics::MetricsServer::start(addr, move || m.encode())
+                    .map_err(|e| DaemonError::Metrics { addr, source: e })?;
+                tracing::info!("{}", server.announcement());
+                Some(server)
+            }
+            None => None,
+        };
         {
             let tx = tx.clone();
             std::thread::Builder::new()
                 .name("cni-server".into())
-                .spawn(move || server::serve(&listener, &tx, &waiter))
+                .spawn(move || server::serve(&listener, &tx, &waiter, &metrics))
                 .map_err(|e| socket_err(format!("cannot start the server thread: {e}")))?;
         }
         drop(tx);

@@ -23,6 +23,7 @@ use lace_shared::status::{PortState, StatusReader};
 use crate::proto::{ErrorCode, Request, Response};
 
 use super::control::{Answer, AttachTicket, CniCall, Event, Published, Reply};
+use super::metrics::Metrics;
 use super::DaemonError;
 
 /// How long a connection may take to send its request.
@@ -189,14 +190,19 @@ pub fn bind(path: &Path) -> Result<UnixListener, DaemonError> {
 }
 
 /// Accepts connections until the loop is gone, a thread each.
-pub fn serve(listener: &UnixListener, events: &Sender<Event>, waiter: &Arc<AttachWaiter>) {
+pub fn serve(
+    listener: &UnixListener,
+    events: &Sender<Event>,
+    waiter: &Arc<AttachWaiter>,
+    metrics: &Arc<Metrics>,
+) {
     for conn in listener.incoming() {
         match conn {
             Ok(stream) => {
-                let (events, waiter) = (events.clone(), waiter.clone());
+                let (events, waiter, metrics) = (events.clone(), waiter.clone(), metrics.clone());
                 let spawned = std::thread::Builder::new()
                     .name("cni-conn".into())
-                    .spawn(move || handle_connection(stream, &events, &waiter));
+                    .spawn(move || handle_connection(stream, &events, &waiter, &metrics));
                 if let Err(e) = spawned {
                     tracing::error!("cannot start a connection thread: {e}");
                 }
@@ -209,8 +215,13 @@ pub fn serve(listener: &UnixListener, events: &Sender<Event>, waiter: &Arc<Attac
     }
 }
 
-/// Reads one request line, answers it, closes.
-pub fn handle_connection(stream: UnixStream, events: &Sender<Event>, waiter: &AttachWaiter) {
+/// Reads one request line, answers it (counted in `metrics`), closes.
+pub fn handle_connection(
+    stream: UnixStream,
+    events: &Sender<Event>,
+    waiter: &AttachWaiter,
+    metrics: &Metrics,
+) {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
     let mut line = String::new();
     let read = BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line);
@@ -224,7 +235,15 @@ pub fn handle_connection(stream: UnixStream, events: &Sender<Event>, waiter: &At
         Ok(_) => match serde_json::from_str::<Request>(line.trim_end()) {
             Ok(req) => {
                 let op = op_name(&req);
+                let kind = crate::cni::client::op_name(&req);
                 let a = handle(req, events, waiter);
+                metrics.observe_cni(
+                    kind,
+                    match &a.response {
+                        Response::Error { code, .. } => format!("{code:?}"),
+                        _ => "ok".into(),
+                    },
+                );
                 match &a.response {
                     Response::Error { code, msg, .. } if !a.ordinary => {
                         tracing::warn!("{op}: {code:?}: {msg}");

@@ -138,7 +138,8 @@ pub struct BindingEntry {
     /// The policy and rule that decided, e.g. `tiers spec.rules[1]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
-    /// Services: `Valid`, `Programmed`, `TargetPortsResolved`; NetworkPolicies: `Valid`.
+    /// Services: `Valid`, `Programmed`, `TargetPortsResolved`; NetworkPolicies: `Valid`,
+    /// `Programmed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -113,8 +113,10 @@ impl Lab {
             self.tables_name(k),
             "--attach-timeout-ms".into(),
             "30000".into(),
+            "--metrics-listen".into(),
+            "127.0.0.1:0".into(),
         ];
-        let log = self.res.dir.join(format!("control-{}.log", NODES[k].0));
+        let log = self.control_log(k);
         let p = Proc::spawn(&format!("lace-control {}", NODES[k].0), &argv, log);
         self.controls[k] = Some(p);
         let sock = self.socket(k);
@@ -127,6 +129,21 @@ impl Lab {
             let r = try_control_request(&sock, &json!({"op": "status"})).ok()?;
             (r["result"] == "ok").then_some(())
         });
+    }
+
+    fn control_log(&self, k: usize) -> PathBuf {
+        self.res.dir.join(format!("control-{}.log", NODES[k].0))
+    }
+
+    /// Node k's lace-control's `/metrics` (the address it logged at start).
+    pub fn control_metrics(&self, k: usize) -> String {
+        let log = std::fs::read_to_string(self.control_log(k)).unwrap_or_default();
+        let addr = lace_shared::metrics::announced(&log)
+            .unwrap_or_else(|| panic!("no metrics address in lace-control's log:\n{log}"));
+        let (status, body) = lace_shared::metrics::get(addr, "/metrics")
+            .unwrap_or_else(|e| panic!("GET http://{addr}/metrics: {e}"));
+        assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+        body
     }
 
     /// Starts node k's lace-forwarder in its namespace and waits until it runs.

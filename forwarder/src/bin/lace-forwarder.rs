@@ -38,6 +38,10 @@ enum Cmd {
     Run {
         #[command(flatten)]
         settings: Settings,
+        /// Serve Prometheus metrics (drops by reason, per-port counters and losses, the
+        /// table generation, the flow table) at http://ADDR/metrics, e.g. 0.0.0.0:9411.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Show a forwarder's status region: ports, stages, drops, workers.
     Stats {
@@ -129,10 +133,31 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.command {
-        Cmd::Run { settings } => {
+        Cmd::Run {
+            settings,
+            metrics_listen,
+        } => {
             let config = match settings.load() {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
+            };
+            let status = config.status_path();
+            let flows = lace_shared::flow::flows_path(&config.tables_dir, &config.name);
+            let _metrics = match metrics_listen.map(|addr| {
+                lace_shared::metrics::MetricsServer::start(addr, move || {
+                    engine::stats::openmetrics(&status, &flows)
+                })
+                .map_err(|e| (addr, e))
+            }) {
+                Some(Ok(m)) => {
+                    tracing::info!("{}", m.announcement());
+                    Some(m)
+                }
+                Some(Err((addr, e))) => {
+                    eprintln!("lace-forwarder: --metrics-listen {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+                None => None,
             };
             let stop = match engine::install_signal_handlers() {
                 Ok(s) => s,

@@ -140,6 +140,28 @@ impl FlowReport {
     }
 }
 
+/// Help text of `lace_forwarder_up`.
+const UP_HELP: &str = "1 while the forwarder that writes the status region runs";
+
+/// What `GET /metrics` answers: the report of the status region at `status` (and the flow
+/// region at `flows`), or only `lace_forwarder_up 0` while there is no status region.
+pub fn openmetrics(status: &std::path::Path, flows: &std::path::Path) -> String {
+    match StatusReader::open(status) {
+        Ok(r) => Report::read(&r, FlowReport::read(flows)).to_openmetrics(),
+        Err(_) => {
+            let mut reg = prometheus_client::registry::Registry::with_prefix("lace_forwarder");
+            reg.register(
+                "up",
+                UP_HELP,
+                prometheus_client::metrics::gauge::Gauge::<i64>::default(),
+            );
+            let mut out = String::new();
+            let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
+            out
+        }
+    }
+}
+
 /// Sum of the `dropped` column (the second) of `/proc/net/softnet_stat` over all CPUs.
 pub fn softnet_dropped(text: &str) -> u64 {
     text.lines()
@@ -249,6 +271,150 @@ impl Report {
             flows,
             stage_order,
         }
+    }
+
+    /// The report as Prometheus metrics (the OpenMetrics text `GET /metrics` serves; the
+    /// names and help texts are listed in the README).
+    pub fn to_openmetrics(&self) -> String {
+        use prometheus_client::metrics::counter::Counter;
+        use prometheus_client::metrics::family::Family;
+        use prometheus_client::metrics::gauge::Gauge;
+        use prometheus_client::registry::Registry;
+        type Labels = Vec<(&'static str, String)>;
+        let mut reg = Registry::with_prefix("lace_forwarder");
+        let gauge = |reg: &mut Registry, name: &str, help: &str, v: u64| {
+            let g = Gauge::<i64>::default();
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+            reg.register(name, help, g);
+        };
+        let counter = |reg: &mut Registry, name: &str, help: &str, v: u64| {
+            let c = Counter::<u64>::default();
+            c.inc_by(v);
+            reg.register(name, help, c);
+        };
+        gauge(&mut reg, "up", UP_HELP, u64::from(self.alive));
+        gauge(
+            &mut reg,
+            "tables_generation",
+            "table generation the ports were last reconciled against (0: no tables yet)",
+            self.generation,
+        );
+        gauge(
+            &mut reg,
+            "heartbeat_age_seconds",
+            "seconds since the forwarder's last heartbeat",
+            self.heartbeat_age_ms / 1000,
+        );
+        let drops = Family::<Labels, Counter>::default();
+        for (reason, n) in &self.drops {
+            drops
+                .get_or_create(&vec![("reason", reason.clone())])
+                .inc_by(*n);
+        }
+        reg.register(
+            "drops",
+            "packets the pipeline dropped, by reason (every reason, summed over workers)",
+            drops,
+        );
+        let stages = Family::<Labels, Counter>::default();
+        for (stage, n) in &self.stages {
+            stages
+                .get_or_create(&vec![("stage", stage.clone())])
+                .inc_by(*n);
+        }
+        reg.register(
+            "stage_packets",
+            "packets through each pipeline stage, summed over workers",
+            stages,
+        );
+        type Value = fn(&PortReport) -> u64;
+        let port_counters: [(&str, &str, Value); 5] = [
+            ("port_rx_packets", "packets received on the port", |p| {
+                p.rx_packets
+            }),
+            ("port_rx_bytes", "bytes received on the port", |p| {
+                p.rx_bytes
+            }),
+            ("port_tx_packets", "packets sent on the port", |p| {
+                p.tx_packets
+            }),
+            ("port_tx_bytes", "bytes sent on the port", |p| p.tx_bytes),
+            (
+                "port_tx_refused",
+                "packets the port's transmit queue refused",
+                |p| p.tx_refused,
+            ),
+        ];
+        let port_labels = |p: &PortReport| -> Labels {
+            vec![("port", p.port.to_string()), ("kind", p.kind.to_owned())]
+        };
+        for (name, help, value) in port_counters {
+            let f = Family::<Labels, Counter>::default();
+            for p in &self.ports {
+                f.get_or_create(&port_labels(p)).inc_by(value(p));
+            }
+            reg.register(name, help, f);
+        }
+        let losses = Family::<Labels, Counter>::default();
+        for p in &self.ports {
+            for (place, n) in [
+                ("device_rx_missed", p.device_rx_missed),
+                ("device_rx_errors", p.device_rx_errors),
+                ("device_rx_no_mbuf", p.device_rx_no_mbuf),
+                ("device_tx_errors", p.device_tx_errors),
+                ("kernel_rx_dropped", p.kernel_rx_dropped),
+                ("iface_rx_dropped", p.iface_rx_dropped),
+                ("iface_tx_dropped", p.iface_tx_dropped),
+            ] {
+                let mut l = port_labels(p);
+                l.push(("where", place.to_owned()));
+                losses.get_or_create(&l).inc_by(n);
+            }
+        }
+        reg.register(
+            "port_losses",
+            "frames lost outside the pipeline on the port: by the device, the packet socket or \
+             the kernel interface",
+            losses,
+        );
+        let up = Family::<Labels, Gauge>::default();
+        for p in &self.ports {
+            up.get_or_create(&port_labels(p))
+                .set(i64::from(p.state == "up"));
+        }
+        reg.register("port_up", "1 while the port is up", up);
+        counter(
+            &mut reg,
+            "softnet_dropped",
+            "frames the kernel dropped host-wide because a CPU's input backlog was full",
+            self.softnet_dropped,
+        );
+        if let Some(f) = &self.flows {
+            gauge(&mut reg, "flows", "connections tracked now", f.in_use);
+            gauge(
+                &mut reg,
+                "flows_capacity",
+                "connections the flow table holds at most (conntrack.max_flows)",
+                u64::from(f.capacity),
+            );
+            counter(&mut reg, "flows_created", "connections entered", f.created);
+            counter(
+                &mut reg,
+                "flows_removed",
+                "connections removed (expired, closed, revoked)",
+                f.removed,
+            );
+            counter(
+                &mut reg,
+                "flows_refused",
+                "NEW connections refused because the flow table was full",
+                f.refused_full,
+            );
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
+        out
     }
 
     /// The report as one line of JSON.
@@ -376,5 +542,69 @@ mod tests {
         assert_eq!(port_kind_name(PortId::UPLINK), "uplink");
         assert_eq!(port_kind_name(PortId::HOST), "host");
         assert_eq!(port_kind_name(PortId(7)), "pod");
+    }
+
+    #[test]
+    fn the_report_is_served_as_openmetrics() {
+        let port = |port: u32, state: &'static str| PortReport {
+            port,
+            kind: port_kind_name(PortId(port)),
+            state,
+            errno: None,
+            endpoint: 0,
+            rx_packets: 10 + u64::from(port),
+            rx_bytes: 1000,
+            tx_packets: 20,
+            tx_bytes: 2000,
+            tx_refused: 0,
+            device_rx_missed: 3,
+            device_rx_errors: 0,
+            device_rx_no_mbuf: 0,
+            device_tx_errors: 0,
+            kernel_rx_dropped: 4,
+            iface_rx_dropped: 0,
+            iface_tx_dropped: 0,
+            rx_large_segments: 0,
+            tx_large_segments: 0,
+        };
+        let r = Report {
+            pid: 1,
+            state: "running",
+            alive: true,
+            generation: 42,
+            heartbeat_age_ms: 2500,
+            ports: vec![port(0, "up"), port(5, "failed")],
+            stages: [("pod-input".to_owned(), 7)].into(),
+            drops: [("no-route".to_owned(), 2), ("policy-denied".to_owned(), 0)].into(),
+            workers: Vec::new(),
+            softnet_dropped: 1,
+            flows: Some(FlowReport {
+                capacity: 1024,
+                in_use: 3,
+                created: 5,
+                removed: 2,
+                refused_full: 0,
+            }),
+            stage_order: Vec::new(),
+        };
+        let text = r.to_openmetrics();
+        for line in [
+            "lace_forwarder_up 1",
+            "lace_forwarder_tables_generation 42",
+            "lace_forwarder_heartbeat_age_seconds 2",
+            "lace_forwarder_drops_total{reason=\"no-route\"} 2",
+            "lace_forwarder_drops_total{reason=\"policy-denied\"} 0",
+            "lace_forwarder_stage_packets_total{stage=\"pod-input\"} 7",
+            "lace_forwarder_port_rx_packets_total{port=\"5\",kind=\"pod\"} 15",
+            "lace_forwarder_port_losses_total{port=\"0\",kind=\"uplink\",where=\"device_rx_missed\"} 3",
+            "lace_forwarder_port_up{port=\"5\",kind=\"pod\"} 0",
+            "lace_forwarder_flows 3",
+            "lace_forwarder_flows_capacity 1024",
+            "lace_forwarder_flows_refused_total 0",
+            "# HELP lace_forwarder_drops packets the pipeline dropped, by reason",
+            "# EOF",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
     }
 }
