@@ -158,6 +158,8 @@ pub struct ClusterState {
     left_out: BTreeMap<String, String>,
     /// Writes redone after a conflict since this store was opened.
     conflicts: u64,
+    /// API requests that failed since this store was opened.
+    api_errors: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for ClusterState {
@@ -167,6 +169,7 @@ impl std::fmt::Debug for ClusterState {
             .field("namespace", &self.namespace)
             .field("leases", &self.ipam.leases().count())
             .field("conflicts", &self.conflicts)
+            .field("api_errors", &self.api_errors.get())
             .finish_non_exhaustive()
     }
 }
@@ -234,6 +237,7 @@ impl ClusterState {
             watches: None,
             left_out: BTreeMap::new(),
             conflicts: 0,
+            api_errors: std::cell::Cell::new(0),
         };
         s.migrate()?;
         s.start_watches(kube, tx)?;
@@ -248,6 +252,7 @@ impl ClusterState {
     }
 
     fn api_error(&self, object: String, op: &'static str, e: &kube::Error) -> StateError {
+        self.api_errors.set(self.api_errors.get() + 1);
         StateError::Api {
             object,
             op,
@@ -1415,6 +1420,10 @@ impl IpamStore for ClusterState {
 
     fn read<R>(&self, f: impl FnOnce(&Ipam) -> R) -> R {
         f(&self.ipam)
+    }
+
+    fn api_counts(&self) -> (u64, u64) {
+        (self.conflicts, self.api_errors.get())
     }
 
     fn mutate<R>(

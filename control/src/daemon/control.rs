@@ -78,6 +78,12 @@ pub trait IpamStore {
         &mut self,
         f: impl FnMut(&mut Ipam) -> Result<R, IpamError>,
     ) -> Result<R, StateError>;
+
+    /// Writes redone after a conflict with another writer, and API requests that failed,
+    /// since the store was opened; none for a store without an API server.
+    fn api_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 impl IpamStore for SharedState {
@@ -1321,6 +1327,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             tracing::error!("status: {e}");
         }
         self.metrics.observe_status(&status);
+        self.metrics.observe_store(self.store.api_counts());
         self.status = status;
     }
 }

@@ -27,6 +27,8 @@ pub struct Metrics {
     publish_seconds: Histogram,
     publish_errors: Counter,
     cni_requests: Family<Labels, Counter>,
+    conflicts: Counter,
+    api_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -48,6 +50,8 @@ impl Metrics {
             publish_seconds: Histogram::new(exponential_buckets(1e-4, 2.0, 18)),
             publish_errors: Counter::default(),
             cni_requests: Family::default(),
+            conflicts: Counter::default(),
+            api_errors: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -86,6 +90,17 @@ impl Metrics {
             "lace-cni requests answered, by request and result (ok, or the CNI error code)",
             m.cni_requests.clone(),
         );
+        registry.register(
+            "allocation_conflicts",
+            "Kubernetes mode: allocation writes redone because another node's control wrote \
+             first",
+            m.conflicts.clone(),
+        );
+        registry.register(
+            "api_errors",
+            "Kubernetes mode: requests to the API server that failed (retried)",
+            m.api_errors.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -109,6 +124,13 @@ impl Metrics {
         self.problems.set(count(s.problems.len()));
         self.tables_generation
             .set(i64::try_from(s.tables_generation).unwrap_or(i64::MAX));
+    }
+
+    /// The allocation store's totals since it opened: (conflicts, API errors).
+    pub fn observe_store(&self, (conflicts, api_errors): (u64, u64)) {
+        for (c, total) in [(&self.conflicts, conflicts), (&self.api_errors, api_errors)] {
+            c.inc_by(total.saturating_sub(c.get()));
+        }
     }
 
     /// One compilation and publication: how long it took and whether it was published.
@@ -163,11 +185,15 @@ mod tests {
         m.observe_cni("Allocate", "ok".into());
         m.observe_cni("Allocate", "ok".into());
         m.observe_cni("Attach", "TryAgainLater".into());
+        m.observe_store((3, 1));
+        m.observe_store((5, 1));
         let text = m.encode();
         for line in [
             "lace_control_objects{kind=\"Pod\"} 3",
             "lace_control_objects{kind=\"Network\"} 0",
             "lace_control_problems 1",
+            "lace_control_allocation_conflicts_total 5",
+            "lace_control_api_errors_total 1",
             "lace_control_tables_generation 7",
             "lace_control_publish_seconds_count 2",
             "lace_control_publish_errors_total 1",
