@@ -4,6 +4,7 @@
 
 use lace_shared::flow::FlowKey;
 use lace_shared::policy::{PeerClass, PolicyDir, PortRange, Ports};
+use lace_shared::tables::TableWriter;
 
 use super::*;
 
@@ -769,6 +770,14 @@ impl Twins {
         self.general.later(secs);
     }
 
+    /// The same change of the tables on both nodes, published.
+    fn program(&mut self, change: impl Fn(&mut TableWriter)) {
+        for ct in [&mut self.fast, &mut self.general] {
+            change(&mut ct.node.writer);
+            ct.node.writer.publish().unwrap();
+        }
+    }
+
     /// Opens S2's TCP connection from `sport` to `dst`:`dport` through the handshake (the
     /// reply from the remote end `peer` via the uplink); returns where it went (the backend,
     /// for a ClusterIP).
@@ -778,16 +787,8 @@ impl Twins {
         let ip = &f[14 + 40..];
         let peer = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
         let pport = u16::from_be_bytes([ip[22], ip[23]]);
-        let inner = ipv4(
-            peer,
-            S2_4,
-            6,
-            63,
-            0,
-            true,
-            &tcp4(peer, S2_4, pport, sport, SYNACK, b"x"),
-        );
-        assert_eq!(self.one(PortId::UPLINK, to_sid(MY_SSID, &inner, 4)).0, S2);
+        let synack = under4(peer, S2_4, pport, sport, SYNACK);
+        assert_eq!(self.one(PortId::UPLINK, synack).0, S2);
         let (_, frames) = self.both(S2, &[seg4(S2, S2_4, dst, sport, dport, ACK)], true);
         assert_eq!(frames, 0, "the handshake's last ACK changes the state");
         peer
@@ -894,16 +895,8 @@ fn a_policy_change_revalidates_then_revokes_outside_the_fused_hit() {
     let open = |t: &mut Twins, sport: u16| {
         let syn = seg4(S1, S1_4, SREMOTE4, sport, 22, SYN);
         assert_eq!(t.one(S1, syn).0, PortId::UPLINK);
-        let inner = ipv4(
-            SREMOTE4,
-            S1_4,
-            6,
-            63,
-            0,
-            true,
-            &tcp4(SREMOTE4, S1_4, 22, sport, SYNACK, b"x"),
-        );
-        assert_eq!(t.one(PortId::UPLINK, to_sid(MY_SSID, &inner, 4)).0, S1);
+        let synack = under4(SREMOTE4, S1_4, 22, sport, SYNACK);
+        assert_eq!(t.one(PortId::UPLINK, synack).0, S1);
         t.both(S1, &[seg4(S1, S1_4, SREMOTE4, sport, 22, ACK)], true);
     };
     open(&mut t, 49600);
@@ -911,23 +904,17 @@ fn a_policy_change_revalidates_then_revokes_outside_the_fused_hit() {
     assert_eq!(t.both(S1, &frames, true).1, 8);
     // A policy change that keeps the connection allowed: the first burst after it is
     // classified again, the general way; the next one is fused again.
-    for ct in [&mut t.fast, &mut t.general] {
-        ct.node
-            .writer
-            .set_decision(SET1, PolicyDir::Egress, PeerClass(3), &Ports::All)
+    t.program(|w| {
+        w.set_decision(SET1, PolicyDir::Egress, PeerClass(3), &Ports::All)
             .unwrap();
-        ct.node.writer.publish().unwrap();
-    }
+    });
     assert_eq!(t.both(S1, &frames, true).1, 0);
     assert_eq!(t.both(S1, &frames, true).1, 8);
     // Narrowed: the connection is revoked at its next packet, the others are NEW and denied.
-    for ct in [&mut t.fast, &mut t.general] {
-        ct.node
-            .writer
-            .remove_decision(SET1, PolicyDir::Egress, PeerClass(2))
+    t.program(|w| {
+        w.remove_decision(SET1, PolicyDir::Egress, PeerClass(2))
             .unwrap();
-        ct.node.writer.publish().unwrap();
-    }
+    });
     let (r, fused) = t.both(S1, &frames, true);
     assert_eq!(fused, 0);
     assert!(r.sent.is_empty());
@@ -976,13 +963,10 @@ fn s3_key(proto: u8, sport: u16, dport: u16) -> FlowKey {
 impl Twins {
     /// S3 (isolated for ingress) admits node 2's block on `ports`, on both nodes.
     fn admit_remote(&mut self, ports: &Ports) {
-        for ct in [&mut self.fast, &mut self.general] {
-            ct.node
-                .writer
-                .set_decision(SET2, PolicyDir::Ingress, PeerClass(2), ports)
+        self.program(|w| {
+            w.set_decision(SET2, PolicyDir::Ingress, PeerClass(2), ports)
                 .unwrap();
-            ct.node.writer.publish().unwrap();
-        }
+        });
     }
 
     /// Opens SREMOTE4's TCP connection from `sport` to S3's port 80 through the handshake.
@@ -1138,13 +1122,10 @@ fn a_policy_change_revalidates_then_revokes_a_connection_into_an_isolated_pod() 
     assert_eq!(t.both(PortId::UPLINK, &frames, true).1, 8);
     // Narrowed mid-flow: the connection is revoked at its next packet, the others are NEW and
     // denied.
-    for ct in [&mut t.fast, &mut t.general] {
-        ct.node
-            .writer
-            .remove_decision(SET2, PolicyDir::Ingress, PeerClass(2))
+    t.program(|w| {
+        w.remove_decision(SET2, PolicyDir::Ingress, PeerClass(2))
             .unwrap();
-        ct.node.writer.publish().unwrap();
-    }
+    });
     let (r, fused) = t.both(PortId::UPLINK, &frames, true);
     assert_eq!(fused, 0);
     assert!(r.sent.is_empty());
