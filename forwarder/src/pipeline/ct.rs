@@ -977,13 +977,12 @@ fn plain_entry<B: PacketBuf, I: Io<B>>(
     steady.then_some((v, orig))
 }
 
-/// The fused established hit in the receiver's zone: for a vector of fresh IPv4 packets
-/// that all go to pod `port` of this node (`miss`: the `Meta` a packet holds if it leaves the
-/// delivery loop), whose network
-/// is stateful and whose port is up, the longest prefix whose packets are plain hits in the
-/// pod's zone ([`plain_entry`]) is tracked and delivered here — conntrack, local-rewrite and
-/// tx in one call chain, counted as the general path counts them. Returns how many packets
-/// (the prefix) it took; the rest go the general way.
+/// The fused established hit in the receiver's zone: for a vector of fresh IPv4 packets that
+/// all go to pod `port` of this node, whose network `net` is stateful and whose port is up
+/// (`miss`: the `Meta` a packet holds if it leaves the delivery loop), the longest prefix whose
+/// packets are plain hits in the pod's zone ([`plain_entry`]) is tracked and delivered here —
+/// conntrack, local-rewrite and tx in one call chain, counted as the general path counts them.
+/// Returns how many packets (the prefix) it took; the rest go the general way.
 ///
 /// Ends the prefix as [`established4`] does (a NEW connection, a state change, a
 /// revalidation, an expired entry, ICMP, a fragment), and also at a translated connection's
@@ -993,13 +992,11 @@ pub(super) fn established4_in<B: PacketBuf, I: Io<B>>(
     n: &mut NodeCtx<'_, '_, '_, B, I>,
     slots: &[u8],
     port: PortId,
+    net: lace_shared::types::NetworkId,
     plan: &Delivery,
     miss: Meta,
 ) -> usize {
-    let Some((rec, true)) = n.cx.dst_port(port).map(|(rec, t)| (*rec, t)) else {
-        return 0;
-    };
-    let Some((_, ctx)) = n.cx.net(rec.network()) else {
+    let Some((_, ctx)) = n.cx.net(net) else {
         return 0;
     };
     let (gen, zone) = (ctx.policy_gen, port.0);

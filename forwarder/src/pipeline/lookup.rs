@@ -302,7 +302,9 @@ fn fused<B: PacketBuf, I: Io<B>>(
                     deliver_run(n, slots, &plan, Some(miss));
                     count
                 }
-                Some((_, true)) => ct::established4_in(n, slots, port, &plan, miss),
+                Some((rec, true)) => {
+                    ct::established4_in(n, slots, port, rec.network(), &plan, miss)
+                }
                 None => 0,
             }
         }
