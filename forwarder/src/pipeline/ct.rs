@@ -45,7 +45,7 @@ use lace_shared::types::{NextHop, PortId, PortRec};
 
 use super::cache::{Hop, Route};
 use super::input::L3;
-use super::lookup::UNREACH_PORT;
+use super::lookup::{deliver_run, Delivery, UNREACH_PORT};
 use super::srv6;
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
 use crate::wire::checksum;
@@ -693,19 +693,22 @@ fn ingress_key(zone: u32, p: &Pkt) -> FlowKey {
 const L4: usize = L3 + 20;
 
 /// What the fused hit reads of a packet, at fixed offsets: a TCP or UDP segment in IPv4
-/// without options (pod-input checked the header), not a fragment, not a TCP SYN, FIN or RST.
+/// without options (the input node checked the header), not a fragment, not a TCP SYN, FIN or
+/// RST.
 #[derive(Debug, Clone, Copy)]
 struct Seg4 {
-    dst: u32,
+    /// The remote end: the destination in the sender's zone, the source in the receiver's.
+    peer: u32,
     /// Source port << 16 | destination port.
     ports: u32,
     proto: u8,
 }
 
 impl Seg4 {
-    /// `None`: not the plain case (the general path decides the packet).
+    /// `None`: not the plain case (the general path decides the packet). `dir`: the zone's
+    /// side of the connection (egress: the sender's zone, ingress: the receiver's).
     #[inline(always)]
-    fn read(d: &[u8]) -> Option<Seg4> {
+    fn read(d: &[u8], dir: PolicyDir) -> Option<Seg4> {
         let h = d.first_chunk::<{ L4 + 8 }>()?;
         if u16::from_be_bytes([h[L3 + 6], h[L3 + 7]]) & 0x3fff != 0 {
             return None;
@@ -721,8 +724,12 @@ impl Seg4 {
             PROTO_UDP => {}
             _ => return None,
         }
+        let at = match dir {
+            PolicyDir::Egress => L3 + 16,
+            PolicyDir::Ingress => L3 + 12,
+        };
         Some(Seg4 {
-            dst: u32::from_be_bytes([h[L3 + 16], h[L3 + 17], h[L3 + 18], h[L3 + 19]]),
+            peer: u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]),
             ports: u32::from_be_bytes([h[L4], h[L4 + 1], h[L4 + 2], h[L4 + 3]]),
             proto,
         })
@@ -730,19 +737,25 @@ impl Seg4 {
 
     #[inline(always)]
     fn same_flow(&self, o: &Seg4) -> bool {
-        self.dst == o.dst && self.ports == o.ports && self.proto == o.proto
+        self.peer == o.peer && self.ports == o.ports && self.proto == o.proto
     }
 
-    /// Its key in the sender's zone: [`egress_key`] of the same packet.
+    /// Its key in zone `zone` on side `dir`: [`egress_key`] or [`ingress_key`] of the same
+    /// packet.
     #[inline(always)]
-    fn key(&self, zone: u32) -> FlowKey {
+    fn key(&self, zone: u32, dir: PolicyDir) -> FlowKey {
+        let (src, dst) = ((self.ports >> 16) as u16, self.ports as u16);
+        let (rport, lport) = match dir {
+            PolicyDir::Egress => (dst, src),
+            PolicyDir::Ingress => (src, dst),
+        };
         FlowKey {
             zone,
             proto: self.proto,
             v6: false,
-            remote: mapped(self.dst.to_be_bytes()),
-            rport: self.ports as u16,
-            lport: (self.ports >> 16) as u16,
+            remote: mapped(self.peer.to_be_bytes()),
+            rport,
+            lport,
         }
     }
 }
@@ -784,7 +797,7 @@ impl Dnat {
     /// Flow `s`'s destination translated to `addr`:`port` as [`rewrite`] does it.
     fn new(s: &Seg4, addr: u32, port: u16) -> Dnat {
         let old_port = s.ports as u16;
-        let ip_delta = checksum::delta_u32(s.dst, addr);
+        let ip_delta = checksum::delta_u32(s.peer, addr);
         let (port, l4_delta) = if port != old_port {
             (Some(port), ip_delta + checksum::delta_u16(old_port, port))
         } else {
@@ -835,36 +848,8 @@ pub(super) fn established4<B: PacketBuf, I: Io<B>>(
         return 0;
     };
     let zone = fresh.rx.0;
-    let seed = n.ct.table.seed();
-    // Pass 1: read the packets, hash each run's key and start loading its bucket.
-    let mut runs = std::mem::take(&mut n.ct.runs);
-    runs.clear();
-    let mut count = 0;
-    for &i in slots {
-        let Some(seg) = n.bufs[usize::from(i)]
-            .as_ref()
-            .and_then(|b| Seg4::read(b.data()))
-        else {
-            break;
-        };
-        if !runs.last().is_some_and(|r| r.seg.same_flow(&seg)) {
-            let hash = seg.key(zone).hash(seed);
-            n.ct.table.prefetch(hash);
-            runs.push(FlowRun {
-                start: count,
-                seg,
-                hash,
-                nat: None,
-            });
-        }
-        count += 1;
-    }
+    let (mut runs, count, now) = read_runs(n, slots, zone, PolicyDir::Egress);
     // Pass 2: one lookup per run, as long as the runs are plain hits that go the first one's way.
-    let now = if runs.is_empty() {
-        0
-    } else {
-        (n.io.now_ns() / 1_000_000_000) as u32
-    };
     let mut first: Option<(Way, srv6::EncapPlan)> = None;
     let mut taken = 0;
     for r in runs.iter_mut() {
@@ -922,6 +907,129 @@ pub(super) fn established4<B: PacketBuf, I: Io<B>>(
     done
 }
 
+/// Pass 1 of a fused hit: the longest prefix of `slots` that [`Seg4::read`] takes, as runs of
+/// packets of one flow in a row, each run's key in `zone` (on side `dir`) hashed once and its
+/// bucket prefetched. Returns the runs (the tracker's reused vector: give it back), how many
+/// packets they hold, and the time in seconds (0 when there are none).
+#[inline(always)]
+fn read_runs<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    zone: u32,
+    dir: PolicyDir,
+) -> (Vec<FlowRun>, usize, u32) {
+    let seed = n.ct.table.seed();
+    let mut runs = std::mem::take(&mut n.ct.runs);
+    runs.clear();
+    let mut count = 0;
+    for &i in slots {
+        let Some(seg) = n.bufs[usize::from(i)]
+            .as_ref()
+            .and_then(|b| Seg4::read(b.data(), dir))
+        else {
+            break;
+        };
+        if !runs.last().is_some_and(|r| r.seg.same_flow(&seg)) {
+            let hash = seg.key(zone, dir).hash(seed);
+            n.ct.table.prefetch(hash);
+            runs.push(FlowRun {
+                start: count,
+                seg,
+                hash,
+                nat: None,
+            });
+        }
+        count += 1;
+    }
+    let now = if runs.is_empty() {
+        0
+    } else {
+        (n.io.now_ns() / 1_000_000_000) as u32
+    };
+    (runs, count, now)
+}
+
+/// Run `r`'s connection in `zone` (side `dir`) when its packets would do nothing to it but
+/// touch it: found, not a translation's reply entry, not expired, created under policy
+/// generation `gen`, TCP ESTABLISHED (UDP: replied, or in its opening direction). Returns the
+/// entry and whether the packets go in the connection's opening direction.
+#[inline(always)]
+fn plain_entry<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    r: &FlowRun,
+    zone: u32,
+    dir: PolicyDir,
+    gen: u32,
+    now: u32,
+) -> Option<(FlowView, bool)> {
+    let v = n.ct.table.lookup(&r.seg.key(zone, dir), r.hash)?;
+    if v.reverse || v.gen != gen || n.ct.expired(&v, now) {
+        return None;
+    }
+    let orig = match dir {
+        PolicyDir::Egress => v.origin == Origin::Egress,
+        PolicyDir::Ingress => v.origin == Origin::Ingress,
+    };
+    let steady = match r.seg.proto {
+        PROTO_TCP => v.state == TCP_ESTABLISHED,
+        _ => orig || v.state != UNREPLIED,
+    };
+    steady.then_some((v, orig))
+}
+
+/// The fused established hit in the receiver's zone: for a vector of fresh IPv4 packets that
+/// all go to pod `port` of this node, whose network `net` is stateful and whose port is up
+/// (`miss`: the `Meta` a packet holds if it leaves the delivery loop), the longest prefix whose
+/// packets are plain hits in the pod's zone ([`plain_entry`]) is tracked and delivered here —
+/// conntrack, local-rewrite and tx in one call chain, counted as the general path counts them.
+/// Returns how many packets (the prefix) it took; the rest go the general way.
+///
+/// Ends the prefix as [`established4`] does (a NEW connection, a state change, a
+/// revalidation, an expired entry, ICMP, a fragment), and also at a translated connection's
+/// reply (its source is translated back on the general path). A packet the fused path takes
+/// is one the general `ingress` phase would only touch.
+pub(super) fn established4_in<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    slots: &[u8],
+    port: PortId,
+    net: lace_shared::types::NetworkId,
+    plan: &Delivery,
+    miss: Meta,
+) -> usize {
+    let Some((_, ctx)) = n.cx.net(net) else {
+        return 0;
+    };
+    let (gen, zone) = (ctx.policy_gen, port.0);
+    let (runs, count, now) = read_runs(n, slots, zone, PolicyDir::Ingress);
+    // Pass 2: one lookup per run, as long as the runs are plain hits.
+    let mut taken = 0;
+    for r in &runs {
+        let Some((v, _)) = plain_entry(n, r, zone, PolicyDir::Ingress, gen, now) else {
+            break;
+        };
+        n.ct.table.touch(v.idx, now);
+        taken += 1;
+    }
+    let done = runs.get(taken).map_or(count, |r| r.start);
+    n.ct.runs = runs;
+    if done == 0 {
+        return 0;
+    }
+    n.through(
+        &[Stage::Ip4Lookup, Stage::Conntrack, Stage::LocalRewrite],
+        done as u64,
+    );
+    #[cfg(test)]
+    {
+        n.ct.fused += done as u64;
+    }
+    // Pass 3: delivered.
+    let at = std::mem::replace(&mut n.at, Stage::LocalRewrite);
+    deliver_run(n, &slots[..done], plan, Some(miss));
+    n.at = at;
+    done
+}
+
 /// The established hit of run `r` in zone `zone` of network `net` (policy generation `gen`),
 /// if it is a plain one (see [`established4`]).
 #[inline]
@@ -934,23 +1042,15 @@ fn flow_hit<B: PacketBuf, I: Io<B>>(
     now: u32,
 ) -> Option<Hit> {
     let s = &r.seg;
-    let nh = n.cx.route4(net, s.dst)?;
+    let nh = n.cx.route4(net, s.peer)?;
     let (hop, flags) = match n.cx.route(nh) {
         Route::Forward(hop) => (hop, 0),
         Route::ReplyOnly(hop) => (hop, Meta::REPLY_ONLY),
         Route::Service => (Hop::None, Meta::SERVICE),
         _ => return None,
     };
-    let v = n.ct.table.lookup(&s.key(zone), r.hash)?;
-    if v.reverse || v.gen != gen || n.ct.expired(&v, now) {
-        return None;
-    }
-    let orig = v.origin == Origin::Egress;
-    let steady = match s.proto {
-        PROTO_TCP => v.state == TCP_ESTABLISHED,
-        _ => orig || v.state != UNREPLIED,
-    };
-    if !steady || (orig && flags == Meta::REPLY_ONLY) {
+    let (v, orig) = plain_entry(n, r, zone, PolicyDir::Egress, gen, now)?;
+    if orig && flags == Meta::REPLY_ONLY {
         return None;
     }
     let (nat, hop) = match v.nat {

@@ -232,9 +232,8 @@ pub(super) fn ip4_fresh<B: PacketBuf, I: Io<B>>(
         let Some(nh) = n.cx.route4(net, first) else {
             return no_network(n, slots, fresh);
         };
-        if !fused(n, slots, nh, ctx.gw_mac, fresh) {
-            route_each(n, slots, fresh, |_| nh);
-        }
+        let done = fused(n, slots, nh, ctx.gw_mac, fresh);
+        route_each(n, &slots[done..], fresh, |_| nh);
         return;
     }
     let Some(view) = n.cx.view(net) else {
@@ -244,9 +243,12 @@ pub(super) fn ip4_fresh<B: PacketBuf, I: Io<B>>(
     let mut hops = [0u32; VEC_CAP];
     view.route4_bulk(keys, &mut hops[..count]);
     let first = hops[0];
-    if !(hops[..count].iter().all(|&h| h == first) && fused(n, slots, first, ctx.gw_mac, fresh)) {
-        route_each(n, slots, fresh, |k| hops[k]);
-    }
+    let done = if hops[..count].iter().all(|&h| h == first) {
+        fused(n, slots, first, ctx.gw_mac, fresh)
+    } else {
+        0
+    };
+    route_each(n, &slots[done..], fresh, |k| hops[done + k]);
 }
 
 /// Fresh packets whose network is gone: the input node resolved it in this call, so this is
@@ -265,9 +267,11 @@ fn no_network<B: PacketBuf, I: Io<B>>(
 }
 
 /// The fused way on for a vector of fresh packets that all go to next hop `nh`: encapsulation
-/// toward a remote node, or delivery to a pod on this node, and out. `false`: it does not apply
-/// (the rewrite unusable, the MAC unresolved, the port down, not a forwarding next hop, or
-/// connection tracking to do: from or to an endpoint of a stateful network).
+/// toward a remote node, or delivery to a pod on this node, and out — for a pod of a stateful
+/// network, the prefix of established hits in its zone ([`ct::established4_in`]). Returns how
+/// many packets (a prefix) it took; the rest go the general way: all of them when it does not
+/// apply (the rewrite unusable, the MAC unresolved, the port down, not a forwarding next hop,
+/// or connection tracking to do in the sender's zone).
 #[inline(always)]
 fn fused<B: PacketBuf, I: Io<B>>(
     n: &mut NodeCtx<'_, '_, '_, B, I>,
@@ -275,29 +279,36 @@ fn fused<B: PacketBuf, I: Io<B>>(
     nh: u32,
     gw_mac: MacAddr,
     fresh: Meta,
-) -> bool {
-    let count = slots.len() as u64;
+) -> usize {
+    let count = slots.len();
     if fresh.is(Meta::TRACK_OUT) {
-        return false;
+        return 0;
     }
     match n.cx.route(nh) {
         Route::Forward(hop @ Hop::Remote { nh }) => match srv6::EncapPlan::new(n, nh) {
             Some(plan) => {
-                n.chain(Stage::Srv6Encap, count);
+                n.chain(Stage::Srv6Encap, count as u64);
                 srv6::encap_run(n, slots, &plan, Some(Meta { hop, ..fresh }), |_| {});
-                true
+                count
             }
-            None => false,
+            None => 0,
         },
-        Route::Forward(hop @ Hop::Local { port, mac })
-            if n.io.port_up(port) && n.cx.dst_port(port).is_some_and(|(_, tracked)| !tracked) =>
-        {
-            n.chain(Stage::LocalRewrite, count);
+        Route::Forward(hop @ Hop::Local { port, mac }) if n.io.port_up(port) => {
             let plan = Delivery::new(port, mac, gw_mac);
-            deliver_run(n, slots, &plan, Some(Meta { hop, ..fresh }));
-            true
+            let miss = Meta { hop, ..fresh };
+            match n.cx.dst_port(port) {
+                Some((_, false)) => {
+                    n.chain(Stage::LocalRewrite, count as u64);
+                    deliver_run(n, slots, &plan, Some(miss));
+                    count
+                }
+                Some((rec, true)) => {
+                    ct::established4_in(n, slots, port, rec.network(), &plan, miss)
+                }
+                None => 0,
+            }
         }
-        _ => false,
+        _ => 0,
     }
 }
 

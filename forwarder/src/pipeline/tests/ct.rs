@@ -3,7 +3,8 @@
 //! output ports, drop reasons and flow-table contents.
 
 use lace_shared::flow::FlowKey;
-use lace_shared::policy::{PeerClass, PolicyDir, Ports};
+use lace_shared::policy::{PeerClass, PolicyDir, PortRange, Ports};
+use lace_shared::tables::TableWriter;
 
 use super::*;
 
@@ -699,7 +700,8 @@ fn table_of(t: &Ct) -> Vec<Option<lace_shared::flow::FlowView>> {
 }
 
 /// Two nodes alike, one taking bursts as they come (`fast`) and one taking each burst behind a
-/// malformed frame, which sends the whole burst the general way (`general`).
+/// malformed frame, which sends the whole burst the general way (`general`), from a pod or from
+/// the uplink.
 struct Twins {
     fast: Ct,
     general: Ct,
@@ -732,7 +734,12 @@ impl Twins {
         }
         assert_eq!(a, b, "the same packets out");
         let mut want = fast.counters.clone();
-        want.stages[Stage::PodInput as usize] += 1;
+        let input = if rx == PortId::UPLINK {
+            Stage::UplinkInput
+        } else {
+            Stage::PodInput
+        };
+        want.stages[input as usize] += 1;
         want.stages[Stage::Drop as usize] += 1;
         want.drops[DropReason::Malformed as usize] += 1;
         assert_eq!(general.counters, want, "the same counters");
@@ -763,6 +770,14 @@ impl Twins {
         self.general.later(secs);
     }
 
+    /// The same change of the tables on both nodes, published.
+    fn program(&mut self, change: impl Fn(&mut TableWriter)) {
+        for ct in [&mut self.fast, &mut self.general] {
+            change(&mut ct.node.writer);
+            ct.node.writer.publish().unwrap();
+        }
+    }
+
     /// Opens S2's TCP connection from `sport` to `dst`:`dport` through the handshake (the
     /// reply from the remote end `peer` via the uplink); returns where it went (the backend,
     /// for a ClusterIP).
@@ -772,16 +787,8 @@ impl Twins {
         let ip = &f[14 + 40..];
         let peer = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
         let pport = u16::from_be_bytes([ip[22], ip[23]]);
-        let inner = ipv4(
-            peer,
-            S2_4,
-            6,
-            63,
-            0,
-            true,
-            &tcp4(peer, S2_4, pport, sport, SYNACK, b"x"),
-        );
-        assert_eq!(self.one(PortId::UPLINK, to_sid(MY_SSID, &inner, 4)).0, S2);
+        let synack = under4(peer, S2_4, pport, sport, SYNACK);
+        assert_eq!(self.one(PortId::UPLINK, synack).0, S2);
         let (_, frames) = self.both(S2, &[seg4(S2, S2_4, dst, sport, dport, ACK)], true);
         assert_eq!(frames, 0, "the handshake's last ACK changes the state");
         peer
@@ -888,16 +895,8 @@ fn a_policy_change_revalidates_then_revokes_outside_the_fused_hit() {
     let open = |t: &mut Twins, sport: u16| {
         let syn = seg4(S1, S1_4, SREMOTE4, sport, 22, SYN);
         assert_eq!(t.one(S1, syn).0, PortId::UPLINK);
-        let inner = ipv4(
-            SREMOTE4,
-            S1_4,
-            6,
-            63,
-            0,
-            true,
-            &tcp4(SREMOTE4, S1_4, 22, sport, SYNACK, b"x"),
-        );
-        assert_eq!(t.one(PortId::UPLINK, to_sid(MY_SSID, &inner, 4)).0, S1);
+        let synack = under4(SREMOTE4, S1_4, 22, sport, SYNACK);
+        assert_eq!(t.one(PortId::UPLINK, synack).0, S1);
         t.both(S1, &[seg4(S1, S1_4, SREMOTE4, sport, 22, ACK)], true);
     };
     open(&mut t, 49600);
@@ -905,24 +904,229 @@ fn a_policy_change_revalidates_then_revokes_outside_the_fused_hit() {
     assert_eq!(t.both(S1, &frames, true).1, 8);
     // A policy change that keeps the connection allowed: the first burst after it is
     // classified again, the general way; the next one is fused again.
-    for ct in [&mut t.fast, &mut t.general] {
-        ct.node
-            .writer
-            .set_decision(SET1, PolicyDir::Egress, PeerClass(3), &Ports::All)
+    t.program(|w| {
+        w.set_decision(SET1, PolicyDir::Egress, PeerClass(3), &Ports::All)
             .unwrap();
-        ct.node.writer.publish().unwrap();
-    }
+    });
     assert_eq!(t.both(S1, &frames, true).1, 0);
     assert_eq!(t.both(S1, &frames, true).1, 8);
     // Narrowed: the connection is revoked at its next packet, the others are NEW and denied.
-    for ct in [&mut t.fast, &mut t.general] {
-        ct.node
-            .writer
-            .remove_decision(SET1, PolicyDir::Egress, PeerClass(2))
+    t.program(|w| {
+        w.remove_decision(SET1, PolicyDir::Egress, PeerClass(2))
             .unwrap();
-        ct.node.writer.publish().unwrap();
-    }
+    });
     let (r, fused) = t.both(S1, &frames, true);
+    assert_eq!(fused, 0);
+    assert!(r.sent.is_empty());
+    assert_eq!(r.counters.drop(DropReason::PolicyRevoked), 1);
+    assert_eq!(r.counters.drop(DropReason::PolicyDenied), 7);
+}
+
+// ---- the fused established hit in the receiver's zone ---------------------------------------
+
+/// A TCP/IPv4 packet from the underlay (node 2's `src`) to `dst`, in End.DT46 to this node.
+fn under4(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let inner = ipv4(
+        src,
+        dst,
+        6,
+        63,
+        0,
+        true,
+        &tcp4(src, dst, sport, dport, flags, b"in"),
+    );
+    to_sid(MY_SSID, &inner, 4)
+}
+
+fn under_udp4(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> Vec<u8> {
+    let inner = ipv4(src, dst, 17, 63, 0, true, &udp(sport, dport, b"in"));
+    to_sid(MY_SSID, &inner, 4)
+}
+
+/// `n` ACKs of SREMOTE4's connection from `sport` to S3's port 80.
+fn acks_in(sport: u16, n: usize) -> Vec<Vec<u8>> {
+    vec![under4(SREMOTE4, S3_4, sport, 80, ACK); n]
+}
+
+/// The key of SREMOTE4's connection from `sport` to S3's `dport`, in S3's zone.
+fn s3_key(proto: u8, sport: u16, dport: u16) -> FlowKey {
+    FlowKey {
+        zone: S3.0,
+        proto,
+        v6: false,
+        remote: SREMOTE4.to_ipv6_mapped().octets(),
+        rport: sport,
+        lport: dport,
+    }
+}
+
+impl Twins {
+    /// S3 (isolated for ingress) admits node 2's block on `ports`, on both nodes.
+    fn admit_remote(&mut self, ports: &Ports) {
+        self.program(|w| {
+            w.set_decision(SET2, PolicyDir::Ingress, PeerClass(2), ports)
+                .unwrap();
+        });
+    }
+
+    /// Opens SREMOTE4's TCP connection from `sport` to S3's port 80 through the handshake.
+    fn open_in(&mut self, sport: u16) {
+        let syn = under4(SREMOTE4, S3_4, sport, 80, SYN);
+        assert_eq!(self.one(PortId::UPLINK, syn).0, S3);
+        let synack = seg4(S3, S3_4, SREMOTE4, 80, sport, SYNACK);
+        assert_eq!(self.one(S3, synack).0, PortId::UPLINK);
+        let (_, fused) = self.both(PortId::UPLINK, &acks_in(sport, 1), true);
+        assert_eq!(fused, 0, "the handshake's last ACK changes the state");
+        assert_eq!(state_of(&self.fast, &s3_key(6, sport, 80)), (3, 0));
+    }
+}
+
+#[test]
+fn established_bursts_into_an_isolated_pod_take_the_fused_hit_with_the_general_paths_bytes() {
+    let mut t = Twins::new();
+    t.admit_remote(&Ports::Ranges(vec![
+        PortRange {
+            proto: 6,
+            lo: 80,
+            hi: 80,
+        },
+        PortRange {
+            proto: 17,
+            lo: 53,
+            hi: 53,
+        },
+    ]));
+    t.open_in(43000);
+    t.open_in(43001);
+    // One flow, the whole burst, a little later: tracked (its entry touched) and delivered in
+    // the fused hit.
+    t.later(2);
+    let (r, fused) = t.both(PortId::UPLINK, &acks_in(43000, 32), true);
+    assert_eq!(fused, 32);
+    assert_eq!(r.sent.len(), 32);
+    for (port, f) in &r.sent {
+        assert_eq!(*port, S3);
+        assert_eq!(tcp4_of(f), (SREMOTE4, S3_4, 43000, 80));
+    }
+    assert_eq!(r.counters.stage(Stage::Conntrack), 32);
+    assert_eq!(r.counters.stage(Stage::LocalRewrite), 32);
+    assert_eq!(r.counters.stage(Stage::Tx), 32);
+    // Two established flows interleaved: all fused, in order.
+    let mut two = acks_in(43000, 4);
+    two.extend(acks_in(43001, 4));
+    two.extend(acks_in(43000, 4));
+    assert_eq!(t.both(PortId::UPLINK, &two, true).1, 12);
+    // A NEW connection in the middle: the runs before it are fused, it and the rest are not.
+    let mut mixed = acks_in(43000, 8);
+    mixed.push(under4(SREMOTE4, S3_4, 43002, 80, SYN));
+    mixed.extend(acks_in(43001, 4));
+    mixed.extend(acks_in(43000, 4));
+    assert_eq!(t.both(PortId::UPLINK, &mixed, false).1, 8);
+    // A NEW connection the policy denies, first: nothing fused, the same drops.
+    let mut denied = vec![under4(SREMOTE4, S3_4, 43003, 81, ACK)];
+    denied.extend(acks_in(43000, 4));
+    let (r, fused) = t.both(PortId::UPLINK, &denied, true);
+    assert_eq!((fused, r.counters.drop(DropReason::PolicyDenied)), (0, 1));
+    // UDP: NEW, then in its opening direction (unreplied), fused.
+    let udp = vec![under_udp4(SREMOTE4, S3_4, 5300, 53); 4];
+    assert_eq!(
+        t.both(PortId::UPLINK, &udp, true).1,
+        0,
+        "NEW, then its own packets"
+    );
+    assert_eq!(t.both(PortId::UPLINK, &udp, true).1, 4);
+    assert_eq!(
+        state_of(&t.fast, &s3_key(17, 5300, 53)).0,
+        8,
+        "still unreplied"
+    );
+    // Replies to a connection S2 (tracked, not isolated) opened: fused in its zone.
+    t.open(SREMOTE4, 44100, 22);
+    let replies = vec![under4(SREMOTE4, S2_4, 22, 44100, ACK); 8];
+    assert_eq!(t.both(PortId::UPLINK, &replies, true).1, 8);
+    // A translated connection's replies (from a backend on node 2) are translated back on the
+    // general path.
+    let backend = t.open(VIP_SPREAD4, 44101, 80);
+    let replies = vec![under4(backend, S2_4, 8080, 44101, ACK); 4];
+    let (r, fused) = t.both(PortId::UPLINK, &replies, true);
+    assert_eq!(fused, 0);
+    assert_eq!(tcp4_of(&r.sent[0].1), (VIP_SPREAD4, S2_4, 80, 44101));
+}
+
+#[test]
+fn state_changes_and_expiry_into_an_isolated_pod_take_the_general_path() {
+    let mut t = Twins::new();
+    t.admit_remote(&Ports::All);
+    t.open_in(43100);
+    // A FIN: the packets before it are fused, it and those after are not.
+    let mut frames = acks_in(43100, 3);
+    frames.push(under4(SREMOTE4, S3_4, 43100, 80, FIN | ACK));
+    frames.extend(acks_in(43100, 3));
+    assert_eq!(t.both(PortId::UPLINK, &frames, true).1, 3);
+    assert_eq!(state_of(&t.fast, &s3_key(6, 43100, 80)), (4, 1), "closing");
+    assert_eq!(t.both(PortId::UPLINK, &acks_in(43100, 4), true).1, 0);
+    // S3's own FIN closes it both ways.
+    let fin = seg4(S3, S3_4, SREMOTE4, 80, 43100, FIN | ACK);
+    assert_eq!(t.one(S3, fin).0, PortId::UPLINK);
+    assert_eq!(
+        state_of(&t.fast, &s3_key(6, 43100, 80)),
+        (5, 3),
+        "time wait"
+    );
+    // A reset.
+    t.open_in(43101);
+    let mut frames = acks_in(43101, 2);
+    frames.push(under4(SREMOTE4, S3_4, 43101, 80, RST));
+    frames.extend(acks_in(43101, 2));
+    assert_eq!(t.both(PortId::UPLINK, &frames, true).1, 2);
+    assert_eq!(state_of(&t.fast, &s3_key(6, 43101, 80)).0, 6);
+    // Expiry: an unreplied UDP flow 31 s later is removed and entered again, the general way.
+    let udp = vec![under_udp4(SREMOTE4, S3_4, 5400, 53); 4];
+    t.both(PortId::UPLINK, &udp, true);
+    assert_eq!(t.both(PortId::UPLINK, &udp, true).1, 4);
+    let created = t.fast.pipe.flows().counts().created;
+    t.later(31);
+    assert_eq!(t.both(PortId::UPLINK, &udp, true).1, 0);
+    let counts = t.fast.pipe.flows().counts();
+    assert_eq!(counts.created, created + 1, "entered again");
+    assert!(counts.removed >= 1);
+    // IPv6 is not fused: the general path, the same bytes.
+    const SREMOTE6: Ipv6Addr = Ipv6Addr::new(0xfd11, 2, 0, 0, 0, 0, 0, 5);
+    let inner = ipv6(
+        SREMOTE6,
+        S3_6,
+        6,
+        63,
+        0,
+        &tcp6(SREMOTE6, S3_6, 43102, 80, ACK, b"in"),
+    );
+    let frames = vec![to_sid(MY_SSID, &inner, 41); 4];
+    assert_eq!(t.both(PortId::UPLINK, &frames, true).1, 0);
+}
+
+#[test]
+fn a_policy_change_revalidates_then_revokes_a_connection_into_an_isolated_pod() {
+    let mut t = Twins::new();
+    t.admit_remote(&Ports::All);
+    t.open_in(43200);
+    let frames = acks_in(43200, 8);
+    assert_eq!(t.both(PortId::UPLINK, &frames, true).1, 8);
+    // A policy change that keeps the connection allowed: the first burst after it is
+    // classified again, the general way; the next one is fused again.
+    t.admit_remote(&Ports::Ranges(vec![PortRange {
+        proto: 6,
+        lo: 80,
+        hi: 80,
+    }]));
+    assert_eq!(t.both(PortId::UPLINK, &frames, true).1, 0);
+    assert_eq!(t.both(PortId::UPLINK, &frames, true).1, 8);
+    // Narrowed mid-flow: the connection is revoked at its next packet, the others are NEW and
+    // denied.
+    t.program(|w| {
+        w.remove_decision(SET2, PolicyDir::Ingress, PeerClass(2))
+            .unwrap();
+    });
+    let (r, fused) = t.both(PortId::UPLINK, &frames, true);
     assert_eq!(fused, 0);
     assert!(r.sent.is_empty());
     assert_eq!(r.counters.drop(DropReason::PolicyRevoked), 1);
