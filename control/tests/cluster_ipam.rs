@@ -10,6 +10,7 @@ use kube::api::{Api, PostParams};
 use lace_control::api::NetworkType;
 use lace_control::daemon::cluster_state::ClusterState;
 use lace_control::daemon::control::IpamStore;
+use lace_control::daemon::owed::OwedFile;
 use lace_control::ipam::{
     AllocateRequest, AttachmentKey, EndpointLease, IpamConfig, NetworkDef, PodRef,
 };
@@ -400,4 +401,98 @@ fn a_single_object_state_is_migrated() {
         other.read(|i| i.leases().filter(|l| l.node == "node-b").count()),
         6
     );
+}
+
+/// The API server away: a release is still taken (out of the view at once) and its deletions
+/// are owed — kept in the owed file — while a new allocation is refused; when the API server
+/// answers again the same control makes them, and a control restarted while it was away makes
+/// them from the file. A release taken while the API server is away is never lost.
+#[test]
+fn releases_taken_while_the_api_server_is_away_are_made_when_it_returns() {
+    let mut c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let owed_path = dir.path().join("owed-node-a.json");
+    let open = |c: &Cluster| {
+        c.open("node-a")
+            .keep_owed_in(OwedFile::new(owed_path.clone()))
+            .unwrap()
+    };
+    let mut a = open(&c);
+    let nets = networks();
+    // Pods 0 and 2 on the l3 network, 1 and 3 on the l2 one (each l2 address is a claim).
+    for i in 0..4 {
+        let req = request("node-a", i);
+        a.mutate(|ipam| {
+            for (name, def) in &nets {
+                ipam.ensure_network(name, def)?;
+            }
+            ipam.ensure_node("node-a")?;
+            ipam.allocate(&req)
+        })
+        .unwrap();
+    }
+    let in_api = |c: &Cluster| (c.list("networkendpoints").len(), c.list("neighbors").len());
+    assert_eq!(in_api(&c), (4, 2));
+    assert!(a.reachable());
+    let release = |s: &mut ClusterState, i: usize| {
+        let key = request("node-a", i).key;
+        s.mutate(|ipam| Ok(ipam.release(&key))).unwrap()
+    };
+    let has = |s: &ClusterState, i: usize| {
+        let key = request("node-a", i).key;
+        s.read(|ipam| ipam.lease(&key).is_some())
+    };
+
+    // Away: pod 1 (l2) released — its endpoint and its claim owed.
+    c.server.stop();
+    assert!(release(&mut a, 1).is_some());
+    assert!(!a.reachable());
+    assert!(!has(&a, 1), "the release is in the view at once");
+    assert_eq!(a.owed(), 2);
+    assert!(owed_path.exists(), "the owed deletions are on disk");
+    // A new allocation needs the API server: refused, nothing taken.
+    let fresh = request("node-a", 10);
+    let e = a.mutate(|ipam| ipam.allocate(&fresh)).unwrap_err();
+    assert!(e.to_string().contains("API server"), "{e}");
+    assert!(!has(&a, 10));
+    // Back: the same control pays what it owes (probed within a few PROBE periods).
+    c.server.start().unwrap();
+    for _ in 0..100 {
+        a.refresh().unwrap();
+        if a.owed() == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(a.owed(), 0);
+    assert!(a.reachable());
+    assert_eq!(in_api(&c), (3, 1));
+    assert!(!owed_path.exists(), "nothing owed: no file");
+    // The watch's deletion events change nothing: pod 1 stays released, 0, 2, 3 stay.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    a.refresh().unwrap();
+    assert_eq!(
+        (0..4).map(|i| has(&a, i)).collect::<Vec<_>>(),
+        [true, false, true, true]
+    );
+
+    // Away again: pod 0 (l3) released, then control restarts while the API server is away.
+    c.server.stop();
+    assert!(release(&mut a, 0).is_some());
+    assert_eq!(a.owed(), 1);
+    drop(a);
+    c.server.start().unwrap();
+    assert_eq!(
+        in_api(&c),
+        (3, 1),
+        "the API server never heard of the release"
+    );
+    let b = open(&c);
+    assert_eq!(b.owed(), 0, "paid when opened");
+    assert_eq!(in_api(&c), (2, 1));
+    assert_eq!(
+        (0..4).map(|i| has(&b, i)).collect::<Vec<_>>(),
+        [false, false, true, true]
+    );
+    assert!(!owed_path.exists());
 }

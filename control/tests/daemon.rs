@@ -1724,3 +1724,73 @@ fn a_new_lease_holder_repeats_no_event_on_a_service() {
     }
     drop(second);
 }
+
+/// Kubernetes mode with the API server away (issue 24, item 3): DEL is still answered and the
+/// pod's port leaves the tables; CHECK and a repeated ADD of a pod control has still answer
+/// from its state; an ADD that needs a new allocation is "try again later" naming the API
+/// server. When it answers again the release reaches it (the NetworkEndpoint is deleted) and
+/// the ADD succeeds.
+#[test]
+fn with_the_api_server_away_del_and_check_are_served_and_the_release_reaches_it_later() {
+    let mut cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{LACE_SYSTEM}---{NAMESPACE}---{BASE}{}{}{}",
+        pod("web", "backend"),
+        pod("api", "backend"),
+        pod("late", "backend")
+    ));
+    let lab = kube_lab(&cluster, Duration::from_millis(500));
+    for p in ["web", "api", "late"] {
+        wait_observed(&lab, p);
+    }
+    let uid = |p: &str| pod_uid(&cluster, p);
+    let (web, api, late) = (uid("web"), uid("api"), uid("late"));
+    allocated(lab.ask(Request::Allocate(attachment_of_uid("c1", "web", &web))));
+    let t = ticket(lab.ask(Request::Attach(attachment_of_uid("c1", "web", &web))));
+    let a = allocated(lab.ask(Request::Allocate(attachment_of_uid("c2", "api", &api))));
+    assert_eq!(lab.published_endpoint(&t), Some(t.endpoint));
+    assert_eq!(api_leases(&cluster).len(), 2);
+
+    cluster.server.stop();
+    assert!(matches!(
+        lab.ask(Request::Release(attachment_of_uid("c1", "web", &web))),
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ..
+        })
+    ));
+    assert_eq!(lab.published_endpoint(&t), None, "the port left the tables");
+    let checked = allocated(lab.ask(Request::Check(attachment_of_uid("c2", "api", &api))));
+    assert!(checked.same_interface(&a));
+    let again = allocated(lab.ask(Request::Allocate(attachment_of_uid("c2", "api", &api))));
+    assert!(again.same_interface(&a) && !again.fresh);
+    let (code, msg, _) =
+        refused(lab.ask(Request::Allocate(attachment_of_uid("c3", "late", &late))));
+    assert_eq!(code, ErrorCode::TryAgainLater, "{msg}");
+    assert!(msg.contains("API server is unreachable"), "{msg}");
+
+    cluster.server.start().unwrap();
+    e2e_support::wait_for("web's NetworkEndpoint deleted", e2e_support::WAIT, || {
+        let leases = api_leases(&cluster);
+        (leases.len() == 1 && leases[0]["spec"]["pod"] == "api").then_some(())
+    });
+    let mut fresh = None;
+    for _ in 0..100 {
+        match lab.ask(Request::Allocate(attachment_of_uid("c3", "late", &late))) {
+            Reply::Done(Answer {
+                response: Response::Allocated(a),
+                ..
+            }) => {
+                fresh = Some(a);
+                break;
+            }
+            r => {
+                let (code, msg, _) = refused(r);
+                assert_eq!(code, ErrorCode::TryAgainLater, "{msg}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    assert!(fresh.is_some_and(|a| a.fresh), "the ADD never succeeded");
+    assert_eq!(api_leases(&cluster).len(), 2);
+}

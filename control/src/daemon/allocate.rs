@@ -33,6 +33,15 @@ pub struct IpamActions {
 }
 
 impl IpamActions {
+    /// Only what releases leases (taken while the allocation state is unreachable: the rest
+    /// writes ids and blocks, and waits).
+    pub fn releases_only(self) -> IpamActions {
+        IpamActions {
+            release_pods_gone: self.release_pods_gone,
+            ..IpamActions::default()
+        }
+    }
+
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
         self.ensure_networks.is_empty()

@@ -31,6 +31,13 @@
 //!   is in this node's FDB and neighbor table, and an l3 one is the address of a pod a
 //!   NetworkPolicy peer may select (ADR 0039). A control's memory grows with the cluster's
 //!   endpoints (a few hundred bytes each), as every CNI agent's endpoint cache does.
+//! - **The API server away.** A write that cannot reach it (no connection, a 5xx, 429) marks
+//!   the store unreachable ([`IpamStore::reachable`]): control then answers ADDs that need a
+//!   new allocation with code 11 and takes only releases. A release's deletions that cannot
+//!   be made are *owed* ([`super::owed`]): kept in a file of the state directory, left out of
+//!   the view, and made when the API server answers again — probed at most every [`PROBE`]
+//!   while it is away, and before any write — so a DEL taken while it was away is never lost,
+//!   not even across a restart of control.
 //! - An object that contradicts the view (a block taken twice, an endpoint of a network
 //!   recreated since) is left out and logged, never repaired; a ledger that does not parse is
 //!   an error naming the object.
@@ -57,6 +64,7 @@ use crate::ipam::{
 use crate::source::kubernetes::{KubernetesConfig, TaggedEvent, WatchThread};
 
 use super::control::IpamStore;
+use super::owed::{Owed, OwedFile};
 use super::state::StateError;
 
 /// The ledger's ConfigMap.
@@ -69,6 +77,8 @@ pub const LEGACY_KEY: &str = "state.json";
 pub const ENDPOINT_CHUNK: u32 = 1024;
 /// How long [`ClusterState::open`] waits for the first lists.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the API server is tried while it is unreachable.
+pub const PROBE: Duration = Duration::from_secs(1);
 
 /// What each watch is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -113,6 +123,9 @@ struct Records {
     /// Objects this control deleted whose deletion the watch has not delivered yet: (kind,
     /// namespace, name) → uid. An event for that uid is older than the deletion.
     deleted: BTreeMap<(Watch, String, String), String>,
+    /// Objects released while the API server was unreachable, not deleted there yet (same
+    /// keys): left out of the records until they are.
+    owed: BTreeMap<(Watch, String, String), String>,
 }
 
 /// How a write went.
@@ -160,6 +173,12 @@ pub struct ClusterState {
     conflicts: u64,
     /// API requests that failed since this store was opened.
     api_errors: std::cell::Cell<u64>,
+    /// Whether the last request found the API server unreachable.
+    away: std::cell::Cell<bool>,
+    /// When to try the API server again while it is away.
+    next_probe: Instant,
+    /// Where the owed deletions are kept; `None`: in memory only.
+    owed_file: Option<OwedFile>,
 }
 
 impl std::fmt::Debug for ClusterState {
@@ -170,6 +189,8 @@ impl std::fmt::Debug for ClusterState {
             .field("leases", &self.ipam.leases().count())
             .field("conflicts", &self.conflicts)
             .field("api_errors", &self.api_errors.get())
+            .field("away", &self.away.get())
+            .field("owed", &self.records.owed.len())
             .finish_non_exhaustive()
     }
 }
@@ -196,6 +217,25 @@ fn kind_name(w: Watch) -> &'static str {
 pub(crate) fn status(e: &kube::Error) -> Option<(u16, &str)> {
     match e {
         kube::Error::Api(s) => Some((s.code, s.reason.as_str())),
+        _ => None,
+    }
+}
+
+/// Whether `e` says the API server could not be reached or could not serve the request now
+/// (no connection, a broken stream, 5xx, 429), rather than refusing it.
+pub(crate) fn unreachable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+fn watch_of_kind(kind: &str) -> Option<Watch> {
+    match kind {
+        "Allocation" => Some(Watch::Allocations),
+        "Neighbor" => Some(Watch::Claims),
+        "NetworkEndpoint" => Some(Watch::MyEndpoints),
         _ => None,
     }
 }
@@ -238,6 +278,9 @@ impl ClusterState {
             left_out: BTreeMap::new(),
             conflicts: 0,
             api_errors: std::cell::Cell::new(0),
+            away: std::cell::Cell::new(false),
+            next_probe: Instant::now(),
+            owed_file: None,
         };
         s.migrate()?;
         s.start_watches(kube, tx)?;
@@ -246,13 +289,68 @@ impl ClusterState {
         Ok(s)
     }
 
+    /// Keeps the deletions owed to the API server in `file`: those it holds already (from
+    /// before a restart) are taken out of the view and made now.
+    pub fn keep_owed_in(mut self, file: OwedFile) -> Result<ClusterState, StateError> {
+        let mut unknown = Vec::new();
+        for o in file.load()? {
+            let Some(w) = watch_of_kind(&o.kind) else {
+                unknown.push(o.kind);
+                continue;
+            };
+            self.records
+                .owed
+                .insert((w, o.namespace.clone(), o.name.clone()), o.uid.clone());
+            self.unrecord(w, &o.namespace, &o.name, &o.uid);
+        }
+        if !unknown.is_empty() {
+            return Err(StateError::Owed {
+                op: "parse",
+                path: file.path().to_path_buf(),
+                reason: format!("unknown kinds {unknown:?}"),
+            });
+        }
+        if !self.records.owed.is_empty() {
+            tracing::info!(
+                "{} deletions owed to the API server from before the restart ({})",
+                self.records.owed.len(),
+                file.path().display()
+            );
+        }
+        self.owed_file = Some(file);
+        self.pay_owed();
+        Ok(self)
+    }
+
     /// Writes redone after a conflict since this store was opened.
     pub fn conflicts(&self) -> u64 {
         self.conflicts
     }
 
+    /// Deletions owed to the API server (made when it answers again).
+    pub fn owed(&self) -> usize {
+        self.records.owed.len()
+    }
+
+    /// The API server answered (whatever it said).
+    fn reached(&self) {
+        if self.away.replace(false) {
+            tracing::info!("the API server answers again");
+        }
+    }
+
     fn api_error(&self, object: String, op: &'static str, e: &kube::Error) -> StateError {
         self.api_errors.set(self.api_errors.get() + 1);
+        if unreachable(e) {
+            if !self.away.replace(true) {
+                tracing::warn!(
+                    "the API server is unreachable ({e}): new allocations wait for it, \
+                     releases are kept and made when it returns"
+                );
+            }
+        } else {
+            self.reached();
+        }
         StateError::Api {
             object,
             op,
@@ -433,11 +531,8 @@ impl ClusterState {
             meta.name.clone().unwrap_or_default(),
         );
         let uid = meta.uid.clone().unwrap_or_default();
-        if self
-            .records
-            .deleted
-            .get(&(kind_of(w), ns.clone(), name.clone()))
-            == Some(&uid)
+        let key = (kind_of(w), ns.clone(), name.clone());
+        if self.records.deleted.get(&key) == Some(&uid) || self.records.owed.get(&key) == Some(&uid)
         {
             return Ok(None);
         }
@@ -857,7 +952,11 @@ impl ClusterState {
         let ns = o.metadata.namespace.clone();
         let name = o.metadata.name.clone().unwrap_or_default();
         let api = self.api(w, ns.as_deref());
-        match self.runtime.block_on(api.create(&Self::pp(), o)) {
+        let created = self.runtime.block_on(api.create(&Self::pp(), o));
+        if created.is_ok() || created.as_ref().is_err_and(|e| status(e).is_some()) {
+            self.reached();
+        }
+        match created {
             Ok(made) => {
                 self.store(w, &made)?;
                 Ok(None)
@@ -883,7 +982,9 @@ impl ClusterState {
         }
     }
 
-    /// Deletes `name` if it is still the object `uid`; gone already is done.
+    /// Deletes `name` if it is still the object `uid`; gone already is done. When the API
+    /// server cannot be reached the deletion is owed (kept in the owed file, made when it
+    /// returns); either way the object leaves the records and the view now.
     fn delete(
         &mut self,
         w: Watch,
@@ -891,6 +992,51 @@ impl ClusterState {
         name: &str,
         uid: &str,
     ) -> Result<(), StateError> {
+        let ns = namespace.unwrap_or_default().to_owned();
+        let key = (kind_of(w), ns.clone(), name.to_owned());
+        match self.delete_in_api(w, namespace, name, uid) {
+            Ok(()) => {
+                self.records.deleted.insert(key, uid.to_owned());
+            }
+            Err(e) if unreachable(&e) => {
+                let err = self.delete_error(w, namespace, name, &e);
+                self.records.owed.insert(key.clone(), uid.to_owned());
+                if let Err(saved) = self.save_owed() {
+                    self.records.owed.remove(&key);
+                    tracing::error!("{err}");
+                    return Err(saved);
+                }
+            }
+            Err(e) => return Err(self.delete_error(w, namespace, name, &e)),
+        }
+        self.unrecord(w, &ns, name, "");
+        Ok(())
+    }
+
+    /// A failed deletion, counted (and the API server marked away when it is).
+    fn delete_error(
+        &self,
+        w: Watch,
+        namespace: Option<&str>,
+        name: &str,
+        e: &kube::Error,
+    ) -> StateError {
+        let what = match namespace {
+            Some(ns) => format!("{} {ns}/{name}", kind_name(w)),
+            None => format!("{} {name}", kind_name(w)),
+        };
+        self.api_error(what, "delete", e)
+    }
+
+    /// The API request of [`Self::delete`] (gone already, or another object of that name now,
+    /// is done).
+    fn delete_in_api(
+        &self,
+        w: Watch,
+        namespace: Option<&str>,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), kube::Error> {
         let api = self.api(w, namespace);
         let dp = DeleteParams {
             preconditions: (!uid.is_empty()).then(|| Preconditions {
@@ -904,35 +1050,128 @@ impl ClusterState {
             Err(e) if matches!(status(&e), Some((404, _))) => {}
             // Another object of that name now (ours was deleted and the name taken again).
             Err(e) if matches!(status(&e), Some((409, _))) => {}
-            Err(e) => return Err(self.api_error(format!("{} {name}", kind_name(w)), "delete", &e)),
+            Err(e) => return Err(e),
         }
-        let ns = namespace.unwrap_or_default().to_owned();
-        self.records
-            .deleted
-            .insert((kind_of(w), ns.clone(), name.to_owned()), uid.to_owned());
-        // Out of the records and the view at once (the watch's deletion is then no change).
+        self.reached();
+        Ok(())
+    }
+
+    /// Takes object `name` (if it is `uid`, or any when `uid` is empty) out of the records
+    /// and the view.
+    fn unrecord(&mut self, w: Watch, ns: &str, name: &str, uid: &str) {
+        let is = |u: &str| uid.is_empty() || u == uid;
         let change = match w {
-            Watch::Allocations => self
-                .records
-                .blocks
-                .remove(name)
-                .map(|b| Change::BlockGone(b.spec)),
-            Watch::Claims => self
-                .records
-                .claims
-                .remove(name)
-                .map(|c| Change::Claim(Some(c.spec), None)),
-            Watch::MyEndpoints | Watch::OtherEndpoints => self
-                .records
-                .endpoints
-                .remove(&(ns.clone(), name.to_owned()))
-                .map(|e| Change::Endpoint(ns, Some(Box::new(e.spec)), None)),
+            Watch::Allocations => match self.records.blocks.get(name) {
+                Some(b) if is(&b.uid) => self
+                    .records
+                    .blocks
+                    .remove(name)
+                    .map(|b| Change::BlockGone(b.spec)),
+                _ => None,
+            },
+            Watch::Claims => match self.records.claims.get(name) {
+                Some(c) if is(&c.uid) => self
+                    .records
+                    .claims
+                    .remove(name)
+                    .map(|c| Change::Claim(Some(c.spec), None)),
+                _ => None,
+            },
+            Watch::MyEndpoints | Watch::OtherEndpoints => {
+                let k = (ns.to_owned(), name.to_owned());
+                match self.records.endpoints.get(&k) {
+                    Some(e) if is(&e.uid) => self
+                        .records
+                        .endpoints
+                        .remove(&k)
+                        .map(|e| Change::Endpoint(ns.to_owned(), Some(Box::new(e.spec)), None)),
+                    _ => None,
+                }
+            }
             Watch::Ledger => None,
         };
         if let Some(c) = change {
             self.apply_change(c);
         }
-        Ok(())
+    }
+
+    /// Writes the owed deletions to their file (when the store keeps one).
+    fn save_owed(&self) -> Result<(), StateError> {
+        let Some(file) = &self.owed_file else {
+            return Ok(());
+        };
+        let owed: Vec<Owed> = self
+            .records
+            .owed
+            .iter()
+            .map(|((w, ns, name), uid)| Owed {
+                kind: kind_name(*w).to_owned(),
+                namespace: ns.clone(),
+                name: name.clone(),
+                uid: uid.clone(),
+            })
+            .collect();
+        file.save(&owed)
+    }
+
+    /// Makes the owed deletions the API server takes; stops at the first it cannot reach.
+    fn pay_owed(&mut self) {
+        let owed: Vec<((Watch, String, String), String)> = self
+            .records
+            .owed
+            .iter()
+            .map(|(k, u)| (k.clone(), u.clone()))
+            .collect();
+        let mut paid = 0;
+        for ((w, ns, name), uid) in owed {
+            let namespace = (!ns.is_empty()).then_some(ns.as_str());
+            match self.delete_in_api(w, namespace, &name, &uid) {
+                Ok(()) => {
+                    let key = (w, ns.clone(), name.clone());
+                    self.records.owed.remove(&key);
+                    self.records.deleted.insert(key, uid);
+                    paid += 1;
+                }
+                Err(e) => {
+                    let err = self.delete_error(w, namespace, &name, &e);
+                    if unreachable(&e) {
+                        break;
+                    }
+                    // Refused (e.g. forbidden): tried again with the next probe.
+                    tracing::warn!("{err}; tried again in {} s", PROBE.as_secs());
+                }
+            }
+        }
+        if paid > 0 {
+            tracing::info!(
+                "{paid} deletions owed to the API server made, {} left",
+                self.records.owed.len()
+            );
+            if let Err(e) = self.save_owed() {
+                // The deletions are made; a stale file only repeats them (404 is done).
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
+    /// While the API server is away (at most every [`PROBE`]): pays what is owed, or asks for
+    /// the ledger to learn whether it answers again.
+    fn probe(&mut self) {
+        let now = Instant::now();
+        if now < self.next_probe {
+            return;
+        }
+        self.next_probe = now + PROBE;
+        if !self.records.owed.is_empty() {
+            self.pay_owed();
+            return;
+        }
+        match self.runtime.block_on(self.ledger_api.get_opt(OBJECT)) {
+            Ok(_) => self.reached(),
+            Err(e) => {
+                self.api_error(self.ledger_object(), "get", &e);
+            }
+        }
     }
 
     /// Writes the ledger of `next`, with this node's reservation `reserve`, conditionally on
@@ -959,6 +1198,9 @@ impl ClusterState {
                 .runtime
                 .block_on(self.ledger_api.replace(OBJECT, &Self::pp(), &cm)),
         };
+        if result.is_ok() || result.as_ref().is_err_and(|e| status(e).is_some()) {
+            self.reached();
+        }
         match result {
             Ok(written) => {
                 let rv = written.metadata.resource_version.unwrap_or_default();
@@ -1411,6 +1653,9 @@ fn claim_of(s: &NeighborSpec) -> Option<(String, IpAddr)> {
 
 impl IpamStore for ClusterState {
     fn refresh(&mut self) -> Result<bool, StateError> {
+        if self.away.get() || !self.records.owed.is_empty() {
+            self.probe();
+        }
         let changed = self.drain()?;
         if changed {
             self.collect_claims();
@@ -1426,11 +1671,23 @@ impl IpamStore for ClusterState {
         (self.conflicts, self.api_errors.get())
     }
 
+    fn reachable(&self) -> bool {
+        !self.away.get()
+    }
+
+    fn owed(&self) -> usize {
+        self.records.owed.len()
+    }
+
     fn mutate<R>(
         &mut self,
         mut f: impl FnMut(&mut Ipam) -> Result<R, IpamError>,
     ) -> Result<R, StateError> {
         self.drain()?;
+        // What is owed first: a write must not meet an object this store already released.
+        if !self.records.owed.is_empty() {
+            self.pay_owed();
+        }
         loop {
             let mut next = self.ipam.clone();
             next.start_journal();

@@ -322,6 +322,12 @@ impl NodePaths {
         dir.join(format!("attached-{}.json", self.node))
     }
 
+    /// Kubernetes mode's deletions owed to the API server (releases taken while it was
+    /// unreachable): `<state dir>/owed-<node>.json`.
+    pub fn owed_file(&self) -> PathBuf {
+        self.state_dir.join(format!("owed-{}.json", self.node))
+    }
+
     /// The table set.
     pub fn tables(&self) -> lace_shared::tables::TablesConfig {
         let mut t = lace_shared::tables::TablesConfig::new(&self.tables_name);

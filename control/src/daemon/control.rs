@@ -84,6 +84,18 @@ pub trait IpamStore {
     fn api_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+
+    /// Whether the store's last request reached where the state lives (always, for a store
+    /// without an API server). While it is not, control takes no new allocation — ADDs that
+    /// need one are answered 11 — and only releases (see [`Self::owed`]).
+    fn reachable(&self) -> bool {
+        true
+    }
+
+    /// Releases taken while the state was unreachable, not written there yet.
+    fn owed(&self) -> usize {
+        0
+    }
 }
 
 impl IpamStore for SharedState {
@@ -320,6 +332,19 @@ pub struct Control<S: IpamStore, R: StatusSink> {
     host_error: Option<String>,
     learning: Option<super::learning::Learning>,
     metrics: Arc<super::metrics::Metrics>,
+}
+
+/// The answer to a request that needs a write while the allocation state is unreachable.
+fn unreachable_answer(who: &str) -> Answer {
+    Answer::error(
+        ErrorCode::TryAgainLater,
+        format!(
+            "{who}: the API server is unreachable, so no new allocation can be taken; \
+             lace-control keeps serving DEL and CHECK for the pods it has, and the runtime's \
+             retry succeeds once the API server answers again"
+        ),
+        "",
+    )
 }
 
 /// An error answer for a failed change of the shared state.
@@ -591,7 +616,12 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         }
 
         // ---- allocate ----
-        let actions = self.store.read(|ipam| self.core.ipam_actions(ipam));
+        let mut actions = self.store.read(|ipam| self.core.ipam_actions(ipam));
+        if !self.store.reachable() {
+            // Networks and nodes are registered when the state is reachable again; releases
+            // are taken now.
+            actions = actions.releases_only();
+        }
         let outcome = if actions.is_empty() && requests.is_empty() {
             Ok(AllocOutcome::default())
         } else {
@@ -730,6 +760,12 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 let key = key_of(&a);
                 match self.own_lease(&a) {
                     Err(answer) => pending.push(Pending::Now(reply, *answer)),
+                    // A new endpoint id is a write the API server must take.
+                    Ok(_) if self.marks.contains(&key) && !self.store.reachable() => {
+                        let who =
+                            format!("container {} interface {}", key.container_id, key.ifname);
+                        pending.push(Pending::Now(reply, unreachable_answer(&who)));
+                    }
                     Ok(_) => {
                         let renew = self.marks.contains(&key).then(|| {
                             requests.push(IpamRequest::Renew(key.clone()));
@@ -853,6 +889,10 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         });
         let (network, fresh, identity) = match existing {
             Some(n) => (n, false, None),
+            None if !self.store.reachable() => {
+                pending.push(Pending::Now(reply, unreachable_answer(&who)));
+                return;
+            }
             None => {
                 let binding = match self.core.pod(&pod) {
                     PodLookup::NotObserved if now < deadline => {
@@ -1328,6 +1368,8 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         }
         self.metrics.observe_status(&status);
         self.metrics.observe_store(self.store.api_counts());
+        self.metrics
+            .observe_api(self.store.reachable(), self.store.owed());
         self.status = status;
     }
 }

@@ -29,6 +29,8 @@ pub struct Metrics {
     cni_requests: Family<Labels, Counter>,
     conflicts: Counter,
     api_errors: Counter,
+    api_reachable: Gauge,
+    owed_deletions: Gauge,
 }
 
 impl Default for Metrics {
@@ -52,6 +54,8 @@ impl Metrics {
             cni_requests: Family::default(),
             conflicts: Counter::default(),
             api_errors: Counter::default(),
+            api_reachable: Gauge::default(),
+            owed_deletions: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -101,6 +105,18 @@ impl Metrics {
             "Kubernetes mode: requests to the API server that failed (retried)",
             m.api_errors.clone(),
         );
+        registry.register(
+            "api_reachable",
+            "Kubernetes mode: 1 while the API server answers, 0 while it is unreachable (new \
+             allocations wait; releases are kept)",
+            m.api_reachable.clone(),
+        );
+        registry.register(
+            "owed_deletions",
+            "Kubernetes mode: objects of releases taken while the API server was unreachable, \
+             deleted when it answers again",
+            m.owed_deletions.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -131,6 +147,13 @@ impl Metrics {
         for (c, total) in [(&self.conflicts, conflicts), (&self.api_errors, api_errors)] {
             c.inc_by(total.saturating_sub(c.get()));
         }
+    }
+
+    /// Whether the allocation state is reachable, and the deletions owed to it.
+    pub fn observe_api(&self, reachable: bool, owed: usize) {
+        self.api_reachable.set(i64::from(reachable));
+        self.owed_deletions
+            .set(i64::try_from(owed).unwrap_or(i64::MAX));
     }
 
     /// One compilation and publication: how long it took and whether it was published.
@@ -187,6 +210,7 @@ mod tests {
         m.observe_cni("Attach", "TryAgainLater".into());
         m.observe_store((3, 1));
         m.observe_store((5, 1));
+        m.observe_api(false, 2);
         let text = m.encode();
         for line in [
             "lace_control_objects{kind=\"Pod\"} 3",
@@ -194,6 +218,8 @@ mod tests {
             "lace_control_problems 1",
             "lace_control_allocation_conflicts_total 5",
             "lace_control_api_errors_total 1",
+            "lace_control_api_reachable 0",
+            "lace_control_owed_deletions 2",
             "lace_control_tables_generation 7",
             "lace_control_publish_seconds_count 2",
             "lace_control_publish_errors_total 1",

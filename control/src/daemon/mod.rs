@@ -36,6 +36,7 @@ pub mod heap;
 pub mod host;
 pub mod learning;
 pub mod metrics;
+pub mod owed;
 pub mod report;
 pub mod server;
 pub mod state;
@@ -246,7 +247,8 @@ impl Daemon {
                         Control::new(
                             core,
                             loop_config,
-                            cluster_state::ClusterState::open(k, &cfg.namespace, cfg.ipam)?,
+                            cluster_state::ClusterState::open(k, &cfg.namespace, cfg.ipam)?
+                                .keep_owed_in(owed::OwedFile::new(p.owed_file()))?,
                             marks,
                             compiler,
                             writer,

@@ -90,6 +90,20 @@ pub enum StateError {
         /// What is wrong.
         reason: String,
     },
+    /// The deletions owed to the API server could not be read or written (Kubernetes mode).
+    #[error(
+        "{op} {path}: {reason}; the file lists releases the API server has not been told of \
+         yet — fix its directory's permissions; deleting it leaves their NetworkEndpoints (and \
+         l2 claims) in the API server until their pods are deleted"
+    )]
+    Owed {
+        /// `read`, `parse`, `write`, `rename` or `remove`.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// The attachment marks could not be read or written.
     #[error("{op} {path}: {reason}; the file lists this node's attached interfaces — fix its directory's permissions, or delete a corrupt file (the node's pods must then be re-added)")]
     Attached {
