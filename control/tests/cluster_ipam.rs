@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use lace_control::api::NetworkType;
 use lace_control::daemon::cluster_state::ClusterState;
 use lace_control::daemon::control::IpamStore;
-use lace_control::daemon::owed::OwedFile;
+use lace_control::daemon::local::LocalFile;
 use lace_control::ipam::{
     AllocateRequest, AttachmentKey, EndpointLease, IpamConfig, NetworkDef, PodRef,
 };
@@ -404,18 +404,26 @@ fn a_single_object_state_is_migrated() {
 }
 
 /// The API server away: a release is still taken (out of the view at once) and its deletions
-/// are owed — kept in the owed file — while a new allocation is refused; when the API server
+/// are owed — kept in the node's file — while a new allocation is refused; when the API server
 /// answers again the same control makes them, and a control restarted while it was away makes
-/// them from the file. A release taken while the API server is away is never lost.
+/// them from the file, whether it starts once the API server is back or while it is still away
+/// (from the node's copy of its objects). A release is never lost.
 #[test]
 fn releases_taken_while_the_api_server_is_away_are_made_when_it_returns() {
     let mut c = cluster();
     let dir = tempfile::tempdir().unwrap();
-    let owed_path = dir.path().join("owed-node-a.json");
+    let file = dir.path().join("cluster-node-a.json");
     let open = |c: &Cluster| {
-        c.open("node-a")
-            .keep_owed_in(OwedFile::new(owed_path.clone()))
-            .unwrap()
+        let kube = KubernetesConfig {
+            node: "node-a".into(),
+            ..c.kube.clone()
+        };
+        let local = LocalFile::new(file.clone());
+        ClusterState::open_with(&kube, NS, IpamConfig::default(), Some(local)).unwrap()
+    };
+    let owed_in_file = || {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        v["owed"].as_array().unwrap().len()
     };
     let mut a = open(&c);
     let nets = networks();
@@ -449,7 +457,7 @@ fn releases_taken_while_the_api_server_is_away_are_made_when_it_returns() {
     assert!(!a.reachable());
     assert!(!has(&a, 1), "the release is in the view at once");
     assert_eq!(a.owed(), 2);
-    assert!(owed_path.exists(), "the owed deletions are on disk");
+    assert_eq!(owed_in_file(), 2, "the owed deletions are on disk");
     // A new allocation needs the API server: refused, nothing taken.
     let fresh = request("node-a", 10);
     let e = a.mutate(|ipam| ipam.allocate(&fresh)).unwrap_err();
@@ -467,7 +475,7 @@ fn releases_taken_while_the_api_server_is_away_are_made_when_it_returns() {
     assert_eq!(a.owed(), 0);
     assert!(a.reachable());
     assert_eq!(in_api(&c), (3, 1));
-    assert!(!owed_path.exists(), "nothing owed: no file");
+    assert_eq!(owed_in_file(), 0);
     // The watch's deletion events change nothing: pod 1 stays released, 0, 2, 3 stay.
     std::thread::sleep(std::time::Duration::from_millis(300));
     a.refresh().unwrap();
@@ -494,5 +502,50 @@ fn releases_taken_while_the_api_server_is_away_are_made_when_it_returns() {
         (0..4).map(|i| has(&b, i)).collect::<Vec<_>>(),
         [false, false, true, true]
     );
-    assert!(!owed_path.exists());
+    assert_eq!(owed_in_file(), 0);
+
+    // The API server goes away and control restarts while it is: it starts from the node's
+    // copy of its objects (after OFFLINE_AFTER), away, and serves what needs no write.
+    c.server.stop();
+    drop(b);
+    let mut d = open(&c);
+    assert!(!d.reachable());
+    assert_eq!(
+        (0..4).map(|i| has(&d, i)).collect::<Vec<_>>(),
+        [false, false, true, true],
+        "the leases from the node's copy"
+    );
+    assert!(release(&mut d, 2).is_some());
+    assert_eq!((d.owed(), owed_in_file()), (1, 1));
+    let e = d.mutate(|ipam| ipam.allocate(&fresh)).unwrap_err();
+    assert!(e.to_string().contains("API server"), "{e}");
+    c.server.start().unwrap();
+    for _ in 0..100 {
+        d.refresh().unwrap();
+        if d.owed() == 0 && d.reachable() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!((d.owed(), owed_in_file()), (0, 0));
+    assert_eq!(
+        in_api(&c),
+        (1, 1),
+        "only pod 3's endpoint and claim are left"
+    );
+    // The lists replace the copy's records once the watches reconnect: still only pod 3.
+    for _ in 0..100 {
+        d.refresh().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if (0..4).map(|i| has(&d, i)).collect::<Vec<_>>() == [false, false, false, true] {
+            break;
+        }
+    }
+    assert_eq!(
+        (0..4).map(|i| has(&d, i)).collect::<Vec<_>>(),
+        [false, false, false, true]
+    );
+    // A new allocation works again.
+    d.mutate(|ipam| ipam.allocate(&fresh)).unwrap();
+    assert!(has(&d, 10));
 }

@@ -913,14 +913,24 @@ fn kube_core() -> Core {
 
 /// A loop whose allocations live in `cluster` (Kubernetes mode's store), fed by its watch.
 fn kube_lab(cluster: &kube_cluster::Cluster, pod_wait: Duration) -> Lab {
+    kube_lab_with(cluster, pod_wait, None)
+}
+
+/// [`kube_lab`] with the node's copy of its allocations in `local`.
+fn kube_lab_with(
+    cluster: &kube_cluster::Cluster,
+    pod_wait: Duration,
+    local: Option<std::path::PathBuf>,
+) -> Lab {
     let kube = lace_control::source::kubernetes::KubernetesConfig {
         kubeconfig: Some(cluster.kubeconfig.clone()),
         node: "node-a".into(),
     };
-    let store = lace_control::daemon::cluster_state::ClusterState::open(
+    let store = lace_control::daemon::cluster_state::ClusterState::open_with(
         &kube,
         "lace-system",
         IpamConfig::default(),
+        local.map(lace_control::daemon::local::LocalFile::new),
     )
     .unwrap();
     let mut lab = Lab::paused_with_sink(pod_wait, store, kube_core(), |r| r);
@@ -1732,13 +1742,7 @@ fn a_new_lease_holder_repeats_no_event_on_a_service() {
 /// the ADD succeeds.
 #[test]
 fn with_the_api_server_away_del_and_check_are_served_and_the_release_reaches_it_later() {
-    let mut cluster = kube_cluster::Cluster::start();
-    cluster.create(&format!(
-        "{LACE_SYSTEM}---{NAMESPACE}---{BASE}{}{}{}",
-        pod("web", "backend"),
-        pod("api", "backend"),
-        pod("late", "backend")
-    ));
+    let mut cluster = web_api_late();
     let lab = kube_lab(&cluster, Duration::from_millis(500));
     for p in ["web", "api", "late"] {
         wait_observed(&lab, p);
@@ -1774,23 +1778,72 @@ fn with_the_api_server_away_del_and_check_are_served_and_the_release_reaches_it_
         let leases = api_leases(&cluster);
         (leases.len() == 1 && leases[0]["spec"]["pod"] == "api").then_some(())
     });
-    let mut fresh = None;
-    for _ in 0..100 {
-        match lab.ask(Request::Allocate(attachment_of_uid("c3", "late", &late))) {
-            Reply::Done(Answer {
-                response: Response::Allocated(a),
-                ..
-            }) => {
-                fresh = Some(a);
-                break;
-            }
-            r => {
-                let (code, msg, _) = refused(r);
-                assert_eq!(code, ErrorCode::TryAgainLater, "{msg}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
+    assert!(allocate_eventually(&lab, "c3", "late").fresh);
+    assert_eq!(api_leases(&cluster).len(), 2);
+}
+
+/// An API server with pods web, api and late of network backend on node-a.
+fn web_api_late() -> kube_cluster::Cluster {
+    let cluster = kube_cluster::Cluster::start();
+    cluster.create(&format!(
+        "{LACE_SYSTEM}---{NAMESPACE}---{BASE}{}{}{}",
+        pod("web", "backend"),
+        pod("api", "backend"),
+        pod("late", "backend")
+    ));
+    cluster
+}
+
+/// Kubernetes mode, control (re)started while the API server is away (issue 24, item 3): it
+/// starts from the node's copy of its allocations, before any snapshot of the objects: DEL is
+/// answered and owed, CHECK answered from the copy, ADD and Status are "try again later"
+/// (ADD naming the API server). When it answers again, the release reaches it and ADD works.
+#[test]
+fn a_control_started_while_the_api_server_is_away_serves_del_and_check_from_its_copy() {
+    let mut cluster = web_api_late();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluster-node-a.json");
+    let uid = |p: &str| pod_uid(&cluster, p);
+    let (web, api, late) = (uid("web"), uid("api"), uid("late"));
+    let a = {
+        let lab = kube_lab_with(&cluster, Duration::from_millis(500), Some(file.clone()));
+        for p in ["web", "api"] {
+            wait_observed(&lab, p);
         }
-    }
-    assert!(fresh.is_some_and(|a| a.fresh), "the ADD never succeeded");
+        allocated(lab.ask(Request::Allocate(attachment_of_uid("c1", "web", &web))));
+        ticket(lab.ask(Request::Attach(attachment_of_uid("c1", "web", &web))));
+        let a = allocated(lab.ask(Request::Allocate(attachment_of_uid("c2", "api", &api))));
+        ticket(lab.ask(Request::Attach(attachment_of_uid("c2", "api", &api))));
+        a
+    };
+    assert_eq!(api_leases(&cluster).len(), 2);
+
+    cluster.server.stop();
+    let lab = kube_lab_with(&cluster, Duration::from_millis(500), Some(file.clone()));
+    assert!(matches!(
+        lab.ask(Request::Release(attachment_of_uid("c1", "web", &web))),
+        Reply::Done(Answer {
+            response: Response::Ok,
+            ..
+        })
+    ));
+    let checked = allocated(lab.ask(Request::Check(attachment_of_uid("c2", "api", &api))));
+    assert!(checked.same_interface(&a), "{checked:?} vs {a:?}");
+    let (code, msg, _) =
+        refused(lab.ask(Request::Allocate(attachment_of_uid("c3", "late", &late))));
+    assert_eq!(code, ErrorCode::TryAgainLater, "{msg}");
+    assert!(msg.contains("API server is unreachable"), "{msg}");
+    let (code, _, _) = refused(lab.ask(Request::Status));
+    assert_eq!(code, ErrorCode::TryAgainLater);
+
+    cluster.server.start().unwrap();
+    e2e_support::wait_for("web's NetworkEndpoint deleted", e2e_support::WAIT, || {
+        let leases = api_leases(&cluster);
+        (leases.len() == 1 && leases[0]["spec"]["pod"] == "api").then_some(())
+    });
+    let fresh = allocate_eventually(&lab, "c3", "late");
+    assert!(fresh.fresh);
+    let checked = allocated(lab.ask(Request::Check(attachment_of_uid("c2", "api", &api))));
+    assert!(checked.same_interface(&a));
     assert_eq!(api_leases(&cluster).len(), 2);
 }

@@ -34,10 +34,12 @@
 //! - **The API server away.** A write that cannot reach it (no connection, a 5xx, 429) marks
 //!   the store unreachable ([`IpamStore::reachable`]): control then answers ADDs that need a
 //!   new allocation with code 11 and takes only releases. A release's deletions that cannot
-//!   be made are *owed* ([`super::owed`]): kept in a file of the state directory, left out of
-//!   the view, and made when the API server answers again — probed at most every [`PROBE`]
-//!   while it is away, and before any write — so a DEL taken while it was away is never lost,
-//!   not even across a restart of control.
+//!   be made are *owed* ([`super::local`]): kept in the node's file, left out of the view,
+//!   and made when the API server answers again — probed at most every [`PROBE`] while it is
+//!   away, and before any write — so a DEL taken while it was away is never lost, not even
+//!   across a restart of control. The file also keeps this node's objects as last written:
+//!   [`ClusterState::open_with`] starts from them, away, when the API server cannot be reached
+//!   for [`OFFLINE_AFTER`].
 //! - An object that contradicts the view (a block taken twice, an endpoint of a network
 //!   recreated since) is left out and logged, never repaired; a ledger that does not parse is
 //!   an error naming the object.
@@ -61,10 +63,12 @@ use crate::ipam::{
     Dirty, EndpointLease, Ipam, IpamConfig, IpamError, IpamState, L2_LABEL, NETWORK_LABEL,
     NODE_LABEL,
 };
-use crate::source::kubernetes::{KubernetesConfig, TaggedEvent, WatchThread};
+use crate::source::kubernetes::{
+    unreachable, FirstLists, KubernetesConfig, TaggedEvent, WatchFailure, WatchThread,
+};
 
 use super::control::IpamStore;
-use super::owed::{Owed, OwedFile};
+use super::local::{LocalFile, Owed};
 use super::state::StateError;
 
 /// The ledger's ConfigMap.
@@ -75,8 +79,7 @@ pub const LEDGER_KEY: &str = "ledger.json";
 pub const LEGACY_KEY: &str = "state.json";
 /// Endpoint ids a node reserves in the ledger at a time.
 pub const ENDPOINT_CHUNK: u32 = 1024;
-/// How long [`ClusterState::open`] waits for the first lists.
-pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+pub use crate::source::kubernetes::{OFFLINE_AFTER, SYNC_TIMEOUT};
 /// How often the API server is tried while it is unreachable.
 pub const PROBE: Duration = Duration::from_secs(1);
 
@@ -104,7 +107,7 @@ impl Watch {
 type WatchEvent = TaggedEvent<Watch>;
 
 /// An object as last seen: identity and spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Stored<S> {
     uid: String,
     rv: String,
@@ -126,6 +129,22 @@ struct Records {
     /// Objects released while the API server was unreachable, not deleted there yet (same
     /// keys): left out of the records until they are.
     owed: BTreeMap<(Watch, String, String), String>,
+}
+
+/// What this control keeps on the node's disk ([`super::local`]): the deletions it owes, and
+/// this node's objects (with the ledger) to start from when the API server cannot be reached.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Local {
+    #[serde(default)]
+    owed: Vec<Owed>,
+    #[serde(default)]
+    ledger: Option<(IpamState, String)>,
+    #[serde(default)]
+    blocks: BTreeMap<String, Stored<AllocationSpec>>,
+    #[serde(default)]
+    claims: BTreeMap<String, Stored<NeighborSpec>>,
+    #[serde(default)]
+    endpoints: Vec<(String, String, Stored<NetworkEndpointSpec>)>,
 }
 
 /// How a write went.
@@ -177,8 +196,8 @@ pub struct ClusterState {
     away: std::cell::Cell<bool>,
     /// When to try the API server again while it is away.
     next_probe: Instant,
-    /// Where the owed deletions are kept; `None`: in memory only.
-    owed_file: Option<OwedFile>,
+    /// Where this node's objects and the owed deletions are kept; `None`: in memory only.
+    local: Option<LocalFile>,
 }
 
 impl std::fmt::Debug for ClusterState {
@@ -221,16 +240,6 @@ pub(crate) fn status(e: &kube::Error) -> Option<(u16, &str)> {
     }
 }
 
-/// Whether `e` says the API server could not be reached or could not serve the request now
-/// (no connection, a broken stream, 5xx, 429), rather than refusing it.
-pub(crate) fn unreachable(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        _ => false,
-    }
-}
-
 fn watch_of_kind(kind: &str) -> Option<Watch> {
     match kind {
         "Allocation" => Some(Watch::Allocations),
@@ -242,11 +251,25 @@ fn watch_of_kind(kind: &str) -> Option<Watch> {
 
 impl ClusterState {
     /// Connects as `kube` says (for node `kube.node`), migrates a single-object state if there
-    /// is one, and reads everything (waiting up to [`SYNC_TIMEOUT`] for the first lists).
+    /// is one, and reads everything (waiting up to [`SYNC_TIMEOUT`] for the first lists). Keeps
+    /// nothing on disk: owed deletions live as long as the store.
     pub fn open(
         kube: &KubernetesConfig,
         namespace: &str,
         config: IpamConfig,
+    ) -> Result<ClusterState, StateError> {
+        Self::open_with(kube, namespace, config, None)
+    }
+
+    /// [`Self::open`], keeping this node's objects and the owed deletions in `local` (when
+    /// given): the deletions it already holds (from before a restart) are left out of the view
+    /// and made; when the API server cannot be reached for [`OFFLINE_AFTER`] and the file has
+    /// this node's objects, the store starts from them, away (see the module docs).
+    pub fn open_with(
+        kube: &KubernetesConfig,
+        namespace: &str,
+        config: IpamConfig,
+        local: Option<LocalFile>,
     ) -> Result<ClusterState, StateError> {
         let err = |op: &'static str, reason: String| StateError::Api {
             object: format!("namespace {namespace}"),
@@ -280,46 +303,72 @@ impl ClusterState {
             api_errors: std::cell::Cell::new(0),
             away: std::cell::Cell::new(false),
             next_probe: Instant::now(),
-            owed_file: None,
+            local: None,
         };
-        s.migrate()?;
+        let kept: Option<Local> = match &local {
+            Some(f) => f.load()?,
+            None => None,
+        };
+        match s.migrate() {
+            Ok(()) => {}
+            // A node's copy is only written after the migration, so the state is migrated.
+            Err(e) if kept.is_some() && s.away.get() => tracing::warn!("{e}"),
+            Err(e) => return Err(e),
+        }
         s.start_watches(kube, tx)?;
-        s.sync()?;
-        s.collect_claims();
-        Ok(s)
-    }
-
-    /// Keeps the deletions owed to the API server in `file`: those it holds already (from
-    /// before a restart) are taken out of the view and made now.
-    pub fn keep_owed_in(mut self, file: OwedFile) -> Result<ClusterState, StateError> {
+        let listed = s.sync(kept.is_some())?;
+        let kept = kept.unwrap_or_default();
+        if !listed {
+            let file = local
+                .as_ref()
+                .map_or(String::new(), |f| f.path().display().to_string());
+            tracing::warn!(
+                "the API server cannot be reached: starting from this node's copy of its \
+                 allocations ({file}: {} endpoints); DEL and CHECK are served, new allocations \
+                 wait for it",
+                kept.endpoints.len()
+            );
+            s.records.ledger = kept.ledger;
+            s.records.blocks = kept.blocks;
+            s.records.claims = kept.claims;
+            s.records.endpoints = kept
+                .endpoints
+                .into_iter()
+                .map(|(ns, name, e)| ((ns, name), e))
+                .collect();
+            s.rebuild()?;
+        }
         let mut unknown = Vec::new();
-        for o in file.load()? {
+        for o in kept.owed {
             let Some(w) = watch_of_kind(&o.kind) else {
                 unknown.push(o.kind);
                 continue;
             };
-            self.records
+            s.records
                 .owed
                 .insert((w, o.namespace.clone(), o.name.clone()), o.uid.clone());
-            self.unrecord(w, &o.namespace, &o.name, &o.uid);
+            s.unrecord(w, &o.namespace, &o.name, &o.uid);
         }
-        if !unknown.is_empty() {
-            return Err(StateError::Owed {
+        if let (Some(f), false) = (&local, unknown.is_empty()) {
+            return Err(StateError::Local {
                 op: "parse",
-                path: file.path().to_path_buf(),
-                reason: format!("unknown kinds {unknown:?}"),
+                path: f.path().to_path_buf(),
+                reason: format!("owed deletions of unknown kinds {unknown:?}"),
             });
         }
-        if !self.records.owed.is_empty() {
+        if !s.records.owed.is_empty() {
             tracing::info!(
-                "{} deletions owed to the API server from before the restart ({})",
-                self.records.owed.len(),
-                file.path().display()
+                "{} deletions owed to the API server from before the restart",
+                s.records.owed.len()
             );
         }
-        self.owed_file = Some(file);
-        self.pay_owed();
-        Ok(self)
+        s.local = local;
+        if listed {
+            s.collect_claims();
+            s.pay_owed();
+        }
+        s.save_local()?;
+        Ok(s)
     }
 
     /// Writes redone after a conflict since this store was opened.
@@ -425,16 +474,26 @@ impl ClusterState {
         Ok(())
     }
 
-    /// Applies watch events until every watch has listed once.
-    fn sync(&mut self) -> Result<(), StateError> {
-        let deadline = Instant::now() + SYNC_TIMEOUT;
+    /// Applies watch events until every watch has listed once: true. With `offline`, false
+    /// once [`OFFLINE_AFTER`] has passed with nothing listed and every watch failing to reach
+    /// the API server (the store is then away).
+    fn sync(&mut self, offline: bool) -> Result<bool, StateError> {
+        let wait = FirstLists::new(offline);
         let mut listed = BTreeSet::new();
-        let mut last_error = BTreeMap::new();
+        let mut last_error: BTreeMap<Watch, WatchFailure> = BTreeMap::new();
         while listed.len() < Watch::ALL.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (w, e) = match self.events.recv_timeout(left) {
+            if wait.away(listed.len(), last_error.values()) {
+                self.away.set(true);
+                return Ok(false);
+            }
+            let received = match wait.wait() {
+                Some(left) => self.events.recv_timeout(left).map_err(|_| ()),
+                None => Err(()),
+            };
+            let (w, e) = match received {
                 Ok(e) => e,
-                Err(_) => {
+                Err(()) if wait.wait().is_some() => continue,
+                Err(()) => {
                     let missing: Vec<String> = Watch::ALL
                         .iter()
                         .filter(|w| !listed.contains(*w))
@@ -474,7 +533,7 @@ impl ClusterState {
             }
         }
         self.rebuild()?;
-        Ok(())
+        Ok(true)
     }
 
     /// Takes one watch event into the records; whether the view must be rebuilt (a relist or
@@ -1001,7 +1060,7 @@ impl ClusterState {
             Err(e) if unreachable(&e) => {
                 let err = self.delete_error(w, namespace, name, &e);
                 self.records.owed.insert(key.clone(), uid.to_owned());
-                if let Err(saved) = self.save_owed() {
+                if let Err(saved) = self.save_local() {
                     self.records.owed.remove(&key);
                     tracing::error!("{err}");
                     return Err(saved);
@@ -1095,23 +1154,48 @@ impl ClusterState {
         }
     }
 
-    /// Writes the owed deletions to their file (when the store keeps one).
-    fn save_owed(&self) -> Result<(), StateError> {
-        let Some(file) = &self.owed_file else {
+    /// Writes this node's objects and the owed deletions to the node's file (when the store
+    /// keeps one).
+    fn save_local(&self) -> Result<(), StateError> {
+        let Some(file) = &self.local else {
             return Ok(());
         };
-        let owed: Vec<Owed> = self
-            .records
-            .owed
-            .iter()
-            .map(|((w, ns, name), uid)| Owed {
-                kind: kind_name(*w).to_owned(),
-                namespace: ns.clone(),
-                name: name.clone(),
-                uid: uid.clone(),
-            })
-            .collect();
-        file.save(&owed)
+        let me = label_value(&self.node);
+        let mine = |labels: &BTreeMap<String, String>| labels.get(NODE_LABEL) == Some(&me);
+        fn of<S: Clone>(
+            records: &BTreeMap<String, Stored<S>>,
+            mine: impl Fn(&BTreeMap<String, String>) -> bool,
+        ) -> BTreeMap<String, Stored<S>> {
+            records
+                .iter()
+                .filter(|(_, r)| mine(&r.labels))
+                .map(|(n, r)| (n.clone(), r.clone()))
+                .collect()
+        }
+        let local = Local {
+            owed: self
+                .records
+                .owed
+                .iter()
+                .map(|((w, ns, name), uid)| Owed {
+                    kind: kind_name(*w).to_owned(),
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                    uid: uid.clone(),
+                })
+                .collect(),
+            ledger: self.records.ledger.clone(),
+            blocks: of(&self.records.blocks, mine),
+            claims: of(&self.records.claims, mine),
+            endpoints: self
+                .records
+                .endpoints
+                .iter()
+                .filter(|(_, e)| mine(&e.labels))
+                .map(|((ns, n), e)| (ns.clone(), n.clone(), e.clone()))
+                .collect(),
+        };
+        file.save(&local)
     }
 
     /// Makes the owed deletions the API server takes; stops at the first it cannot reach.
@@ -1147,7 +1231,7 @@ impl ClusterState {
                 "{paid} deletions owed to the API server made, {} left",
                 self.records.owed.len()
             );
-            if let Err(e) = self.save_owed() {
+            if let Err(e) = self.save_local() {
                 // The deletions are made; a stale file only repeats them (404 is done).
                 tracing::warn!("{e}");
             }
@@ -1700,6 +1784,10 @@ impl IpamStore for ClusterState {
             match self.write(&next, &dirty) {
                 Ok(Written::Done) => {
                     self.ipam = next;
+                    if let Err(e) = self.save_local() {
+                        // The API server has it; the copy only serves a start while it is away.
+                        tracing::warn!("{e}");
+                    }
                     return Ok(out);
                 }
                 Ok(Written::Conflict) => {

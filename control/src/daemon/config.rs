@@ -322,10 +322,10 @@ impl NodePaths {
         dir.join(format!("attached-{}.json", self.node))
     }
 
-    /// Kubernetes mode's deletions owed to the API server (releases taken while it was
-    /// unreachable): `<state dir>/owed-<node>.json`.
-    pub fn owed_file(&self) -> PathBuf {
-        self.state_dir.join(format!("owed-{}.json", self.node))
+    /// Kubernetes mode's copy of this node's allocation objects and the deletions it owes the
+    /// API server (ADR 0041): `<state dir>/cluster-<node>.json`.
+    pub fn cluster_file(&self) -> PathBuf {
+        self.state_dir.join(format!("cluster-{}.json", self.node))
     }
 
     /// The table set.

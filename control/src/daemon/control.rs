@@ -57,7 +57,7 @@ use crate::proto::{Allocation, Attachment, ErrorCode, IpConfig, Request, Respons
 use crate::source::SourceEvent;
 use crate::world::AttachmentKey;
 
-use super::allocate::{allocate, AllocOutcome, IpamAnswer, IpamRequest};
+use super::allocate::{allocate, AllocOutcome, IpamActions, IpamAnswer, IpamRequest};
 use super::core::{BuildInputs, Core, PodLookup};
 use super::report::{host_len, report, TablesReport};
 use super::state::{AttachedMarks, SharedState, StateError};
@@ -548,9 +548,20 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 Event::Stop => keep_running = false,
             }
         }
-        if !self.core.synced() {
-            // Nothing is known of the objects yet (a restart's first moments): the state must
-            // not be judged against an empty world. Only Status is answered.
+        let synced = self.core.synced();
+        let calls = if synced {
+            // Calls from before the first snapshot go first, in their order.
+            let mut all: VecDeque<(Request, Sender<Reply>)> =
+                std::mem::take(&mut self.early).into_iter().collect();
+            all.extend(calls);
+            all
+        } else {
+            // Nothing is known of the objects yet (a restart's first moments, or the API
+            // server away since control started): nothing is judged against an empty world
+            // and no table is compiled. What needs only the allocation state — DEL, GC,
+            // CHECK — is served from it; ADD and Attach wait for the first snapshot (or are
+            // 11 at once while the allocation state cannot be written); Status is 11.
+            let mut now = VecDeque::new();
             for (request, reply) in calls {
                 match request {
                     Request::Status => {
@@ -563,16 +574,21 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                             "",
                         )));
                     }
+                    Request::Release(_) | Request::Check(_) | Request::Gc { .. } => {
+                        now.push_back((request, reply));
+                    }
+                    Request::Allocate(a) | Request::Attach(a) if !self.store.reachable() => {
+                        let who = format!("container {} interface {}", a.container_id, a.ifname);
+                        let _ = reply.send(Reply::Done(unreachable_answer(&who)));
+                    }
                     other => self.early.push((other, reply)),
                 }
             }
-            return keep_running;
-        }
-        // Calls from before the first snapshot go first, in their order.
-        let mut all: VecDeque<(Request, Sender<Reply>)> =
-            std::mem::take(&mut self.early).into_iter().collect();
-        all.extend(calls);
-        let calls = all;
+            if now.is_empty() {
+                return keep_running;
+            }
+            now
+        };
         let mut refreshed = false;
         if tick || !calls.is_empty() {
             match self.store.refresh() {
@@ -616,7 +632,11 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         }
 
         // ---- allocate ----
-        let mut actions = self.store.read(|ipam| self.core.ipam_actions(ipam));
+        let mut actions = if synced {
+            self.store.read(|ipam| self.core.ipam_actions(ipam))
+        } else {
+            IpamActions::default()
+        };
         if !self.store.reachable() {
             // Networks and nodes are registered when the state is reachable again; releases
             // are taken now.
@@ -699,6 +719,13 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         };
         if let Some(e) = &marks_error {
             tracing::error!("{e}");
+        }
+
+        if !synced {
+            for p in pending {
+                self.answer(p, answers, outcome.as_ref().err(), marks_error.as_ref());
+            }
+            return keep_running;
         }
 
         // ---- world, diff, compile, publish ----
@@ -1018,12 +1045,9 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
 
     /// The plugin's view of `lease`, with the MTU and address form of its network's kind.
     fn allocation(&self, lease: &EndpointLease, fresh: bool) -> Allocation {
-        let l2 = self
-            .core
-            .world()
-            .networks
-            .get(&lease.network)
-            .is_some_and(|n| n.kind == crate::api::NetworkType::L2);
+        // IPAM's record of the network (the world is empty until the first snapshot).
+        let l2 = self.store.read(|ipam| ipam.network_kind(&lease.network))
+            == Some(crate::api::NetworkType::L2);
         let kind = if l2 {
             lace_shared::types::NetworkKind::L2
         } else {

@@ -35,8 +35,8 @@ pub mod core;
 pub mod heap;
 pub mod host;
 pub mod learning;
+pub mod local;
 pub mod metrics;
-pub mod owed;
 pub mod report;
 pub mod server;
 pub mod state;
@@ -247,8 +247,12 @@ impl Daemon {
                         Control::new(
                             core,
                             loop_config,
-                            cluster_state::ClusterState::open(k, &cfg.namespace, cfg.ipam)?
-                                .keep_owed_in(owed::OwedFile::new(p.owed_file()))?,
+                            cluster_state::ClusterState::open_with(
+                                k,
+                                &cfg.namespace,
+                                cfg.ipam,
+                                Some(local::LocalFile::new(p.cluster_file())),
+                            )?,
                             marks,
                             compiler,
                             writer,

@@ -90,14 +90,16 @@ pub enum StateError {
         /// What is wrong.
         reason: String,
     },
-    /// The deletions owed to the API server could not be read or written (Kubernetes mode).
+    /// The node's copy of its allocation objects and the deletions it owes the API server
+    /// could not be read or written (Kubernetes mode).
     #[error(
-        "{op} {path}: {reason}; the file lists releases the API server has not been told of \
-         yet — fix its directory's permissions; deleting it leaves their NetworkEndpoints (and \
-         l2 claims) in the API server until their pods are deleted"
+        "{op} {path}: {reason}; the file is this node's copy of its allocations and lists \
+         releases the API server has not been told of yet — fix its directory's permissions; \
+         a corrupt file may be deleted while the API server is reachable (releases it listed \
+         then leave their NetworkEndpoints until their pods are deleted)"
     )]
-    Owed {
-        /// `read`, `parse`, `write`, `rename` or `remove`.
+    Local {
+        /// `read`, `parse`, `serialise`, `write`, `rename`, ...
         op: &'static str,
         /// The file.
         path: PathBuf,

@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Instant;
 
 use ::kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
 use ::kube::runtime::watcher;
@@ -48,6 +47,7 @@ use super::{LearnedTable, Location, MacRecord, Origin, Outcome};
 use crate::api::{FDBEntry, FdbEntrySpec, FdbLocation, Neighbor, NeighborSpec};
 use crate::daemon::cluster_state::{label_value, status, SYNC_TIMEOUT};
 use crate::ipam::{fdb_entry_name, neighbor_name, NETWORK_LABEL};
+use crate::source::kubernetes::{FirstLists, WatchFailure};
 use crate::source::kubernetes::{KubernetesConfig, TaggedEvent, WatchThread};
 
 /// The label of every object of the learning records (`"true"`).
@@ -325,14 +325,30 @@ impl ObjectStore {
         Ok(())
     }
 
-    /// Applies watch events until both kinds have listed once.
+    /// Applies watch events until both kinds have listed once — or, when the API server
+    /// cannot be reached ([`FirstLists`]), starts with nothing learned: what other nodes learned
+    /// arrives through the watches once it answers.
     fn sync(&mut self) -> Result<(), LearnStoreError> {
-        let deadline = Instant::now() + SYNC_TIMEOUT;
+        let wait = FirstLists::new(true);
         let mut listed = BTreeSet::new();
-        let mut last_error = None;
+        let mut last_error: Option<String> = None;
+        let mut failures: BTreeMap<Kind, WatchFailure> = BTreeMap::new();
         while listed.len() < Kind::ALL.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let Ok((k, e)) = self.events.recv_timeout(left) else {
+            if wait.away(listed.len(), failures.values()) {
+                tracing::warn!(
+                    "the API server cannot be reached: starting with no learned MACs; they \
+                     arrive through the watches once it answers"
+                );
+                return Ok(());
+            }
+            let received = match wait.wait() {
+                Some(left) => self.events.recv_timeout(left).ok(),
+                None => None,
+            };
+            let Some((k, e)) = received else {
+                if wait.wait().is_some() {
+                    continue;
+                }
                 return Err(api_err(
                     "list",
                     format!(
@@ -350,7 +366,10 @@ impl ObjectStore {
                     }
                     self.handle(k, e);
                 }
-                Err(e) => last_error = Some(format!("{}: {e}", k.name())),
+                Err(e) => {
+                    last_error = Some(format!("{}: {e}", k.name()));
+                    failures.insert(k, e);
+                }
             }
         }
         self.table = self.build();

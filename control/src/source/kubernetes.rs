@@ -424,8 +424,104 @@ fn refs_of(objects: &Objects, kind: ObjectKind) -> BTreeSet<ObjectRef> {
     }
 }
 
-/// One watch's event, tagged with what the watch is: the watcher's event or its error as text.
-pub type TaggedEvent<K> = (K, Result<watcher::Event<DynamicObject>, String>);
+/// One watch's event, tagged with what the watch is: the watcher's event or its failure.
+pub type TaggedEvent<K> = (K, Result<watcher::Event<DynamicObject>, WatchFailure>);
+
+/// A watch's failure (retried with backoff): what it said, and whether it said the API server
+/// could not be reached (see [`unreachable()`]) rather than refused the watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchFailure {
+    /// The error, as text.
+    pub message: String,
+    /// Whether the API server could not be reached.
+    pub unreachable: bool,
+}
+
+impl std::fmt::Display for WatchFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<&watcher::Error> for WatchFailure {
+    fn from(e: &watcher::Error) -> WatchFailure {
+        let unreachable = match e {
+            watcher::Error::InitialListFailed(e)
+            | watcher::Error::WatchStartFailed(e)
+            | watcher::Error::WatchFailed(e) => unreachable(e),
+            watcher::Error::WatchError(s) => s.code >= 500 || s.code == 429,
+            watcher::Error::NoResourceVersion => false,
+        };
+        WatchFailure {
+            message: e.to_string(),
+            unreachable,
+        }
+    }
+}
+
+/// How long a store waits for its watches' first lists ([`FirstLists`]).
+pub const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a store that may start without the API server waits for one it cannot reach.
+pub const OFFLINE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A store's wait for its watches' first lists (the allocation store's, the learned MACs'):
+/// up to [`SYNC_TIMEOUT`]; or, for a store that can start without the API server, until
+/// [`OFFLINE_AFTER`] has passed with nothing listed and every watch failing to reach it.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstLists {
+    start: std::time::Instant,
+    offline: bool,
+}
+
+impl FirstLists {
+    /// Starts waiting now; `offline`: the store can start without the API server.
+    pub fn new(offline: bool) -> FirstLists {
+        FirstLists {
+            start: std::time::Instant::now(),
+            offline,
+        }
+    }
+
+    /// Whether to stop waiting and start away, with `listed` watches listed and `failures`
+    /// the last failure of each watch that failed.
+    pub fn away<'a>(
+        &self,
+        listed: usize,
+        failures: impl IntoIterator<Item = &'a WatchFailure>,
+    ) -> bool {
+        let mut failures = failures.into_iter().peekable();
+        self.offline
+            && listed == 0
+            && self.start.elapsed() >= OFFLINE_AFTER
+            && failures.peek().is_some()
+            && failures.all(|f| f.unreachable)
+    }
+
+    /// How long to wait for the next event (short past [`OFFLINE_AFTER`], so that
+    /// [`Self::away`] is asked again); `None` once [`SYNC_TIMEOUT`] has passed.
+    pub fn wait(&self) -> Option<std::time::Duration> {
+        let elapsed = self.start.elapsed();
+        let left = SYNC_TIMEOUT.checked_sub(elapsed)?;
+        if left.is_zero() {
+            return None;
+        }
+        Some(match OFFLINE_AFTER.checked_sub(elapsed) {
+            Some(d) if self.offline && !d.is_zero() => d.min(left),
+            _ if self.offline => left.min(std::time::Duration::from_millis(100)),
+            _ => left,
+        })
+    }
+}
+
+/// Whether `e` says the API server could not be reached or could not serve the request now
+/// (no connection, a broken stream, 5xx, 429), rather than refusing it.
+pub fn unreachable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
 
 /// Watches run on a thread of their own (with its own current-thread runtime and client, so
 /// the caller's runtime stays free for writes), each event handed to a callback; stopped and
@@ -465,14 +561,18 @@ impl WatchThread {
                     let client = match client(&config).await {
                         Ok(c) => c,
                         Err(e) => {
-                            send((first, Err(e.to_string())));
+                            let failure = WatchFailure {
+                                message: e.to_string(),
+                                unreachable: false,
+                            };
+                            send((first, Err(failure)));
                             return;
                         }
                     };
                     let streams = watches(&client).into_iter().map(|(tag, api, wc)| {
                         watcher(api, wc)
                             .default_backoff()
-                            .map(move |e| (tag, e.map_err(|e| e.to_string())))
+                            .map(move |e| (tag, e.map_err(|e| WatchFailure::from(&e))))
                             .boxed()
                     });
                     let mut all = futures_util::stream::select_all(streams);
