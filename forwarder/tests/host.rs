@@ -810,7 +810,16 @@ fn oversize_gets_frag_needed_and_packet_too_big() {
     ] {
         let before = lab.drops(1, DropReason::TooBig);
         let r = ping_with(&a1.ns, dst, 3, &["-M", "do", "-s", size]);
-        let after = lab.drops(1, DropReason::TooBig);
+        // The worker adds a burst's counters to the status region right after sending its
+        // packets, so the error can reach ping first (a loaded machine deschedules it there).
+        let mut after = lab.drops(1, DropReason::TooBig);
+        for _ in 0..100 {
+            if after > before {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            after = lab.drops(1, DropReason::TooBig);
+        }
         assert!(
             r.received == 0 && r.output.contains("1460") && after > before,
             "a 1500-byte packet with DF to {dst} must get ICMP frag-needed / packet-too-big \
