@@ -104,7 +104,7 @@ impl Cluster {
 }
 
 /// Every document of every `*.yaml` file of `dir` (sorted by file name), as JSON.
-fn yaml_dir(dir: &Path) -> anyhow::Result<Vec<Value>> {
+pub(crate) fn yaml_dir(dir: &Path) -> anyhow::Result<Vec<Value>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))

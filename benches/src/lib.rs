@@ -43,6 +43,7 @@ pub mod control;
 pub mod ct;
 pub mod dpdk;
 pub mod k8s;
+pub mod k8s_scale;
 pub mod lace;
 pub mod latency;
 pub mod learning;

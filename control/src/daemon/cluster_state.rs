@@ -64,7 +64,7 @@ use crate::ipam::{
     NODE_LABEL,
 };
 use crate::source::kubernetes::{
-    unreachable, FirstLists, KubernetesConfig, TaggedEvent, WatchFailure, WatchThread,
+    older, unreachable, FirstLists, KubernetesConfig, TaggedEvent, WatchFailure, WatchThread,
 };
 
 use super::control::IpamStore;
@@ -616,7 +616,14 @@ impl ClusterState {
                 };
                 let ledger: IpamState = serde_json::from_str(text)
                     .map_err(|e| self.corrupt(format!("data.{LEDGER_KEY}: {e}")))?;
-                if self.records.ledger.as_ref().is_some_and(|(_, v)| *v == rv) {
+                // The same version, or an older one: the watch can deliver another node's
+                // write after this control's own later one was stored (from its answer).
+                if self
+                    .records
+                    .ledger
+                    .as_ref()
+                    .is_some_and(|(_, v)| *v == rv || older(&rv, v))
+                {
                     return Ok(None);
                 }
                 self.records.ledger = Some((ledger, rv));

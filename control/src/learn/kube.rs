@@ -47,7 +47,7 @@ use super::{LearnedTable, Location, MacRecord, Origin, Outcome};
 use crate::api::{FDBEntry, FdbEntrySpec, FdbLocation, Neighbor, NeighborSpec};
 use crate::daemon::cluster_state::{label_value, status, SYNC_TIMEOUT};
 use crate::ipam::{fdb_entry_name, neighbor_name, NETWORK_LABEL};
-use crate::source::kubernetes::{FirstLists, WatchFailure};
+use crate::source::kubernetes::{older, FirstLists, WatchFailure};
 use crate::source::kubernetes::{KubernetesConfig, TaggedEvent, WatchThread};
 
 /// The label of every object of the learning records (`"true"`).
@@ -228,12 +228,6 @@ fn neighbors_of(table: &LearnedTable) -> BTreeMap<String, NeighborSpec> {
             })
         })
         .collect()
-}
-
-/// Whether resourceVersion `a` is older than `b` (of one object). resourceVersions are etcd
-/// revisions (decimal integers) on kube-apiserver; any other form is never called older.
-fn older(a: &str, b: &str) -> bool {
-    matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a < b)
 }
 
 fn pp() -> PostParams {

@@ -513,6 +513,12 @@ impl FirstLists {
     }
 }
 
+/// Whether resourceVersion `a` is older than `b` (of one object). resourceVersions are etcd
+/// revisions (decimal integers) on kube-apiserver; any other form is never called older.
+pub fn older(a: &str, b: &str) -> bool {
+    matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a < b)
+}
+
 /// Whether `e` says the API server could not be reached or could not serve the request now
 /// (no connection, a broken stream, 5xx, 429), rather than refusing it.
 pub fn unreachable(e: &kube::Error) -> bool {
