@@ -376,11 +376,6 @@ impl ClusterState {
         self.conflicts
     }
 
-    /// Deletions owed to the API server (made when it answers again).
-    pub fn owed(&self) -> usize {
-        self.records.owed.len()
-    }
-
     /// The API server answered (whatever it said).
     fn reached(&self) {
         if self.away.replace(false) {
