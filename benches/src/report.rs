@@ -139,9 +139,14 @@ impl fmt::Display for Target {
 }
 
 /// The figures of one run, in insertion order, plus the targets registered for some of them.
-#[derive(Debug, Clone, Default)]
+///
+/// It serialises as its figure array (`--json`'s format, which baselines store run by run);
+/// targets are the binary's goals, not measurements, and are not serialised.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct Report {
     figures: Vec<Figure>,
+    #[serde(skip)]
     targets: Vec<(String, Target)>,
 }
 
@@ -180,7 +185,7 @@ impl Report {
 
     /// The figures as a JSON array of `{"id","value","unit","anchor","anchor_value","ratio"}`.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(&self.figures).expect("figures serialise")
+        serde_json::to_string_pretty(self).expect("figures serialise")
     }
 
     /// Writes [`Report::to_json`] to `path`.
