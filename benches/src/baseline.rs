@@ -64,7 +64,7 @@ pub enum BaselineError {
         error: serde_json::Error,
     },
     /// The file is JSON with another `format` (e.g. a `--json` report, not a baseline).
-    #[error("baseline {path}: format is {found:?}, not {FORMAT:?} (a --json report is not a baseline); save one with --save-baseline")]
+    #[error("baseline {path}: format is {}, not {FORMAT:?} (a --json report is not a baseline); save one with --save-baseline", .found.as_deref().unwrap_or("missing"))]
     Format {
         /// The file.
         path: PathBuf,
@@ -105,6 +105,10 @@ pub struct Baseline {
     /// lace-bench's arguments for each run (`--quick --only ct`, ...), to tell a comparison of
     /// different scales or sections from a regression.
     pub args: Vec<String>,
+    /// The machine's 1-minute load average before each run, when it could be read: the band
+    /// is the noise of the machine as loaded then, so a gate run under another load is read
+    /// with that in mind.
+    pub load_averages: Vec<Option<f64>>,
     /// Each run's report, as `--json` writes it.
     pub runs: Vec<Report>,
 }
@@ -119,6 +123,7 @@ impl Baseline {
             format: FORMAT.to_owned(),
             version: VERSION,
             args,
+            load_averages: Vec::new(),
             runs,
         })
     }
@@ -752,7 +757,8 @@ mod tests {
 
     #[test]
     fn a_baseline_round_trips_as_json_reports() {
-        let b = baseline_of("c", "cycles", &[100.0, 101.0, 99.0]);
+        let mut b = baseline_of("c", "cycles", &[100.0, 101.0, 99.0]);
+        b.load_averages = vec![Some(1.5), None, Some(2.25)];
         let text = b.to_json();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["format"], FORMAT);
@@ -762,6 +768,7 @@ mod tests {
         assert_eq!(v["runs"][1], as_json);
         let back = Baseline::from_json(&text, Path::new("t.json")).unwrap();
         assert_eq!(back.args, ["--quick"]);
+        assert_eq!(back.load_averages, [Some(1.5), None, Some(2.25)]);
         assert_eq!(back.runs.len(), 3);
         for (a, b) in back.runs.iter().zip(&b.runs) {
             assert_eq!(a.figures(), b.figures());
