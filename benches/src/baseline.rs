@@ -9,8 +9,9 @@
 //! * the compared quantity is the ratio to the figure's anchor when it has one in every run on
 //!   both sides (the anchor is measured in the same run, so machine noise cancels), the raw value
 //!   otherwise;
-//! * the direction comes from the unit ([`direction`]): costs (cycles, time, memory) are better
-//!   lower, rates (`…/s`, `Mpps`) higher; a figure whose unit says neither is shown, not gated;
+//! * the direction is the figure's own when it declares one ([`crate::report::Figure::better`]),
+//!   else the unit's ([`direction`]): costs (cycles, time, memory) are better lower, rates
+//!   (`…/s`, `Mpps`) higher; a figure with neither is shown, not gated;
 //! * a change larger than the band is `REGRESSED` in the worse direction and `improved` in the
 //!   other; figures present on one side only are listed, not failed.
 //!
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::report::Direction;
 use crate::report::{median, Report};
 
 /// The `format` field of every baseline file.
@@ -211,15 +213,6 @@ pub fn baseline_path(dir: &Path, name: &str) -> Result<PathBuf, BaselineError> {
     Ok(dir.join(format!("{name}.json")))
 }
 
-/// Which way a figure gets better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// A cost: cycles, time, memory.
-    LowerIsBetter,
-    /// A rate: anything per second, packets per second.
-    HigherIsBetter,
-}
-
 /// The direction a unit implies, or `None` when it implies none (counts, `x`, ratios of
 /// counts): such figures are reported, not gated. A parenthesised remark after the unit
 /// (`1/s (1 route/call)`) is ignored. The unit's numerator decides when it is a cost (`cycles`,
@@ -397,11 +390,9 @@ pub fn compare(baseline: &Baseline, now: &[Report]) -> Comparison {
 
 /// The row of a figure both sides have.
 fn row(baseline: &Baseline, now: &[Report], id: &str) -> Row {
-    let unit = now
-        .iter()
-        .find_map(|r| r.get(id))
-        .map(|f| f.unit.clone())
-        .unwrap_or_default();
+    let current = now.iter().find_map(|r| r.get(id));
+    let unit = current.map(|f| f.unit.clone()).unwrap_or_default();
+    let declared = current.and_then(|f| f.better);
     let ratios = samples(&baseline.runs, id, Quantity::Ratio)
         .zip(samples(now, id, Quantity::Ratio).filter(|s| !s.is_empty()));
     let (quantity, old, new) = match ratios {
@@ -427,7 +418,7 @@ fn row(baseline: &Baseline, now: &[Report], id: &str) -> Row {
         (None, Ok(_)) if !change.is_finite() => {
             Verdict::NotGated("the current runs have no finite value".to_owned())
         }
-        (None, Ok(band)) => match direction(&unit) {
+        (None, Ok(band)) => match declared.or_else(|| direction(&unit)) {
             None => Verdict::NotGated(format!("unit {unit:?} has no direction")),
             Some(_) if change.abs() <= band => Verdict::WithinBand,
             Some(Direction::LowerIsBetter) if change > 0.0 => Verdict::Regressed,
@@ -714,6 +705,38 @@ mod tests {
         );
         assert!(c.regressed().is_empty());
         assert!(c.table().contains("not gated: unit \"x\" has no direction"));
+    }
+
+    #[test]
+    fn a_declared_direction_is_gated() {
+        let ideal = |d| Figure::new("ideal", 2.0, "x").better(d);
+        let runs = [1.80, 1.81, 1.79]
+            .iter()
+            .map(|&v| {
+                let mut r = Report::new();
+                r.push(Figure::versus(
+                    "scaling_2w",
+                    v,
+                    &ideal(Direction::HigherIsBetter),
+                ));
+                r
+            })
+            .collect();
+        let b = Baseline::new(Vec::new(), runs).unwrap();
+        let mut now = Report::new();
+        now.push(Figure::versus(
+            "scaling_2w",
+            1.2,
+            &ideal(Direction::HigherIsBetter),
+        ));
+        assert_eq!(verdict(&b, &now, "scaling_2w"), Verdict::Regressed);
+        let mut now = Report::new();
+        now.push(Figure::versus(
+            "scaling_2w",
+            1.2,
+            &ideal(Direction::LowerIsBetter),
+        ));
+        assert_eq!(verdict(&b, &now, "scaling_2w"), Verdict::Improved);
     }
 
     #[test]
