@@ -1567,11 +1567,10 @@ impl Stack {
         if let (Some((start, start_verbs)), Some((end, end_verbs))) = (loop_start, requests(&*self))
         {
             let per_pod = in_windows.values().sum::<u64>() as f64 / n as f64;
-            out.push(Figure::new(
-                crate::k8s::REQUESTS_FIGURE,
-                per_pod,
-                "requests",
-            ));
+            out.push(
+                Figure::new(crate::k8s::REQUESTS_FIGURE, per_pod, "requests")
+                    .better(crate::report::Direction::LowerIsBetter),
+            );
             let whole: BTreeMap<&String, u64> = end_verbs
                 .iter()
                 .map(|(v, c)| (v, c - start_verbs.get(v).copied().unwrap_or(0)))

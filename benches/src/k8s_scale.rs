@@ -28,7 +28,7 @@ use lace_kube_fake::FakeApiServer;
 use serde_json::json;
 
 use crate::control::Outcome;
-use crate::report::{Figure, Scale};
+use crate::report::{Direction, Figure, Scale};
 
 /// The ADD latency figure at scale (its p50 twin is `k8s.add.p50_ms.<N>nodes`).
 pub fn add_figure(nodes: usize) -> String {
@@ -369,16 +369,22 @@ pub fn figures(scale: &Scale, asked: Option<usize>) -> Outcome {
             &anchor,
         ));
     }
-    out.push(Figure::new(
-        WRITES_FIGURE,
-        many.fill_writes as f64 / many.filled as f64,
-        "writes/pod",
-    ));
-    out.push(Figure::new(
-        IDLE_FIGURE,
-        many.idle_requests as f64 / (nodes as f64 * many.idle.as_secs_f64()),
-        "requests/s/node",
-    ));
+    out.push(
+        Figure::new(
+            WRITES_FIGURE,
+            many.fill_writes as f64 / many.filled as f64,
+            "writes/pod",
+        )
+        .better(Direction::LowerIsBetter),
+    );
+    out.push(
+        Figure::new(
+            IDLE_FIGURE,
+            many.idle_requests as f64 / (nodes as f64 * many.idle.as_secs_f64()),
+            "requests/s/node",
+        )
+        .better(Direction::LowerIsBetter),
+    );
     out.notes.push(format!(
         "k8s.add.*: {nodes} simulated nodes (ClusterState each: the real allocation code and \
          kube-rs client, no forwarder) against lace-kube-fake, {PODS_PER_NODE} pods each over \

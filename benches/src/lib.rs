@@ -13,6 +13,8 @@
 //!   streams and exact-match keys.
 //! * [`report`]: [`report::Figure`]s with anchors and ratios, targets, the text table and
 //!   JSON, and the cycle/latency measurement helpers.
+//! * [`baseline`]: the regression gate — runs saved as a baseline, each figure's noise band
+//!   from their spread, a later run compared with them figure by figure.
 //! * [`anchors`]: the DPDK measurements every lace figure is reported beside.
 //! * [`pipeline`]: packets through lace-forwarder's pipeline between DPDK `net_null` ports,
 //!   beside the plain null-PMD forward loop, and its two-worker scaling; with connection
@@ -39,6 +41,7 @@
 //! reuse the same pieces. Timing figures are never asserted on.
 
 pub mod anchors;
+pub mod baseline;
 pub mod control;
 pub mod ct;
 pub mod dpdk;

@@ -76,7 +76,7 @@ use lace_shared::types::{
 };
 
 use crate::dpdk::Eal;
-use crate::report::{median, rdtsc, tsc_hz, Figure, Scale};
+use crate::report::{median, rdtsc, tsc_hz, Direction, Figure, Scale};
 
 // ---- the node ----------------------------------------------------------------------------------
 
@@ -2296,7 +2296,8 @@ fn scaling(
     }
 
     let (one, two) = (median(one), median(two));
-    let ideal = Figure::new("pipeline.scaling_2w.ideal", 2.0, "x");
+    let ideal =
+        Figure::new("pipeline.scaling_2w.ideal", 2.0, "x").better(Direction::HigherIsBetter);
     let figures = vec![
         Figure::new("pipeline.l3_encap.mpps_1w", one / 1e6, "Mpps"),
         Figure::new("pipeline.l3_encap.mpps_2w", two / 1e6, "Mpps"),

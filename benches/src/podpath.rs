@@ -42,7 +42,7 @@ use anyhow::{anyhow, bail, Context as _};
 use serde_json::Value;
 
 use crate::control::{ip, is_root, run_ok, Outcome, Stack};
-use crate::report::{Figure, Target};
+use crate::report::{Direction, Figure, Target};
 
 /// Seconds per TCP probe (the issue's `iperf3 -t 6`).
 pub const TCP_SECONDS: u32 = 6;
@@ -867,11 +867,14 @@ pub fn figures() -> Outcome {
     let ku = out.push(anchor("podpath.kernel.udp64.mpps", k.udp64_mpps, "Mpps"));
     let kr50 = out.push(anchor("podpath.kernel.rtt.p50_us", k.rtt_p50_us, "µs"));
     let kr99 = out.push(anchor("podpath.kernel.rtt.p99_us", k.rtt_p99_us, "µs"));
-    let kre = out.push(anchor(
-        "podpath.kernel.tcp_1stream.retransmit_ratio",
-        k.tcp1_retransmit_ratio,
-        "retransmitted/sent",
-    ));
+    let kre = out.push(
+        anchor(
+            "podpath.kernel.tcp_1stream.retransmit_ratio",
+            k.tcp1_retransmit_ratio,
+            "retransmitted/sent",
+        )
+        .better(Direction::LowerIsBetter),
+    );
     let kcpu = out.push(anchor(
         "podpath.kernel.tcp_1stream.cpu_us_per_segment",
         k.tcp1_cpu_us_per_segment,

@@ -29,6 +29,21 @@ pub struct Figure {
     pub anchor: Option<String>,
     /// The anchor's value, in the same unit.
     pub anchor_value: Option<f64>,
+    /// Which way the figure gets better, when its unit does not say (`x`, a count): set with
+    /// [`Figure::better`]. The regression gate reads it before the unit
+    /// (`crate::baseline::direction`).
+    pub better: Option<Direction>,
+}
+
+/// Which way a figure gets better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Direction {
+    /// A cost: cycles, time, memory.
+    #[serde(rename = "lower")]
+    LowerIsBetter,
+    /// A rate: anything per second, packets per second.
+    #[serde(rename = "higher")]
+    HigherIsBetter,
 }
 
 impl Figure {
@@ -40,11 +55,20 @@ impl Figure {
             unit: unit.into(),
             anchor: None,
             anchor_value: None,
+            better: None,
         }
     }
 
-    /// A figure compared with `anchor` (same unit expected), e.g. lace's lookup cycles against
-    /// `rte_fib`'s from the same run.
+    /// The figure with its direction declared, for a unit that does not imply one.
+    pub fn better(self, direction: Direction) -> Self {
+        Self {
+            better: Some(direction),
+            ..self
+        }
+    }
+
+    /// A figure compared with `anchor` (same unit expected, and the anchor's direction), e.g.
+    /// lace's lookup cycles against `rte_fib`'s from the same run.
     pub fn versus(id: impl Into<String>, value: f64, anchor: &Figure) -> Self {
         Self {
             id: id.into(),
@@ -52,6 +76,7 @@ impl Figure {
             unit: anchor.unit.clone(),
             anchor: Some(anchor.id.clone()),
             anchor_value: Some(anchor.value),
+            better: anchor.better,
         }
     }
 
@@ -63,7 +88,8 @@ impl Figure {
     }
 }
 
-/// The JSON shape of a figure: its fields plus the derived `ratio` (null without anchor).
+/// The JSON shape of a figure: its fields plus the derived `ratio` (null without anchor);
+/// `better` (`"lower"` or `"higher"`) only when declared.
 #[derive(Serialize, Deserialize)]
 struct FigureJson {
     id: String,
@@ -73,6 +99,8 @@ struct FigureJson {
     anchor_value: Option<f64>,
     #[serde(default)]
     ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    better: Option<Direction>,
 }
 
 impl From<Figure> for FigureJson {
@@ -85,6 +113,7 @@ impl From<Figure> for FigureJson {
             anchor: f.anchor,
             anchor_value: f.anchor_value,
             ratio,
+            better: f.better,
         }
     }
 }
@@ -97,6 +126,7 @@ impl From<FigureJson> for Figure {
             unit: j.unit,
             anchor: j.anchor,
             anchor_value: j.anchor_value,
+            better: j.better,
         }
     }
 }
@@ -139,9 +169,14 @@ impl fmt::Display for Target {
 }
 
 /// The figures of one run, in insertion order, plus the targets registered for some of them.
-#[derive(Debug, Clone, Default)]
+///
+/// It serialises as its figure array (`--json`'s format, which baselines store run by run);
+/// targets are the binary's goals, not measurements, and are not serialised.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct Report {
     figures: Vec<Figure>,
+    #[serde(skip)]
     targets: Vec<(String, Target)>,
 }
 
@@ -180,7 +215,7 @@ impl Report {
 
     /// The figures as a JSON array of `{"id","value","unit","anchor","anchor_value","ratio"}`.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(&self.figures).expect("figures serialise")
+        serde_json::to_string_pretty(self).expect("figures serialise")
     }
 
     /// Writes [`Report::to_json`] to `path`.
@@ -610,6 +645,16 @@ mod tests {
         assert_eq!(v[1]["ratio"], 0.75);
         let back: Vec<Figure> = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(back[1], lace);
+        assert!(
+            v[1].get("better").is_none(),
+            "only declared directions are written"
+        );
+        let ideal = Figure::new("ideal", 2.0, "x").better(Direction::HigherIsBetter);
+        let scaling = Figure::versus("scaling", 1.8, &ideal);
+        assert_eq!(scaling.better, Some(Direction::HigherIsBetter));
+        let json = serde_json::to_value(&scaling).unwrap();
+        assert_eq!(json["better"], "higher");
+        assert_eq!(serde_json::from_value::<Figure>(json).unwrap(), scaling);
     }
 
     #[test]

@@ -2,7 +2,15 @@
 //!
 //! ```text
 //! cargo run --release -p lace-benches --bin lace-bench -- [--quick | --smoke] [--json FILE] [--huge] [--no-peer]
+//! cargo run --release -p lace-benches --bin lace-bench -- [options] [--save-baseline NAME] [--baseline NAME] [--runs N]
 //! ```
+//!
+//! `--save-baseline` and `--baseline` are the regression gate (`lace_benches::baseline`, ADR
+//! 0042): the report runs `--runs` times, each run a fresh lace-bench process with the same
+//! options writing its figures as `--json` does; `--save-baseline NAME` stores the runs as
+//! `NAME.json` in `$LACE_BENCH_BASELINES` (else `$CARGO_TARGET_DIR/lace-bench/baselines`, else
+//! `target/lace-bench/baselines`), `--baseline NAME` compares them with that file, prints what
+//! moved and fails when a figure regressed beyond its noise band.
 //!
 //! The DPDK anchors are measured first (`rte_*` figures, each table on its own). lace's figures
 //! follow; every lookup figure is measured in alternating rounds with a DPDK table built again
@@ -108,6 +116,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context as _};
 use clap::Parser;
 use lace_benches::anchors::{self, Workloads};
+use lace_benches::baseline::{self, Baseline};
 use lace_benches::dpdk::{DpdkFib4, DpdkFib6, DpdkHash, Eal, EalOptions, DPDK_VERSION};
 use lace_benches::lace::{
     as_changes, lace_tag, routes6_host, Change, LaceFib, LaceHash, MultiFib, Pinning, PublishProbe,
@@ -173,6 +182,19 @@ struct Args {
     /// while blocks are claimed lowest-first (see the section's note).
     #[arg(long, value_name = "N")]
     k8s_nodes: Option<usize>,
+    /// Save the runs (see --runs) as baseline NAME: NAME.json in $LACE_BENCH_BASELINES, else
+    /// $CARGO_TARGET_DIR/lace-bench/baselines, else target/lace-bench/baselines.
+    #[arg(long, value_name = "NAME", conflicts_with = "json")]
+    save_baseline: Option<String>,
+    /// Compare the runs (see --runs) with baseline NAME: print what moved, and exit non-zero
+    /// when a figure regressed beyond its noise band.
+    #[arg(long, value_name = "NAME", conflicts_with = "json")]
+    baseline: Option<String>,
+    /// Runs of the report for --save-baseline / --baseline, each a fresh lace-bench process
+    /// (the median is compared; a baseline's runs give each figure's noise band). Default: 5
+    /// with --save-baseline (at least 3), 1 with --baseline alone.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    runs: Option<u32>,
 }
 
 /// A part of the report that `--only` can select.
@@ -211,13 +233,166 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
+    let args = Args::parse();
+    let outcome = if args.save_baseline.is_some() || args.baseline.is_some() {
+        gate(&args)
+    } else if args.runs.is_some() {
+        Err(anyhow!("--runs is for --save-baseline and --baseline"))
+    } else {
+        run(args)
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lace-bench: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs of the report saved with `--save-baseline` unless `--runs` says otherwise.
+const BASELINE_RUNS: usize = 5;
+
+/// `--save-baseline` / `--baseline`: the report `--runs` times in child processes, then the
+/// comparison with the baseline (printed; an error naming the figures that regressed) and the
+/// runs saved as the new baseline.
+fn gate(args: &Args) -> anyhow::Result<()> {
+    let env = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let dir = baseline::baselines_dir(env("LACE_BENCH_BASELINES"), env("CARGO_TARGET_DIR"));
+    // Read the baseline before spending minutes measuring: a bad one fails at once.
+    let against = match &args.baseline {
+        Some(name) => {
+            let path = baseline::baseline_path(&dir, name)?;
+            let b = Baseline::read(&path)?;
+            Some((name.as_str(), path, b))
+        }
+        None => None,
+    };
+    let save_to = match &args.save_baseline {
+        Some(name) => Some(baseline::baseline_path(&dir, name)?),
+        None => None,
+    };
+    let default_runs = if save_to.is_some() { BASELINE_RUNS } else { 1 };
+    let runs = args.runs.map_or(default_runs, |n| n as usize);
+    if save_to.is_some() && runs < baseline::MIN_RUNS {
+        return Err(baseline::BaselineError::TooFewRuns(runs).into());
+    }
+    let child_args = run_args(&std::env::args().skip(1).collect::<Vec<_>>());
+    let mut reports = Vec::with_capacity(runs);
+    let mut loads = Vec::with_capacity(runs);
+    for i in 1..=runs {
+        loads.push(load_average());
+        reports.push(one_run(&child_args, i, runs)?);
+    }
+
+    let mut regressed = Vec::new();
+    if let Some((name, path, b)) = &against {
+        let c = baseline::compare(b, &reports);
+        println!(
+            "\nlace-bench: against baseline {name} ({}, {} runs; median of {runs} run(s) now; \
+             band = {} × the baseline runs' largest distance from their median, at least {}%)",
+            path.display(),
+            b.runs.len(),
+            baseline::BAND_FACTOR,
+            baseline::MIN_BAND * 100.0,
+        );
+        println!(
+            "load average (1 min) before each run: the baseline's {}, now {}",
+            load_range(&b.load_averages),
+            load_range(&loads)
+        );
+        if b.args != child_args {
+            println!(
+                "note: the baseline ran `lace-bench {}`, this is `lace-bench {}`",
+                b.args.join(" "),
+                child_args.join(" ")
+            );
+        }
+        print!("{}", c.table());
+        regressed = c.regressed().iter().map(|r| r.id.clone()).collect();
+        if regressed.is_empty() {
+            println!("gate passed: no figure regressed beyond its band");
+        }
+    }
+    if let Some(path) = save_to {
+        let mut b = Baseline::new(child_args, reports)?;
+        b.load_averages = loads;
+        b.write(&path)?;
+        println!("baseline saved to {} ({runs} runs)", path.display());
+    }
+    if let Some((name, _, _)) = against {
+        if !regressed.is_empty() {
+            bail!(
+                "{} figure(s) regressed beyond their noise band against baseline {name}: {}",
+                regressed.len(),
+                regressed.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The 1-minute load average from `/proc/loadavg`.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Load averages as `min–max` (or the one value; `unknown` when none was read).
+fn load_range(loads: &[Option<f64>]) -> String {
+    let known: Vec<f64> = loads.iter().flatten().copied().collect();
+    let min = known.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = known.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match known.len() {
+        0 => "unknown".to_owned(),
+        _ if min == max => format!("{min:.2}"),
+        _ => format!("{min:.2}–{max:.2}"),
+    }
+}
+
+/// The command line of one run: this one without the gate's own options (`--save-baseline`,
+/// `--baseline`, `--runs` and their values, spelled `--opt value` or `--opt=value`).
+fn run_args(args: &[String]) -> Vec<String> {
+    const GATE: [&str; 3] = ["--save-baseline", "--baseline", "--runs"];
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if GATE.contains(&a.as_str()) {
+            it.next();
+        } else if !GATE.iter().any(|g| a.starts_with(&format!("{g}="))) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// Run `i` of `n`: this binary with `args` and `--json` into a temporary file, read back.
+fn one_run(args: &[String], i: usize, n: usize) -> anyhow::Result<Report> {
+    println!("lace-bench: run {i} of {n}: lace-bench {}", args.join(" "));
+    let json = std::env::temp_dir().join(format!("lace-bench-{}-run{i}.json", std::process::id()));
+    let exe = std::env::current_exe().context("finding lace-bench's own executable")?;
+    let status = std::process::Command::new(&exe)
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .status()
+        .with_context(|| format!("starting {}", exe.display()))?;
+    let text = std::fs::read_to_string(&json);
+    // The file is ours alone (named by our pid); a failed run may have left none.
+    let _ = std::fs::remove_file(&json);
+    if !status.success() {
+        bail!("run {i} of {n} failed ({status}); nothing was compared or saved");
+    }
+    let text = text.with_context(|| format!("run {i} of {n}: reading {}", json.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("run {i} of {n}: parsing its figures"))
 }
 
 /// `--pod-path` and `--service-path`: one comparison's figures alone (`what` names it).
@@ -1759,5 +1934,53 @@ fn set_targets(report: &mut Report, ids: &Ids) {
     }
     for mix in peer::FlowMix::ALL {
         report.set_target(peer::ratio_id(mix), Target::RatioAtMost(peer::RATIO_TARGET));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| (*a).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_run_gets_every_option_but_the_gates() {
+        let args = strings(&[
+            "--quick",
+            "--save-baseline",
+            "main",
+            "--only",
+            "ct",
+            "--baseline=prev",
+            "--runs",
+            "3",
+            "--no-peer",
+            "--runs=4",
+        ]);
+        assert_eq!(run_args(&args), ["--quick", "--only", "ct", "--no-peer"]);
+        // What remains parses, and is an ordinary run.
+        let parsed =
+            Args::try_parse_from(std::iter::once("lace-bench".to_owned()).chain(run_args(&args)))
+                .unwrap();
+        assert!(parsed.quick && parsed.no_peer && parsed.only == [Section::Ct]);
+        assert!(parsed.save_baseline.is_none() && parsed.baseline.is_none());
+        assert!(parsed.runs.is_none());
+    }
+
+    #[test]
+    fn load_ranges() {
+        assert_eq!(load_range(&[]), "unknown");
+        assert_eq!(load_range(&[None]), "unknown");
+        assert_eq!(load_range(&[Some(1.5), None, Some(1.5)]), "1.50");
+        assert_eq!(load_range(&[Some(2.0), Some(1.25), None]), "1.25–2.00");
+    }
+
+    #[test]
+    fn the_gate_takes_no_json_file() {
+        let err = Args::try_parse_from(["lace-bench", "--baseline", "m", "--json", "x.json"])
+            .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
     }
 }
