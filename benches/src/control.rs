@@ -1191,26 +1191,13 @@ impl Stack {
     /// `within`); how long that took.
     pub(crate) fn settle_cpu(&mut self, n: &str, within: Duration) -> anyhow::Result<Duration> {
         let pid = self.control_pid(n)?;
-        let ticks = || -> anyhow::Result<u64> {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-            // After the command (which may hold spaces and parentheses): state is field 3,
-            // utime and stime are fields 14 and 15.
-            let rest = stat
-                .rsplit_once(')')
-                .map(|(_, r)| r)
-                .ok_or_else(|| anyhow!("unreadable /proc/{pid}/stat"))?;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Ok(f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
-                + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0))
-        };
-        let hz = crate::sys::clock_ticks_per_s() as f64;
         let start = Instant::now();
         let window = Duration::from_millis(500);
         loop {
-            let before = ticks()?;
+            let before = crate::sys::cpu_seconds(pid)?;
             std::thread::sleep(window);
             self.check_alive()?;
-            let used = (ticks()? - before) as f64 / hz;
+            let used = crate::sys::cpu_seconds(pid)? - before;
             if used < 0.02 * window.as_secs_f64() || start.elapsed() > within {
                 return Ok(start.elapsed());
             }

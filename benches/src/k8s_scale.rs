@@ -77,11 +77,34 @@ struct Run {
     fill_writes: u64,
     /// The fill phase's requests by verb.
     fill_verbs: std::collections::BTreeMap<String, u64>,
+    /// The fill phase's writes to each of [`WRITTEN`].
+    fill_writes_of: [u64; WRITTEN.len()],
     /// Requests other than watches while idle, and how long.
     idle_requests: u64,
     idle: Duration,
     /// Writes redone after a conflict, over all nodes.
     conflicts: u64,
+    /// The fill and churn phases' wall time, and the CPU time this process (every simulated
+    /// node and the fake API server) used meanwhile.
+    busy: Duration,
+    cpu_s: f64,
+    /// Of that CPU time: the simulated nodes' threads (stores and their watches), and the
+    /// fake API server's.
+    nodes_cpu_s: f64,
+    server_cpu_s: f64,
+}
+
+/// CPU seconds so far of the simulated nodes' threads (each store's, named after its node,
+/// and its watch thread) and of the fake API server's.
+fn split_cpu() -> anyhow::Result<(f64, f64)> {
+    let by_name = crate::sys::thread_cpu_seconds().context("reading the threads' CPU times")?;
+    let sum = |f: &dyn Fn(&str) -> bool| -> f64 {
+        by_name.iter().filter(|(n, _)| f(n)).map(|(_, s)| s).sum()
+    };
+    Ok((
+        sum(&|n| n.starts_with("sim-") || n == "ipam-watch"),
+        sum(&|n| n.starts_with("kube-fake")),
+    ))
 }
 
 fn network(i: usize) -> String {
@@ -122,12 +145,24 @@ fn request(node: &str, i: usize) -> AllocateRequest {
     }
 }
 
-fn writes(api: &FakeApiServer) -> u64 {
-    let r = api.requests();
+/// The resources whose writes the note splits the fill's by.
+const WRITTEN: [&str; 4] = ["configmaps", "allocations", "networkendpoints", "neighbors"];
+
+/// The writes (create, update, patch) among requests counted by verb.
+fn write_count(by_verb: &std::collections::BTreeMap<String, u64>) -> u64 {
     ["create", "update", "patch"]
         .iter()
-        .map(|v| r.get(*v).copied().unwrap_or(0))
+        .map(|v| by_verb.get(*v).copied().unwrap_or(0))
         .sum()
+}
+
+fn writes(api: &FakeApiServer) -> u64 {
+    write_count(&api.requests())
+}
+
+/// Writes so far to each of [`WRITTEN`].
+fn writes_by_resource(api: &FakeApiServer) -> [u64; WRITTEN.len()] {
+    WRITTEN.map(|plural| write_count(&api.requests_of(plural)))
 }
 
 fn not_watches(api: &FakeApiServer) -> u64 {
@@ -161,8 +196,9 @@ fn cluster(nodes: usize, dir: &Path) -> anyhow::Result<(FakeApiServer, Kubernete
     Ok((api, kube))
 }
 
-/// Runs `f` unless an earlier phase failed, then waits for every party at `phases`: each
-/// thread reaches every barrier whatever happened to it.
+/// Runs `f` unless an earlier phase failed, then waits twice for every party at `phases`: at
+/// the phase's end, and for the next phase's start once the main thread has read the counters
+/// between the two. Each thread reaches every barrier whatever happened to it.
 fn phase(
     failed: &mut Option<anyhow::Error>,
     phases: &Barrier,
@@ -173,6 +209,7 @@ fn phase(
             *failed = Some(e);
         }
     }
+    phases.wait();
     phases.wait();
 }
 
@@ -250,7 +287,8 @@ fn simulate(
 fn run(shape: Shape) -> anyhow::Result<Run> {
     let dir = crate::control::TempDir::new("lace-bench-k8s-scale", &std::env::temp_dir())?;
     let (api, kube) = cluster(shape.nodes, &dir.0)?;
-    // Opened, registered, filled, churned, idle, done: each party waits at each.
+    // Opened, registered, filled, churned, idle: two barriers each (the counters are read
+    // between them), then done.
     let phases = Arc::new(Barrier::new(shape.nodes + 1));
     let threads: Vec<_> = (0..shape.nodes)
         .map(|i| {
@@ -267,11 +305,20 @@ fn run(shape: Shape) -> anyhow::Result<Run> {
         .context("starting the simulated nodes' threads")?;
     let mut out = Run::default();
     phases.wait(); // opened
+    phases.wait();
     phases.wait(); // registered
+    let busy = Instant::now();
+    let cpu =
+        crate::sys::cpu_seconds(std::process::id()).context("reading this process's CPU time")?;
+    let (nodes_cpu, server_cpu) = split_cpu()?;
     let before = writes(&api);
+    let before_of = writes_by_resource(&api);
     let verbs = api.requests();
+    phases.wait(); // the fill starts
     phases.wait(); // filled
     out.fill_writes = writes(&api) - before;
+    let after_of = writes_by_resource(&api);
+    out.fill_writes_of = std::array::from_fn(|i| after_of[i] - before_of[i]);
     out.fill_verbs = api
         .requests()
         .into_iter()
@@ -281,12 +328,21 @@ fn run(shape: Shape) -> anyhow::Result<Run> {
         })
         .collect();
     out.filled = shape.nodes * shape.pods;
+    phases.wait(); // the churn starts
     phases.wait(); // churned
+    out.busy = busy.elapsed();
+    out.cpu_s = crate::sys::cpu_seconds(std::process::id())
+        .context("reading this process's CPU time")?
+        - cpu;
+    let (n, sv) = split_cpu()?;
+    (out.nodes_cpu_s, out.server_cpu_s) = (n - nodes_cpu, sv - server_cpu);
     let before = not_watches(&api);
+    phases.wait(); // idle starts
     let t = Instant::now();
     phases.wait(); // idle
     out.idle = t.elapsed();
     out.idle_requests = not_watches(&api) - before;
+    phases.wait();
     phases.wait(); // done
     let mut errors = Vec::new();
     for t in threads {
@@ -389,11 +445,24 @@ pub fn figures(scale: &Scale, asked: Option<usize>) -> Outcome {
         "k8s.add.*: {nodes} simulated nodes (ClusterState each: the real allocation code and \
          kube-rs client, no forwarder) against lace-kube-fake, {PODS_PER_NODE} pods each over \
          {NETWORKS} l3 networks, then {CHURN} release+add rounds each, all at once; {} ADDs \
-         timed, {} writes redone after a conflict; the fill's requests by verb {:?}; idle {:.1} s \
-         with {} requests beyond watches",
+         timed, {} writes redone after a conflict; the fill's requests by verb {:?}, its writes \
+         by resource {:?}; fill and churn {:.1} s, using {:.2} of the machine's {} CPUs (every \
+         node's store, its watches and the fake API server share them: a real node has its own), \
+         {:.1} CPU-s the nodes' threads ({:.1}% of a CPU per node), {:.1} CPU-s the fake API \
+         server's; idle {:.1} s with {} requests beyond watches",
         m.len(),
         many.conflicts,
         many.fill_verbs,
+        WRITTEN
+            .iter()
+            .zip(many.fill_writes_of)
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        many.busy.as_secs_f64(),
+        many.cpu_s / many.busy.as_secs_f64().max(1e-9),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        many.nodes_cpu_s,
+        100.0 * many.nodes_cpu_s / (nodes as f64 * many.busy.as_secs_f64().max(1e-9)),
+        many.server_cpu_s,
         many.idle.as_secs_f64(),
         many.idle_requests
     ));

@@ -144,6 +144,41 @@ pub fn clock_ticks_per_s() -> u64 {
     u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100)
 }
 
+/// CPU time process `pid` used so far (user and system), in seconds (`/proc/<pid>/stat`).
+pub fn cpu_seconds(pid: u32) -> io::Result<f64> {
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU time this process's live threads used so far, in seconds, summed by thread name
+/// (`/proc/self/task/*/comm`, at most 15 bytes).
+pub fn thread_cpu_seconds() -> io::Result<std::collections::BTreeMap<String, f64>> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let dir = task?.path();
+        // A thread that ended since the listing has no files left: it is not counted.
+        let (Ok(comm), Ok(cpu)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            stat_cpu_seconds(&dir.join("stat").to_string_lossy()),
+        ) else {
+            continue;
+        };
+        *out.entry(comm.trim().to_owned()).or_insert(0.0) += cpu;
+    }
+    Ok(out)
+}
+
+/// utime + stime of a procfs `stat` file, in seconds.
+fn stat_cpu_seconds(path: &str) -> io::Result<f64> {
+    let stat = std::fs::read_to_string(path)?;
+    // After the command (which may hold spaces and parentheses): state is field 3, utime and
+    // stime are fields 14 and 15.
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("unreadable {path}"));
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or_else(bad)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or_else(bad);
+    Ok((field(11)? + field(12)?) as f64 / clock_ticks_per_s() as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -277,6 +277,60 @@ fn two_controls_allocating_at_once_never_share_anything_and_a_restart_reallocate
     assert_eq!(c.server.resource_version(), version, "nothing was written");
 }
 
+/// The ledger is written when a node registers (with its first endpoint-id reservation, so
+/// its first ADD writes none) and not again while the reservation lasts: another node's registration rebuilds the view, and
+/// this node keeps counting its endpoint ids from where it was, not from its reservation.
+#[test]
+fn a_rebuilt_view_keeps_the_endpoint_counter_and_writes_no_ledger() {
+    let c = cluster();
+    let ledger_writes = || {
+        let r = c.server.requests_of("configmaps");
+        r.get("create").copied().unwrap_or(0) + r.get("update").copied().unwrap_or(0)
+    };
+    let seq = |l: &EndpointLease| l.endpoint_id & 0xffff_ffff;
+    let mut a = c.open("node-a");
+    let nets = networks();
+    let add = |store: &mut ClusterState, node: &str, i: usize| {
+        let req = request(node, i);
+        store
+            .mutate(|ipam| {
+                for (name, def) in &nets {
+                    ipam.ensure_network(name, def)?;
+                }
+                ipam.ensure_node(node)?;
+                ipam.allocate(&req)
+            })
+            .unwrap()
+    };
+    // Registered first, as control does (an ensure before any ADD).
+    a.mutate(|ipam| {
+        for (name, def) in &nets {
+            ipam.ensure_network(name, def)?;
+        }
+        ipam.ensure_node("node-a")
+    })
+    .unwrap();
+    assert_eq!(seq(&add(&mut a, "node-a", 0)), 1);
+    assert_eq!(seq(&add(&mut a, "node-a", 1)), 2);
+    assert_eq!(ledger_writes(), 1, "registered with its reservation, once");
+
+    // node-b registers: the ledger moves under node-a, whose view is rebuilt from it.
+    let mut b = c.open("node-b");
+    assert_eq!(seq(&add(&mut b, "node-b", 0)), 1);
+    assert_eq!(ledger_writes(), 2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while a.read(|i| i.node("node-b")).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node-a never saw node-b"
+        );
+        a.refresh().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(seq(&add(&mut a, "node-a", 2)), 3, "counted on, not jumped");
+    assert_eq!(ledger_writes(), 2, "no ledger write within the reservation");
+}
+
 /// A node's control removes what it released: the endpoint, and the l2 address's claim; a
 /// claim left by a write that failed half way (no endpoint) is collected at start.
 #[test]

@@ -111,7 +111,12 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     // Faults first: a stalled server answers nothing until released.
     let mut stall = shared.stall.subscribe();
     let _ = stall.wait_for(|stalled| !*stalled).await;
-    shared.count(req.method(), req.uri().query());
+    // `/api/v1/namespaces/{name}/status` is a namespace's (see `route`).
+    let plural = parse_path(req.uri().path()).map(|p| match (&p.namespace, p.group.as_str()) {
+        (Some(_), "") if p.plural == "status" || p.plural == "finalize" => "namespaces".into(),
+        _ => p.plural,
+    });
+    shared.count(req.method(), plural.as_deref(), req.uri().query());
     if shared.take_failure() {
         return error_response(&ApiError::new(
             500,

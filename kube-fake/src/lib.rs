@@ -101,7 +101,7 @@
 //! keep increasing, history compacted so every client relists).
 //!
 //! **Observation.** [`FakeApiServer::requests`] counts requests by verb (for the API
-//! requests per pod figure).
+//! requests per pod figure), [`FakeApiServer::requests_of`] those to one resource.
 //!
 //! **Seeding.** [`FakeApiServer::create_objects`] stores objects as `POST`s would (the same
 //! checks, metadata, resourceVersions, watch events and history) without HTTP and without
@@ -211,6 +211,8 @@ pub(crate) struct Shared {
     failures: AtomicU64,
     stall: tokio::sync::watch::Sender<bool>,
     counts: Mutex<BTreeMap<String, u64>>,
+    /// Requests by (resource plural, verb).
+    counts_of: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Shared {
@@ -225,7 +227,9 @@ impl Shared {
             .is_ok()
     }
 
-    pub(crate) fn count(&self, method: &Method, query: Option<&str>) {
+    /// Counts a request of `method` to `plural` (None: discovery and other non-resource
+    /// paths) with `query`.
+    pub(crate) fn count(&self, method: &Method, plural: Option<&str>, query: Option<&str>) {
         let watch =
             query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
         let verb = match *method {
@@ -243,6 +247,14 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .entry(verb.to_owned())
             .or_default() += 1;
+        if let Some(plural) = plural {
+            *self
+                .counts_of
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry((plural.to_owned(), verb.to_owned()))
+                .or_default() += 1;
+        }
     }
 }
 
@@ -302,6 +314,7 @@ impl FakeApiServer {
             failures: AtomicU64::new(0),
             stall: tokio::sync::watch::Sender::new(false),
             counts: Mutex::new(BTreeMap::new()),
+            counts_of: Mutex::new(BTreeMap::new()),
         });
         let bookmarks = {
             let shared = shared.clone();
@@ -547,6 +560,19 @@ impl FakeApiServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Requests served so far to resource `plural` (`configmaps`, `networkendpoints`; any
+    /// group, namespace or object), by verb as [`FakeApiServer::requests`] names them.
+    pub fn requests_of(&self, plural: &str) -> BTreeMap<String, u64> {
+        self.shared
+            .counts_of
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|((p, _), _)| p == plural)
+            .map(|((_, verb), n)| (verb.clone(), *n))
+            .collect()
     }
 }
 

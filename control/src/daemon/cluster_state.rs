@@ -6,7 +6,7 @@
 //! | what | object | taken by |
 //! |---|---|---|
 //! | network ids, node ids and locators, the id counters, each node's endpoint-id reservation | the *ledger*: ConfigMap `lace-ipam` (key `ledger.json`) of control's namespace | a write conditional on its resourceVersion |
-//! | a node's blocks of an l3 network | `Allocation` `<network>.<first block>` | create-if-absent (the name is the block) |
+//! | a node's blocks of an l3 network | `Allocation` `<network>.<first block>` | create-if-absent (the name is the block; each node looks from its own place in the subnet, [`Ipam::spread_blocks`]) |
 //! | an l2 address | `Neighbor` `<network>.<address>` | create-if-absent (the name is the address) |
 //! | a pod's endpoint: addresses (l3: from its node's block, one writer), MAC, port, endpoint id | `NetworkEndpoint` in the pod's namespace, owned by the Pod | its node's control only |
 //!
@@ -292,7 +292,7 @@ impl ClusterState {
             client,
             runtime,
             records: Records::default(),
-            ipam: Ipam::new(config)?,
+            ipam: spread(Ipam::new(config)?),
             reserved: 1,
             node_uid: None,
             events: rx,
@@ -833,21 +833,30 @@ impl ClusterState {
     }
 
     /// Builds the view from the records: the ledger, every block, claim and endpoint. This
-    /// node's endpoint counter never goes back.
+    /// node's endpoint counter never goes back: once this process counts the node's endpoints
+    /// it keeps its own counter (the ledger's reservation is ahead of it, not a count); a view
+    /// without the node yet starts it at the reservation, past every id an earlier process may
+    /// have handed out.
     fn rebuild(&mut self) -> Result<(), StateError> {
-        let mut ipam = match &self.records.ledger {
-            Some((l, _)) => Ipam::from_ledger(l, self.config)
-                .map_err(|e| self.corrupt(format!("data.{LEDGER_KEY}: {e}")))?,
+        let counter = self.ipam.next_endpoint(&self.node);
+        let ipam = match &self.records.ledger {
+            Some((l, _)) => {
+                let l = match counter {
+                    Some(c) => l.clone().with_next_endpoint(&self.node, c),
+                    None => l.clone(),
+                };
+                Ipam::from_ledger(&l, self.config)
+                    .map_err(|e| self.corrupt(format!("data.{LEDGER_KEY}: {e}")))?
+            }
             None => Ipam::new(self.config)?,
         };
+        let ipam = spread(ipam);
         self.reserved = self
             .records
             .ledger
             .as_ref()
             .and_then(|(l, _)| l.next_endpoint(&self.node))
             .unwrap_or(1);
-        let local = self.ipam.next_endpoint(&self.node).unwrap_or(1);
-        ipam.skip_endpoints_to(&self.node, local.max(self.reserved));
         self.ipam = ipam;
         self.left_out.clear();
         let blocks: Vec<AllocationSpec> = self
@@ -1325,8 +1334,11 @@ impl ClusterState {
     /// Writes what `next` changed of the records `dirty` names (see the module docs).
     fn write(&mut self, next: &Ipam, dirty: &BTreeSet<Dirty>) -> Result<Written, StateError> {
         let local = next.next_endpoint(&self.node).unwrap_or(1);
+        // A ledger write that registers this node, or finds its reservation used up, reserves
+        // the next chunk with it: the node's first ADDs then write no ledger.
+        let registered = next.node(&self.node).is_some();
         if dirty.contains(&Dirty::Ledger) || local > self.reserved {
-            let reserve = if local > self.reserved {
+            let reserve = if local > self.reserved || (registered && local == self.reserved) {
                 local.saturating_add(ENDPOINT_CHUNK)
             } else {
                 self.reserved
@@ -1714,6 +1726,13 @@ enum Change {
 }
 
 /// The kind a watch's objects are deleted under (both endpoint watches are one kind).
+/// The view of a store that many nodes write at once: each node takes blocks from its own
+/// place in the subnet ([`Ipam::spread_blocks`]), so block claims rarely conflict.
+fn spread(mut ipam: Ipam) -> Ipam {
+    ipam.spread_blocks();
+    ipam
+}
+
 fn kind_of(w: Watch) -> Watch {
     match w {
         Watch::OtherEndpoints => Watch::MyEndpoints,

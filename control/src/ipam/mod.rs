@@ -10,7 +10,10 @@
 //!   lowest free one; stable per node name and never reused while the node exists.
 //! - **l3 (host-local)**: the subnet is cut into `hostLocalPrefixLength` blocks; a node gets the
 //!   lowest free block of each family the first time one of its pods needs it, and keeps it until
-//!   the node or the network is removed (routes do not churn with pods). In a dual-stack network
+//!   the node or the network is removed (routes do not churn with pods). Where many nodes'
+//!   controls take blocks at once (Kubernetes mode, [`Ipam::spread_blocks`]) each node looks
+//!   from its own place in the subnet instead — a hash of its name, wrapping around — so that
+//!   nodes rarely want the same block (ADR 0043). In a dual-stack network
 //!   the node's blocks have the same index in both families (the lowest index free in both), so
 //!   one block names the pair (the `Allocation` object of Kubernetes mode, ADR 0015). A node has exactly one
 //!   block per family: when it is full, ADD fails with [`IpamError::BlockExhausted`] — no second
@@ -660,6 +663,14 @@ impl FamilyIpam {
         }
     }
 
+    /// How many blocks the subnet has (None: l2).
+    fn blocks(&self) -> Option<u128> {
+        match self {
+            FamilyIpam::Blocks { blocks, .. } => Some(blocks.max().saturating_add(1)),
+            FamilyIpam::Flat { .. } => None,
+        }
+    }
+
     /// Gives `node` block `i` of the subnet; false if it is taken or out of range.
     fn take_block(&mut self, node: &str, i: u128) -> bool {
         let FamilyIpam::Blocks {
@@ -889,6 +900,8 @@ pub struct Ipam {
     /// Bumped by every change: [`SharedIpam`] saves only when it moved.
     generation: u64,
     journal: Journal,
+    /// Blocks are looked for from each node's own place in the subnet ([`Ipam::spread_blocks`]).
+    spread: bool,
 }
 
 impl Ipam {
@@ -927,6 +940,7 @@ impl Ipam {
             endpoint_ids: HashSet::new(),
             generation: 0,
             journal: Journal::default(),
+            spread: false,
         })
     }
 
@@ -945,6 +959,15 @@ impl Ipam {
         if let Some(j) = &mut self.journal.0 {
             j.insert(d);
         }
+    }
+
+    /// From now on a node without a block of a network looks for one from its own place in
+    /// the subnet (a hash of its name), wrapping around, instead of from the lowest: for a
+    /// state that many nodes' controls write at once, each taking a block with a
+    /// create-if-absent object, so that two nodes rarely race for the same block. Allocation
+    /// stays deterministic (the same state and node give the same block).
+    pub fn spread_blocks(&mut self) {
+        self.spread = true;
     }
 
     /// The locator configuration.
@@ -1253,7 +1276,7 @@ impl Ipam {
             None => None,
         };
         let host_iface = unique_iface(&req.key, &node.ifaces)?;
-        if take_blocks(net, &req.network, &req.node)? {
+        if take_blocks(net, &req.network, &req.node, self.spread)? {
             self.touch(Dirty::Blocks {
                 network: req.network.clone(),
                 node: req.node.clone(),
@@ -1479,7 +1502,12 @@ impl Ipam {
 /// Gives `node` its blocks of `net` if it has none yet: the lowest index free in every
 /// family of blocks (one index names the node's blocks); a family where the node has a block
 /// already (a state from before blocks were paired) keeps it. Whether a block was taken.
-fn take_blocks(net: &mut NetState, network: &str, node: &str) -> Result<bool, IpamError> {
+fn take_blocks(
+    net: &mut NetState,
+    network: &str,
+    node: &str,
+    spread: bool,
+) -> Result<bool, IpamError> {
     let missing: Vec<usize> = net
         .families
         .iter()
@@ -1487,26 +1515,23 @@ fn take_blocks(net: &mut NetState, network: &str, node: &str) -> Result<bool, Ip
         .filter(|(_, f)| matches!(f, FamilyIpam::Blocks { nodes, .. } if !nodes.contains_key(node)))
         .map(|(i, _)| i)
         .collect();
-    let Some(&first) = missing.first() else {
+    if missing.is_empty() {
         return Ok(false);
+    }
+    // Spread: from the node's place among the blocks every missing family has, then from 0.
+    let start = match missing
+        .iter()
+        .filter_map(|&k| net.families[k].blocks())
+        .min()
+    {
+        Some(count) if spread && count > 0 => u128::from(fnv64(&[node.as_bytes()])) % count,
+        _ => 0,
     };
-    let mut at = 0;
-    let index = loop {
-        let Some(i) = net.families[first].free_block_from(at) else {
-            return Err(net.families[first].blocks_exhausted(network, node));
-        };
-        let mut agreed = i;
-        for &k in &missing[1..] {
-            let Some(j) = net.families[k].free_block_from(agreed) else {
-                return Err(net.families[k].blocks_exhausted(network, node));
-            };
-            agreed = agreed.max(j);
-        }
-        if agreed == i {
-            break i;
-        }
-        at = agreed;
+    let found = match free_block_from(net, &missing, start) {
+        Err(_) if start > 0 => free_block_from(net, &missing, 0),
+        found => found,
     };
+    let index = found.map_err(|k| net.families[k].blocks_exhausted(network, node))?;
     for &k in &missing {
         if !net.families[k].take_block(node, index) {
             return Err(IpamError::CorruptState {
@@ -1515,6 +1540,21 @@ fn take_blocks(net: &mut NetState, network: &str, node: &str) -> Result<bool, Ip
         }
     }
     Ok(true)
+}
+
+/// The lowest block index at or above `at` free in every family of `missing` (indices into
+/// `net.families`); the family that has none left is the error.
+fn free_block_from(net: &NetState, missing: &[usize], mut at: u128) -> Result<u128, usize> {
+    loop {
+        let mut agreed = at;
+        for &k in missing {
+            agreed = net.families[k].free_block_from(agreed).ok_or(k)?;
+        }
+        if agreed == at {
+            return Ok(at);
+        }
+        at = agreed;
+    }
 }
 
 /// `lace` + 8 hex digits of a hash of the key, salted until unique among `taken`.

@@ -28,6 +28,11 @@ impl FreeRanges {
         }
     }
 
+    /// The largest index of the pool.
+    pub(crate) fn max(&self) -> u128 {
+        self.max
+    }
+
     /// How many indices are taken.
     pub(crate) fn taken(&self) -> u128 {
         self.taken

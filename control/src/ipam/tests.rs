@@ -1242,6 +1242,58 @@ fn dual_stack_blocks_have_one_index_in_both_families() {
 }
 
 #[test]
+fn spread_blocks_start_at_the_nodes_place_wrap_around_and_keep_dual_stack_pairs() {
+    // 10.40.0.0/20 in /24s: 16 blocks; fd00:40::/60 in /64s: 16 too.
+    let def = l3(Some(("10.40.0.0/20", 24)), Some(("fd00:40::/60", 64)));
+    let place = |node: &str| (fnv64(&[node.as_bytes()]) % 16) as u8;
+    let mut i = setup(&def);
+    i.spread_blocks();
+    let a = i.allocate(&req("a", "net", "n1")).unwrap();
+    let p = place("n1");
+    assert_eq!(
+        a.addresses.iter().map(|x| x.prefix).collect::<Vec<_>>(),
+        [
+            net(&format!("10.40.{p}.0/24")),
+            net(&format!("fd00:40:0:{p:x}::/64"))
+        ],
+        "the node's own place, the same index in both families"
+    );
+    // Deterministic: the same state and node give the same block; without spreading the
+    // lowest free one.
+    let mut j = setup(&def);
+    j.spread_blocks();
+    assert_eq!(j.allocate(&req("a", "net", "n1")).unwrap(), a);
+    let mut k = setup(&def);
+    assert_eq!(
+        k.allocate(&req("a", "net", "n1")).unwrap().addresses[0].prefix,
+        net("10.40.0.0/24")
+    );
+
+    // Every block from n2's place to the end taken: n2 wraps around to the lowest free one.
+    let mut w = setup(&def);
+    w.spread_blocks();
+    let from = place("n2");
+    for (n, b) in (from..16).enumerate() {
+        let node = format!("t{n}");
+        w.ensure_node(&node).unwrap();
+        for prefix in [format!("10.40.{b}.0/24"), format!("fd00:40:0:{b:x}::/64")] {
+            w.insert_block(&BlockRecord {
+                network: "net".into(),
+                node: node.clone(),
+                prefix: net(&prefix),
+            })
+            .unwrap();
+        }
+    }
+    assert_ne!(from, 0, "n2's place must leave blocks below it to wrap to");
+    let b = w.allocate(&req("b", "net", "n2")).unwrap();
+    assert_eq!(
+        b.addresses.iter().map(|x| x.prefix).collect::<Vec<_>>(),
+        [net("10.40.0.0/24"), net("fd00:40::/64")]
+    );
+}
+
+#[test]
 fn claimed_l2_addresses_are_never_handed_out() {
     let mut i = setup(&l2(Some("10.50.0.0/24"), None));
     assert!(i.set_claim("net", ip("10.50.0.2"), true));
