@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use crate::report::Direction;
-use crate::report::{median, Report};
+use crate::report::{median, text_table, Report};
 
 /// The `format` field of every baseline file.
 pub const FORMAT: &str = "lace-bench baseline";
@@ -487,37 +487,11 @@ impl Comparison {
                 ]
             })
             .collect();
-        let mut widths = header.map(|h| h.chars().count());
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let right = [false, false, true, true, true, true, false];
-        let mut out = String::new();
-        let mut line = |cells: &[String]| {
-            let mut s = String::new();
-            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-                if i > 0 {
-                    s.push_str("  ");
-                }
-                let pad = w.saturating_sub(cell.chars().count());
-                if right[i] {
-                    s.push_str(&" ".repeat(pad));
-                    s.push_str(cell);
-                } else {
-                    s.push_str(cell);
-                    s.push_str(&" ".repeat(pad));
-                }
-            }
-            out.push_str(s.trim_end());
-            out.push('\n');
-        };
-        line(&header.map(str::to_owned));
-        line(&widths.map(|w| "-".repeat(w)));
-        for row in &rows {
-            line(row);
-        }
+        let mut out = text_table(
+            &header,
+            &rows,
+            &[false, false, true, true, true, true, false],
+        );
         for id in &self.only_in_baseline {
             let _ = writeln!(out, "{id}  only in the baseline (not measured now)");
         }

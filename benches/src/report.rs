@@ -257,42 +257,55 @@ impl Report {
                 row
             })
             .collect();
-        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
         // Numbers right-aligned, text left-aligned.
-        let right = [false, true, false, false, true, true, false];
-        let mut out = String::new();
-        let mut line = |cells: &[String]| {
-            let mut s = String::new();
-            for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-                if i > 0 {
-                    s.push_str("  ");
-                }
-                if right[i] {
-                    let _ = write!(s, "{cell:>w$}");
-                } else {
-                    let _ = write!(s, "{cell:<w$}");
-                }
-            }
-            out.push_str(s.trim_end());
-            out.push('\n');
-        };
-        line(&header.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>());
-        line(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>());
-        for row in &rows {
-            line(row);
-        }
-        out
+        text_table(
+            &header,
+            &rows,
+            &[false, true, false, false, true, true, false],
+        )
     }
 
     /// Prints [`Report::table`] to `w`.
     pub fn print_table(&self, w: &mut impl io::Write) -> io::Result<()> {
         w.write_all(self.table().as_bytes())
     }
+}
+
+/// An aligned text table: `header`, a rule, then `rows`; column `i` right-aligned where
+/// `right[i]`, two spaces between columns, no trailing spaces.
+pub(crate) fn text_table<R: AsRef<[String]>>(
+    header: &[&str],
+    rows: &[R],
+    right: &[bool],
+) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            if right.get(i).copied().unwrap_or(false) {
+                let _ = write!(s, "{cell:>w$}");
+            } else {
+                let _ = write!(s, "{cell:<w$}");
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    line(&header.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>());
+    line(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>());
+    for row in rows {
+        line(row.as_ref());
+    }
+    out
 }
 
 impl Extend<Figure> for Report {

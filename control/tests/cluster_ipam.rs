@@ -150,21 +150,22 @@ fn request(node: &str, i: usize) -> AllocateRequest {
 /// One control's allocations: the networks and its node learnt, then one ADD per pod, each its
 /// own write (as separate CNI batches are).
 fn allocate_all(store: &mut ClusterState, node: &str) -> Vec<EndpointLease> {
+    (0..PODS_PER_NODE).map(|i| add(store, node, i)).collect()
+}
+
+/// Pod `i`'s ADD on `node`, in one write with the networks and the node learnt.
+fn add(store: &mut ClusterState, node: &str, i: usize) -> EndpointLease {
     let nets = networks();
-    (0..PODS_PER_NODE)
-        .map(|i| {
-            let req = request(node, i);
-            store
-                .mutate(|ipam| {
-                    for (name, def) in &nets {
-                        ipam.ensure_network(name, def)?;
-                    }
-                    ipam.ensure_node(node)?;
-                    ipam.allocate(&req)
-                })
-                .unwrap()
+    let req = request(node, i);
+    store
+        .mutate(|ipam| {
+            for (name, def) in &nets {
+                ipam.ensure_network(name, def)?;
+            }
+            ipam.ensure_node(node)?;
+            ipam.allocate(&req)
         })
-        .collect()
+        .unwrap()
 }
 
 #[test]
@@ -290,18 +291,6 @@ fn a_rebuilt_view_keeps_the_endpoint_counter_and_writes_no_ledger() {
     let seq = |l: &EndpointLease| l.endpoint_id & 0xffff_ffff;
     let mut a = c.open("node-a");
     let nets = networks();
-    let add = |store: &mut ClusterState, node: &str, i: usize| {
-        let req = request(node, i);
-        store
-            .mutate(|ipam| {
-                for (name, def) in &nets {
-                    ipam.ensure_network(name, def)?;
-                }
-                ipam.ensure_node(node)?;
-                ipam.allocate(&req)
-            })
-            .unwrap()
-    };
     // Registered first, as control does (an ensure before any ADD).
     a.mutate(|ipam| {
         for (name, def) in &nets {
