@@ -786,7 +786,7 @@ fn hot_plug(mechanism: &str) {
 /// A forwarder whose ports are all packet sockets (uplink and pods on veths), adaptive, with
 /// no spin: its worker sleeps in epoll between frames. The uplink's far end and each pod's
 /// `eth0` have IPv6 off, so no frame arrives that the test did not send.
-struct Sleeper {
+struct IdleNode {
     // Fields drop in order: the forwarder (and its sockets) before the links and the files.
     fwd: Forwarder,
     cfg: PathBuf,
@@ -795,8 +795,8 @@ struct Sleeper {
     _dir: Workdir,
 }
 
-impl Sleeper {
-    fn start() -> Sleeper {
+impl IdleNode {
+    fn start() -> IdleNode {
         let dir = Workdir::new("wake");
         let name = unique("w");
         let uplink = VethPod::new();
@@ -818,7 +818,7 @@ impl Sleeper {
         wait_for(&mut fwd, &path, "running with tables", |s| {
             s["state"] == "running" && s["generation"].as_u64() > Some(0)
         });
-        Sleeper {
+        IdleNode {
             fwd,
             cfg: path,
             writer,
@@ -876,11 +876,15 @@ fn quiet(pod: &VethPod) {
 #[test]
 #[ignore = "runs the forwarder: needs root, DPDK's PMDs, ip and ping; run with --include-ignored"]
 fn a_sleeping_adaptive_worker_wakes_for_a_frame_on_its_socket() {
-    prerequisites(true);
-    require(&[program("ping", "iputils-ping")]);
+    require(&[
+        root(),
+        dpdk_null_pmd(),
+        program("ip", "iproute2"),
+        program("ping", "iputils-ping"),
+    ]);
     let pod = VethPod::new();
     quiet(&pod);
-    let mut node = Sleeper::start();
+    let mut node = IdleNode::start();
     node.plug(1, &pod);
     // The pod as port 1's endpoint: its MAC and address (anti-spoofing checks both).
     ip_ok(&format!(
@@ -927,7 +931,7 @@ fn a_sleeping_adaptive_worker_wakes_for_a_port_change() {
     prerequisites(true);
     let pod = VethPod::new();
     quiet(&pod);
-    let mut node = Sleeper::start();
+    let mut node = IdleNode::start();
 
     // Ports are handed to the worker through its mailbox: the eventfd ends its sleep at once
     // (a command wake-up), not its timeout.
