@@ -177,9 +177,8 @@ pub struct WorkersConfig {
     pub spin_us: u32,
 }
 
-/// Default `[workers] spin_us`: a round trip through another node of the same machine comes
-/// back within it, so its reply finds the worker awake.
-pub const DEFAULT_SPIN_US: u32 = 200;
+/// Default `[workers] spin_us`: [`super::worker::IDLE_SPIN`].
+pub const DEFAULT_SPIN_US: u32 = super::worker::IDLE_SPIN.as_micros() as u32;
 /// Largest `[workers] spin_us` (one second: beyond it, use `polling = "busy"`).
 pub const MAX_SPIN_US: u32 = 1_000_000;
 
