@@ -225,6 +225,7 @@ fn start(
                 status: Arc::clone(&fwd.status),
                 pool: cables.pool.clone(),
                 polling,
+                spin: worker::IDLE_SPIN,
                 pipeline: Pipeline::new(node_config(), Arc::clone(&fwd.neigh)),
                 tsc_hz: eal.tsc_hz(),
             };
@@ -438,15 +439,15 @@ pub fn figures(
         "pipeline.latency.*: one 64-byte UDP/IPv4 packet every {} µs ({} packets/s) from the \
          main lcore into the worker's pod ring, l3_encap to the uplink ring, back to the main \
          lcore; TSC at send → TSC at receive on the same core; worker::run on lcore {lcore} \
-         (busy / adaptive: sleeps {:?}…{:?} after {} idle rounds) vs a bare rx→tx ring loop on \
+         (busy / adaptive: spins {:?} yielding, then sleeps {:?}…{:?}) vs a bare rx→tx ring loop on \
          the same lcore; {rounds} alternating rounds of {packets} packets per contender, the \
          first {warmup} of each not recorded ({} recorded each); machine load average {} \
          (other processes on the worker's CPU show as millisecond tails in every contender)",
         PACE_NS / 1000,
         1_000_000_000 / PACE_NS,
+        worker::IDLE_SPIN,
         worker::MIN_SLEEP,
         worker::MAX_SLEEP,
-        worker::IDLE_ROUNDS_BEFORE_SLEEP,
         hists[0].len(),
         load_average()
     );

@@ -1,6 +1,7 @@
 //! The `lace-forwarder` binary as a process: configuration errors, `--help`, `check`, the run
 //! lifecycle (waiting for tables, attaching, stats, SIGTERM, a second forwarder refused,
-//! SIGKILL and restart) and pod-port hot-plug on a veth pair.
+//! SIGKILL and restart), pod-port hot-plug on a veth pair, and what wakes a sleeping adaptive
+//! worker (a frame on its socket, a port change).
 //!
 //! Prerequisites for the runtime tests: root (DPDK memory, af_packet, network namespaces),
 //! DPDK's PMDs and `ip`. Those tests are `#[ignore]`d, run with `--include-ignored` (as
@@ -18,7 +19,7 @@ use lace_prereq::{dpdk_null_pmd, program, require, root};
 use lace_shared::tables::{TableWriter, TablesConfig};
 use lace_shared::types::PortKind;
 use lace_shared::types::{
-    IfName, L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, PortId, PortInfo,
+    IfName, L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, PortId, PortInfo,
 };
 use serde_json::Value;
 
@@ -778,4 +779,178 @@ fn hot_plug(mechanism: &str) {
     );
     let s = stats(&cfg).unwrap();
     assert_eq!(s["state"], "stopped");
+}
+
+// ---- adaptive workers' wake-ups (root) ----------------------------------------------------
+
+/// A forwarder whose ports are all packet sockets (uplink and pods on veths), adaptive, with
+/// no spin: its worker sleeps in epoll between frames. The uplink's far end and each pod's
+/// `eth0` have IPv6 off, so no frame arrives that the test did not send.
+struct IdleNode {
+    // Fields drop in order: the forwarder (and its sockets) before the links and the files.
+    fwd: Forwarder,
+    cfg: PathBuf,
+    writer: TableWriter,
+    _uplink: VethPod,
+    _dir: Workdir,
+}
+
+impl IdleNode {
+    fn start() -> IdleNode {
+        let dir = Workdir::new("wake");
+        let name = unique("w");
+        let uplink = VethPod::new();
+        quiet(&uplink);
+        let mut writer = TableWriter::create(&tables_config(&dir.path, &name)).expect("tables");
+        writer.set_network(NetworkId(1), &network_info()).unwrap();
+        writer.publish().unwrap();
+        let path = dir.path.join(format!("{name}.toml"));
+        let base = BASE.replace("net_null0,no-rx=1", &uplink.host_if).replace(
+            "polling = \"adaptive\"",
+            "polling = \"adaptive\"\nspin_us = 0",
+        );
+        let text = format!(
+            "name = \"{name}\"\ntables_dir = \"{}\"\n{base}",
+            dir.path.display()
+        );
+        fs::write(&path, text).expect("write config");
+        let mut fwd = Forwarder::spawn(&path, dir.path.join("fwd.log"));
+        wait_for(&mut fwd, &path, "running with tables", |s| {
+            s["state"] == "running" && s["generation"].as_u64() > Some(0)
+        });
+        IdleNode {
+            fwd,
+            cfg: path,
+            writer,
+            _uplink: uplink,
+            _dir: dir,
+        }
+    }
+
+    /// Plugs `pod` in as port `id` (endpoint `id + 10`), with the route to its address, and
+    /// waits until it is up.
+    fn plug(&mut self, id: u32, pod: &VethPod) {
+        let info = pod_port(&pod.host_if, u64::from(id) + 10);
+        let (address, mac) = (info.ipv4.unwrap(), info.mac);
+        self.writer.set_port(PortId(id), &info).unwrap();
+        let local = NextHop::Local {
+            port: PortId(id),
+            mac,
+        };
+        self.writer
+            .add_route(NetworkId(1), address.into(), 32, local)
+            .unwrap();
+        self.writer.publish().unwrap();
+        wait_for(&mut self.fwd, &self.cfg, "the pod port up", |s| {
+            port_state(s, id) == "up"
+        });
+    }
+
+    /// Waits until the worker has slept its whole time at least once since `s` (it is idle,
+    /// asleep on its sockets), and returns the stats then.
+    fn asleep_after(&mut self, s: &Value) -> Value {
+        let timeouts = wake(s, "wake_timeout");
+        wait_for(
+            &mut self.fwd,
+            &self.cfg,
+            "an idle worker's timed-out sleep",
+            |t| wake(t, "wake_timeout") > timeouts,
+        )
+    }
+}
+
+fn wake(s: &Value, key: &str) -> u64 {
+    s["workers"][0][key].as_u64().unwrap_or(0)
+}
+
+/// Turns IPv6 off on the far end of `pod`'s veth (no router solicitations, MLD or DAD).
+fn quiet(pod: &VethPod) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &pod.netns, "sysctl", "-qw"])
+        .arg("net.ipv6.conf.eth0.disable_ipv6=1")
+        .output()
+        .expect("run sysctl");
+    assert!(out.status.success(), "sysctl: {}", text(&out.stderr));
+}
+
+#[test]
+#[ignore = "runs the forwarder: needs root, DPDK's PMDs, ip and ping; run with --include-ignored"]
+fn a_sleeping_adaptive_worker_wakes_for_a_frame_on_its_socket() {
+    require(&[
+        root(),
+        dpdk_null_pmd(),
+        program("ip", "iproute2"),
+        program("ping", "iputils-ping"),
+    ]);
+    let pod = VethPod::new();
+    quiet(&pod);
+    let mut node = IdleNode::start();
+    node.plug(1, &pod);
+    // The pod as port 1's endpoint: its MAC and address (anti-spoofing checks both).
+    ip_ok(&format!(
+        "-n {} link set eth0 address 02:00:00:00:01:0b",
+        pod.netns
+    ));
+    ip_ok(&format!("-n {} addr add 10.1.0.21/24 dev eth0", pod.netns));
+
+    let s = stats(&node.cfg).unwrap();
+    let s = node.asleep_after(&s);
+    assert_eq!(
+        wake(&s, "wake_readiness"),
+        0,
+        "no frame has reached the sockets yet: {s}"
+    );
+
+    // Three echoes to the gateway 200 ms apart: each (and the ARP before them) arrives while
+    // the worker sleeps, wakes it through the socket's readiness and is answered.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &pod.netns, "ping", "-n", "-c", "3"])
+        .args(["-i", "0.2", "-W", "5", "10.1.0.1"])
+        .output()
+        .expect("run ping");
+    assert!(
+        out.status.success(),
+        "ping the gateway: {}{}; stats {:?}; log:\n{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        stats(&node.cfg),
+        node.fwd.log()
+    );
+    let s = wait_for(&mut node.fwd, &node.cfg, "readiness wake-ups", |s| {
+        wake(s, "wake_readiness") >= 3
+    });
+    assert!(
+        s["workers"][0]["rx_packets"].as_u64() >= Some(4),
+        "the frames were received: {s}"
+    );
+}
+
+#[test]
+#[ignore = "runs the forwarder: needs root, DPDK's PMDs and ip; run with --include-ignored"]
+fn a_sleeping_adaptive_worker_wakes_for_a_port_change() {
+    prerequisites(true);
+    let pod = VethPod::new();
+    quiet(&pod);
+    let mut node = IdleNode::start();
+
+    // Ports are handed to the worker through its mailbox: the eventfd ends its sleep at once
+    // (a command wake-up), not its timeout.
+    let s = node.asleep_after(&stats(&node.cfg).unwrap());
+    let commands = wake(&s, "wake_command");
+    node.plug(1, &pod);
+    let s = wait_for(&mut node.fwd, &node.cfg, "a command wake-up", |s| {
+        wake(s, "wake_command") > commands
+    });
+    assert!(packet_sockets_on(pod.ifindex()) > 0, "port 1 is plugged");
+
+    let s = node.asleep_after(&s);
+    let commands = wake(&s, "wake_command");
+    node.writer.remove_port(PortId(1)).unwrap();
+    node.writer.publish().unwrap();
+    wait_for(
+        &mut node.fwd,
+        &node.cfg,
+        "port 1 removed, by a command wake-up",
+        |s| port_state(s, 1) == "absent" && wake(s, "wake_command") > commands,
+    );
 }

@@ -360,6 +360,13 @@ pub enum WorkerCounter {
     RxPackets = 3,
     /// Table snapshots that changed generation (publications picked up).
     Reloads = 4,
+    /// Adaptive sleeps ended by a port's socket becoming readable.
+    WakeReadiness = 5,
+    /// Adaptive sleeps ended by the mailbox only (commands: tables, ports added or removed;
+    /// a stop request).
+    WakeCommand = 6,
+    /// Adaptive sleeps that ran out their time without a reason to wake.
+    WakeTimeout = 7,
 }
 
 // Layout, all offsets from the start of the region.
@@ -381,6 +388,8 @@ const WORKERS: u64 = PORTS + PORT_SLOT * MAX_PORTS as u64;
 /// Bytes per worker slot: worker counters (8), stage packets, drop reasons.
 const WORKER_SLOT: u64 = 8 * (8 + MAX_STAGES as u64 + DropReason::SLOTS as u64);
 const W_STAGES: u64 = 8 * 8;
+// The worker counters fit before the stage counters.
+const _: () = assert!(8 * (WorkerCounter::WakeTimeout as u64 + 1) <= W_STAGES);
 const W_DROPS: u64 = W_STAGES + 8 * MAX_STAGES as u64;
 
 /// Records per worker's learn ring.

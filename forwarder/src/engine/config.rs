@@ -46,9 +46,11 @@ impl Memory {
 pub enum Polling {
     /// Never sleep: lowest latency, one CPU per worker at 100% (production).
     Busy,
-    /// After a short spin without packets, sleep until one arrives: on the packet sockets of
-    /// kernel-interface ports (epoll: no CPU while idle), with a backoff from 10 µs to 1 ms
-    /// when a DPDK port without wake-ups is polled too. For shared machines, tests, laptops.
+    /// After spinning `spin_us` without packets (yielding the CPU to any other thread that
+    /// wants it), sleep until one arrives: on the packet sockets of kernel-interface ports
+    /// (epoll, woken by the first frame, by commands such as a port added or removed, or after
+    /// 100 ms), with a backoff from 10 µs to 1 ms when a DPDK port without wake-ups is polled
+    /// too. For shared machines, tests, laptops.
     Adaptive,
 }
 
@@ -171,7 +173,14 @@ pub struct WorkersConfig {
     pub count: u16,
     /// Polling mode.
     pub polling: Polling,
+    /// Microseconds an adaptive worker keeps polling after its last packet before it sleeps.
+    pub spin_us: u32,
 }
+
+/// Default `[workers] spin_us`: [`super::worker::IDLE_SPIN`].
+pub const DEFAULT_SPIN_US: u32 = super::worker::IDLE_SPIN.as_micros() as u32;
+/// Largest `[workers] spin_us` (one second: beyond it, use `polling = "busy"`).
+pub const MAX_SPIN_US: u32 = 1_000_000;
 
 /// `[pods]`: pod ports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -359,6 +368,7 @@ struct FileSrv6 {
 struct FileWorkers {
     count: Option<u16>,
     polling: Option<String>,
+    spin_us: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -590,6 +600,17 @@ impl Config {
             })?,
             (None, None) => Polling::Adaptive,
         };
+        let spin_us = f.workers.spin_us.unwrap_or(DEFAULT_SPIN_US);
+        if spin_us > MAX_SPIN_US {
+            return Err(ConfigError::Invalid {
+                field: "workers.spin_us",
+                value: spin_us.to_string(),
+                why: format!(
+                    "is out of range: give 0 to {MAX_SPIN_US} µs, or polling = \"busy\" to \
+                     never sleep"
+                ),
+            });
+        }
         let mechanism = match f.pods.mechanism {
             Some(s) => Mechanism::parse(&s).ok_or_else(|| ConfigError::Invalid {
                 field: "pods.mechanism",
@@ -623,7 +644,11 @@ impl Config {
                 hop_limit,
                 flow_seed: f.srv6.flow_seed,
             },
-            workers: WorkersConfig { count, polling },
+            workers: WorkersConfig {
+                count,
+                polling,
+                spin_us,
+            },
             pods: PodsConfig { mechanism },
             conntrack,
         })
@@ -818,6 +843,7 @@ mod tests {
         assert_eq!(c.srv6.hop_limit, 64);
         assert_eq!(c.workers.count, 1);
         assert_eq!(c.workers.polling, Polling::Adaptive);
+        assert_eq!(c.workers.spin_us, DEFAULT_SPIN_US);
         assert_eq!(c.pods.mechanism, Mechanism::PacketSocket);
         assert_eq!(c.conntrack.max_flows, DEFAULT_MAX_FLOWS);
         assert_eq!(
@@ -847,6 +873,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("workers.polling") && e.contains("busy"), "{e}");
+        let e = load(&format!("{MINIMAL}\n[workers]\nspin_us = 2000000"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workers.spin_us") && e.contains("busy"), "{e}");
+        let c = load(&format!("{MINIMAL}\n[workers]\nspin_us = 0")).unwrap();
+        assert_eq!(c.workers.spin_us, 0);
         let e = load(&MINIMAL.replace("net_null0", "eth0,x=1"))
             .unwrap_err()
             .to_string();

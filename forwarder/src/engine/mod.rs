@@ -218,6 +218,7 @@ fn run_with_eal(
             status: Arc::clone(status),
             pool: pool.clone(),
             polling: config.workers.polling,
+            spin: Duration::from_micros(u64::from(config.workers.spin_us)),
             pipeline: {
                 let mut p = Pipeline::new(pipeline_config, Arc::clone(&neighbors));
                 p.set_flows(

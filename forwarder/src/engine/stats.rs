@@ -77,6 +77,12 @@ pub struct WorkerReport {
     pub rx_packets: u64,
     /// Table publications picked up.
     pub reloads: u64,
+    /// Adaptive sleeps ended by a port's socket becoming readable.
+    pub wake_readiness: u64,
+    /// Adaptive sleeps ended by the mailbox alone (commands, stop).
+    pub wake_command: u64,
+    /// Adaptive sleeps that ran out their time.
+    pub wake_timeout: u64,
 }
 
 /// Everything `stats` shows (the `--json` document).
@@ -253,6 +259,9 @@ impl Report {
                 sleeps: r.worker_counter(w, WorkerCounter::Sleeps),
                 rx_packets: r.worker_counter(w, WorkerCounter::RxPackets),
                 reloads: r.worker_counter(w, WorkerCounter::Reloads),
+                wake_readiness: r.worker_counter(w, WorkerCounter::WakeReadiness),
+                wake_command: r.worker_counter(w, WorkerCounter::WakeCommand),
+                wake_timeout: r.worker_counter(w, WorkerCounter::WakeTimeout),
             })
             .collect();
         Report {
@@ -512,14 +521,29 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\n{:>6} {:>14} {:>12} {:>12} {:>12} {:>8}",
-            "WORKER", "POLLS", "BUSY", "SLEEPS", "RX_PKTS", "RELOADS"
+            "\n{:>6} {:>14} {:>12} {:>12} {:>12} {:>8} {:>12} {:>10} {:>10}",
+            "WORKER",
+            "POLLS",
+            "BUSY",
+            "SLEEPS",
+            "RX_PKTS",
+            "RELOADS",
+            "WAKE_READY",
+            "WAKE_CMD",
+            "WAKE_TIME"
         );
         for (i, w) in self.workers.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "{i:>6} {:>14} {:>12} {:>12} {:>12} {:>8}",
-                w.polls, w.busy_polls, w.sleeps, w.rx_packets, w.reloads
+                "{i:>6} {:>14} {:>12} {:>12} {:>12} {:>8} {:>12} {:>10} {:>10}",
+                w.polls,
+                w.busy_polls,
+                w.sleeps,
+                w.rx_packets,
+                w.reloads,
+                w.wake_readiness,
+                w.wake_command,
+                w.wake_timeout
             );
         }
         s

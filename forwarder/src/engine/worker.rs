@@ -7,7 +7,10 @@
 //! has its own TX queue on every port, any worker can send to any port without a lock.
 //!
 //! The poll loop takes one table snapshot per round and reports a QSBR quiescent point after
-//! it; an adaptive worker goes offline before it sleeps. Between rounds it checks its
+//! it. An adaptive worker spins a configured time after its last packet, yielding the CPU each
+//! empty round, then goes offline and sleeps in epoll on its ports' sockets and its mailbox's
+//! eventfd (at most [`MAX_IDLE_SLEEP`]; with a port that cannot wake it, a 10 µs … 1 ms backoff)
+//! and counts what woke it (ADR 0044). Between rounds it checks its
 //! [`Mailbox`] with one atomic load; only when the main thread has posted something does it
 //! take the mailbox lock, apply the commands and acknowledge them.
 
@@ -28,19 +31,22 @@ use crate::dpdk::{self, tsc, Burst, Mbuf, Mempool, BURST_SIZE};
 use crate::kernel::{self, Epoll, EventFd, PortCounts};
 use crate::pipeline::{Io, Pipeline, Stage};
 
-/// Empty rounds before an adaptive worker starts sleeping (and at least [`IDLE_SPIN`]).
-pub const IDLE_ROUNDS_BEFORE_SLEEP: u32 = 100;
-/// How long an adaptive worker keeps polling after its last packet before it sleeps: long
-/// enough to catch the reply of a round trip through the other node without a wake-up.
+/// How long an adaptive worker keeps polling after its last packet before it sleeps, unless
+/// configured (`[workers] spin_us`): long enough to catch the reply of a round trip through the
+/// other node without a wake-up.
 pub const IDLE_SPIN: Duration = Duration::from_micros(200);
 /// Packets a worker takes from one receive call at most (the pipeline's vector).
 const RX_LIMIT: usize = 256;
 /// The epoll token of the mailbox's eventfd.
 const MAILBOX_TOKEN: u64 = u64::MAX;
-/// First sleep of an adaptive worker.
+/// First sleep of an adaptive worker that polls a port without wake-ups.
 pub const MIN_SLEEP: Duration = Duration::from_micros(10);
-/// Longest sleep of an adaptive worker (and of any worker without tables).
+/// Longest sleep of an adaptive worker that polls a port without wake-ups (and of any worker
+/// without tables).
 pub const MAX_SLEEP: Duration = Duration::from_millis(1);
+/// Longest sleep of an adaptive worker whose every port wakes it: a worker that saw no packet
+/// for this long still runs a round, so its share of the flow table keeps being swept.
+pub const MAX_IDLE_SLEEP: Duration = Duration::from_millis(100);
 /// Busy rounds between two flushes of the poll counters when no packet arrived.
 const COUNTER_FLUSH_ROUNDS: u64 = 1024;
 
@@ -215,6 +221,8 @@ pub struct WorkerSetup {
     pub pool: Mempool,
     /// Polling mode.
     pub polling: Polling,
+    /// How long an adaptive worker polls after its last packet before it sleeps.
+    pub spin: Duration,
     /// Its pipeline.
     pub pipeline: Pipeline<Mbuf>,
     /// TSC ticks per second.
@@ -320,6 +328,8 @@ struct LocalCounters {
     sleeps: u64,
     rx_packets: u64,
     reloads: u64,
+    /// Wake-ups by cause, in [`Wake`]'s order.
+    wakes: [u64; 3],
 }
 
 impl LocalCounters {
@@ -329,6 +339,9 @@ impl LocalCounters {
         w.add(WorkerCounter::Sleeps, self.sleeps);
         w.add(WorkerCounter::RxPackets, self.rx_packets);
         w.add(WorkerCounter::Reloads, self.reloads);
+        for wake in [Wake::Readiness, Wake::Command, Wake::Timeout] {
+            w.add(wake.counter(), self.wakes[wake as usize]);
+        }
         *self = LocalCounters::default();
     }
 }
@@ -377,17 +390,47 @@ impl Sleeper {
         }
     }
 
-    /// Sleeps until a watched socket is readable or the mailbox is written, at most `timeout`
-    /// (`None`: no limit); without an epoll set, for `timeout` (or [`MAX_SLEEP`]).
-    fn sleep(&mut self, timeout: Option<Duration>, mailbox: &Mailbox) {
-        match &mut self.epoll {
-            Some(e) => {
-                let _ = e.wait(timeout);
-                if let Some(w) = &mailbox.wake {
-                    w.clear();
-                }
-            }
-            None => std::thread::sleep(timeout.unwrap_or(MAX_SLEEP)),
+    /// Sleeps until a watched socket is readable or the mailbox is written, at most `timeout`;
+    /// without an epoll set (nothing can wake it), for `timeout` but at most [`MAX_SLEEP`].
+    /// Says what ended the sleep.
+    fn sleep(&mut self, timeout: Duration, mailbox: &Mailbox) -> Wake {
+        let Some(e) = &mut self.epoll else {
+            std::thread::sleep(timeout.min(MAX_SLEEP));
+            return Wake::Timeout;
+        };
+        let events = e.wait(Some(timeout));
+        let port_ready = events.iter().any(|ev| ev.u64 != MAILBOX_TOKEN);
+        let wake = if port_ready {
+            Wake::Readiness
+        } else if events.is_empty() {
+            Wake::Timeout
+        } else {
+            Wake::Command
+        };
+        if let Some(w) = &mailbox.wake {
+            w.clear();
+        }
+        wake
+    }
+}
+
+/// What ended a worker's sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// A port's socket became readable.
+    Readiness,
+    /// Only the mailbox was written (commands or a stop request).
+    Command,
+    /// Nothing: the sleep's time ran out.
+    Timeout,
+}
+
+impl Wake {
+    fn counter(self) -> WorkerCounter {
+        match self {
+            Wake::Readiness => WorkerCounter::WakeReadiness,
+            Wake::Command => WorkerCounter::WakeCommand,
+            Wake::Timeout => WorkerCounter::WakeTimeout,
         }
     }
 }
@@ -400,6 +443,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
         status,
         pool,
         polling,
+        spin,
         mut pipeline,
         tsc_hz,
     } = setup;
@@ -417,7 +461,6 @@ pub fn run(setup: WorkerSetup) -> i32 {
     let mut local = LocalCounters::default();
     let mut seen = 0u64;
     let mut last_generation = u64::MAX;
-    let mut idle_rounds = 0u32;
     let mut last_busy_ns = 0u64;
     let mut sleep = MIN_SLEEP;
     let tsc_hz = u128::from(tsc_hz.max(1));
@@ -435,7 +478,8 @@ pub fn run(setup: WorkerSetup) -> i32 {
             // Nothing can be forwarded without tables: wait for them without spinning.
             local.sleeps += 1;
             local.flush(&wc);
-            sleeper.sleep(Some(MAX_SLEEP), &mailbox);
+            let wake = sleeper.sleep(MAX_SLEEP, &mailbox);
+            local.wakes[wake as usize] += 1;
             continue;
         };
 
@@ -513,7 +557,6 @@ pub fn run(setup: WorkerSetup) -> i32 {
             local.rx_packets += received;
             local.flush(&wc);
             flush_pipeline(&mut pipeline, &wc);
-            idle_rounds = 0;
             last_busy_ns = now_ns;
             sleep = MIN_SLEEP;
             continue;
@@ -527,22 +570,24 @@ pub fn run(setup: WorkerSetup) -> i32 {
                 }
             }
             Polling::Adaptive => {
-                idle_rounds = idle_rounds.saturating_add(1);
-                let spun = now_ns.saturating_sub(last_busy_ns) >= IDLE_SPIN.as_nanos() as u64;
-                if idle_rounds >= IDLE_ROUNDS_BEFORE_SLEEP && spun {
-                    local.sleeps += 1;
-                    local.flush(&wc);
-                    flush_pipeline(&mut pipeline, &wc);
-                    handle.offline();
-                    // Every port wakes the worker: sleep until traffic (or a command). A port
-                    // without wake-ups (a DPDK driver) is polled with backoff.
-                    let all_wake = rx.iter().all(|e| matches!(e.queue, PortRx::Kernel(_)));
-                    if all_wake {
-                        sleeper.sleep(None, &mailbox);
-                    } else {
-                        sleeper.sleep(Some(sleep), &mailbox);
-                        sleep = (sleep * 2).min(MAX_SLEEP);
-                    }
+                if now_ns.saturating_sub(last_busy_ns) < spin.as_nanos() as u64 {
+                    // Spinning: let another thread that wants this CPU (the other node's worker
+                    // of a demo, a pod) run first rather than keep it waiting out the spin.
+                    std::thread::yield_now();
+                    continue;
+                }
+                local.sleeps += 1;
+                local.flush(&wc);
+                flush_pipeline(&mut pipeline, &wc);
+                handle.offline();
+                // Every port wakes the worker: sleep until traffic, a command or the idle limit.
+                // A port without wake-ups (a DPDK driver) is polled with backoff.
+                let all_wake = rx.iter().all(|e| matches!(e.queue, PortRx::Kernel(_)));
+                let timeout = if all_wake { MAX_IDLE_SLEEP } else { sleep };
+                let wake = sleeper.sleep(timeout, &mailbox);
+                local.wakes[wake as usize] += 1;
+                if !all_wake {
+                    sleep = (sleep * 2).min(MAX_SLEEP);
                 }
             }
         }
