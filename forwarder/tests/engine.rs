@@ -901,8 +901,10 @@ fn a_sleeping_adaptive_worker_wakes_for_a_frame_on_its_socket() {
         "no frame has reached the sockets yet: {s}"
     );
 
-    // Three echoes to the gateway 200 ms apart: each (and the ARP before them) arrives while
-    // the worker sleeps, wakes it through the socket's readiness and is answered.
+    // Three echoes to the gateway 200 ms apart, the ARP before them: they are answered, and
+    // those that arrive while the worker sleeps wake it through the socket's readiness. A frame
+    // may also land just as a timed-out sleep ends (on a loaded machine, or while the worker
+    // waits for the CPU), so at least one readiness wake-up is asked for, not one per frame.
     let out = Command::new("ip")
         .args(["netns", "exec", &pod.netns, "ping", "-n", "-c", "3"])
         .args(["-i", "0.2", "-W", "5", "10.1.0.1"])
@@ -917,7 +919,7 @@ fn a_sleeping_adaptive_worker_wakes_for_a_frame_on_its_socket() {
         node.fwd.log()
     );
     let s = wait_for(&mut node.fwd, &node.cfg, "readiness wake-ups", |s| {
-        wake(s, "wake_readiness") >= 3
+        wake(s, "wake_readiness") >= 1
     });
     assert!(
         s["workers"][0]["rx_packets"].as_u64() >= Some(4),
