@@ -7,11 +7,12 @@
 //! | id | what | anchor |
 //! |---|---|---|
 //! | `k8s.add.{p50,p99}_ms.<N>nodes` | one pod ADD's allocation — one `mutate` with the allocate step, as one CNI batch, with its conditional writes — while every one of N nodes adds [`PODS_PER_NODE`] pods, then churns (releases one of its pods and adds another, [`CHURN`] times), all at once | `k8s.add.{p50,p99}_ms.1node`: the same, one node alone |
-//! | `k8s.api_writes_per_pod_add` | writes (create, update, patch) at the API server per pod added, over the N-node fill phase (an endpoint per pod, a block per network and node, a ledger write per endpoint-id reservation, writes redone after conflicts) | — |
+//! | `k8s.api_writes_per_pod_add` | writes (create, update, patch) at the API server per pod added, over the N-node fill phase (an endpoint per pod, a block per network and node, a node record update per endpoint-id reservation, writes redone after conflicts) | — |
 //! | `k8s.idle_requests_per_s` | requests other than watches per node per second, while the N nodes' stores sit idle for [`IDLE`] after the churn, each refreshed every 200 ms as control's loop does | — |
 //!
-//! Before the timed phases each node registers the networks and itself (ledger writes, which
-//! contend on one object: control does that once, at start). The pods use [`NETWORKS`] l3
+//! Before the timed phases each node registers the networks and itself (Claims: every node's
+//! control writes its own node's; the networks' are written by the first and adopted by the
+//! others; control does that once, at start). The pods use [`NETWORKS`] l3
 //! networks round-robin (so each node takes a /26 block in each).
 
 use std::path::Path;
@@ -53,7 +54,7 @@ pub const NETWORKS: usize = 3;
 pub const IDLE: Duration = Duration::from_secs(10);
 /// How often an idle store is refreshed (control's loop tick).
 const TICK: Duration = Duration::from_millis(200);
-/// The namespace of the ledger.
+/// The namespace control is given (`--namespace`).
 const NAMESPACE: &str = "lace-system";
 /// The namespace of the pods.
 const PODS: &str = "churn";
@@ -146,7 +147,7 @@ fn request(node: &str, i: usize) -> AllocateRequest {
 }
 
 /// The resources whose writes the note splits the fill's by.
-const WRITTEN: [&str; 4] = ["configmaps", "allocations", "networkendpoints", "neighbors"];
+const WRITTEN: [&str; 4] = ["claims", "allocations", "networkendpoints", "neighbors"];
 
 /// The writes (create, update, patch) among requests counted by verb.
 fn write_count(by_verb: &std::collections::BTreeMap<String, u64>) -> u64 {

@@ -1,7 +1,8 @@
-//! Allocations kept in the API server (`ClusterState`, ADR 0015) against the fake API server:
-//! two controls of two nodes allocating at the same time never hand out the same thing, each
-//! allocation is its own object, a restarted control re-reads the state and reallocates
-//! nothing, and a state of the single-object form is migrated.
+//! Allocations kept in the API server (`ClusterState`, ADR 0015, 0045) against the fake API
+//! server: two controls of two nodes allocating at the same time never hand out the same
+//! thing, each allocation is its own object, network and node ids are claims, a restarted
+//! control re-reads the state and reallocates nothing, and the states earlier versions kept
+//! in ConfigMap lace-ipam (single object, ledger) are migrated.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -278,14 +279,15 @@ fn two_controls_allocating_at_once_never_share_anything_and_a_restart_reallocate
     assert_eq!(c.server.resource_version(), version, "nothing was written");
 }
 
-/// The ledger is written when a node registers (with its first endpoint-id reservation, so
-/// its first ADD writes none) and not again while the reservation lasts: another node's registration rebuilds the view, and
-/// this node keeps counting its endpoint ids from where it was, not from its reservation.
+/// Claims are written when a network or node registers — a node's with its first endpoint-id
+/// reservation, so its first ADD writes none — and not again while the reservation lasts:
+/// another node's registration rebuilds the view, and this node keeps counting its endpoint
+/// ids from where it was, not from its reservation.
 #[test]
-fn a_rebuilt_view_keeps_the_endpoint_counter_and_writes_no_ledger() {
+fn a_rebuilt_view_keeps_the_endpoint_counter_and_writes_no_claim() {
     let c = cluster();
-    let ledger_writes = || {
-        let r = c.server.requests_of("configmaps");
+    let claim_writes = || {
+        let r = c.server.requests_of("claims");
         r.get("create").copied().unwrap_or(0) + r.get("update").copied().unwrap_or(0)
     };
     let seq = |l: &EndpointLease| l.endpoint_id & 0xffff_ffff;
@@ -301,12 +303,17 @@ fn a_rebuilt_view_keeps_the_endpoint_counter_and_writes_no_ledger() {
     .unwrap();
     assert_eq!(seq(&add(&mut a, "node-a", 0)), 1);
     assert_eq!(seq(&add(&mut a, "node-a", 1)), 2);
-    assert_eq!(ledger_writes(), 1, "registered with its reservation, once");
+    assert_eq!(
+        claim_writes(),
+        2 * 2 + 3,
+        "each network's id and record, the node's locator, id and record (with its \
+         reservation), once"
+    );
 
-    // node-b registers: the ledger moves under node-a, whose view is rebuilt from it.
+    // node-b registers: node-a's view is rebuilt with it.
     let mut b = c.open("node-b");
     assert_eq!(seq(&add(&mut b, "node-b", 0)), 1);
-    assert_eq!(ledger_writes(), 2);
+    assert_eq!(claim_writes(), 2 * 2 + 3 + 3, "node-b's own claims only");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while a.read(|i| i.node("node-b")).is_none() {
         assert!(
@@ -317,7 +324,22 @@ fn a_rebuilt_view_keeps_the_endpoint_counter_and_writes_no_ledger() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_eq!(seq(&add(&mut a, "node-a", 2)), 3, "counted on, not jumped");
-    assert_eq!(ledger_writes(), 2, "no ledger write within the reservation");
+    assert_eq!(
+        claim_writes(),
+        10,
+        "no claim written within the reservation"
+    );
+    assert_eq!(
+        a.read(|i| i.node("node-b")),
+        b.read(|i| i.node("node-b")),
+        "node-b's id and locator as its own control registered them"
+    );
+    // A node's id and locator are its own control's to register.
+    let e = a.mutate(|ipam| ipam.ensure_node("node-c")).unwrap_err();
+    assert!(
+        e.to_string().contains("its own lace-control registers it"),
+        "{e}"
+    );
 }
 
 /// A node's control removes what it released: the endpoint, and the l2 address's claim; a
@@ -373,8 +395,8 @@ fn releases_delete_the_objects_and_a_stray_claim_is_collected() {
 }
 
 /// A state of the single-object form (ConfigMap lace-ipam, data.state.json, version 1) is
-/// migrated at start: its blocks, claims and endpoints become objects, the ledger replaces the
-/// old state, and the leases are the same.
+/// migrated at start: its blocks, claims and endpoints become objects, its networks and nodes
+/// claims, the ConfigMap keeps only a note, and the leases are the same.
 #[test]
 fn a_single_object_state_is_migrated() {
     let c = cluster();
@@ -413,7 +435,8 @@ fn a_single_object_state_is_migrated() {
         c.rt.block_on(Api::namespaced(c.client.clone(), NS).get("lace-ipam"))
             .unwrap();
     let data = cm.data.unwrap();
-    assert!(data.contains_key("ledger.json") && !data.contains_key("state.json"));
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["moved.txt"]);
+    assert_eq!(c.list("claims").len(), 2 * 2 + 2 * 3);
     assert_eq!(c.list("networkendpoints").len(), 12);
     assert_eq!(c.list("allocations").len(), 2);
     assert_eq!(c.list("neighbors").len(), 6);
@@ -591,4 +614,119 @@ fn releases_taken_while_the_api_server_is_away_are_made_when_it_returns() {
     // A new allocation works again.
     d.mutate(|ipam| ipam.allocate(&fresh)).unwrap();
     assert!(has(&d, 10));
+}
+
+/// A ledger (ConfigMap lace-ipam, data.ledger.json, of the versions before the claims) is
+/// migrated at start: every network keeps its id, every node its id, locator and endpoint-id
+/// reservation, and the ConfigMap keeps only a note (which those versions refuse).
+#[test]
+fn a_ledger_is_migrated_to_claims() {
+    let c = cluster();
+    let mut old = lace_control::ipam::Ipam::new(IpamConfig::default()).unwrap();
+    // Ids with a gap (a removed network) and a reservation ahead of node-b's endpoints.
+    old.ensure_network("gone", &networks()[0].1).unwrap();
+    for (name, def) in &networks() {
+        old.ensure_network(name, def).unwrap();
+    }
+    old.remove_network("gone");
+    for node in ["node-a", "node-b"] {
+        old.ensure_node(node).unwrap();
+    }
+    let ledger = old.ledger().with_next_endpoint("node-b", 2049);
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "lace-ipam", "namespace": NS},
+        "data": {"ledger.json": serde_json::to_string(&ledger).unwrap()},
+    }))
+    .unwrap();
+    c.rt.block_on(Api::namespaced(c.client.clone(), NS).create(&PostParams::default(), &cm))
+        .unwrap();
+
+    let mut a = c.open("node-a");
+    let data =
+        c.rt.block_on(
+            Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(c.client.clone(), NS)
+                .get("lace-ipam"),
+        )
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["moved.txt"]);
+    assert_eq!(c.list("claims").len(), 2 * 2 + 2 * 3);
+    for (name, _) in networks() {
+        assert_eq!(
+            a.read(|i| i.network_id(name)),
+            old.network_id(name),
+            "{name}"
+        );
+    }
+    for node in ["node-a", "node-b"] {
+        assert_eq!(a.read(|i| i.node(node)), old.node(node), "{node}");
+    }
+    // The next network takes an id past the removed one's.
+    let next = a
+        .mutate(|ipam| ipam.ensure_network("later", &networks()[0].1))
+        .unwrap();
+    assert_eq!(next.0, 4);
+    // node-b counts its endpoint ids from its reservation.
+    let mut b = c.open("node-b");
+    assert_eq!(add(&mut b, "node-b", 0).endpoint_id & 0xffff_ffff, 2049);
+}
+
+/// A network's record decides its id: a control that finds one written by another control
+/// takes its id, and an id claim the record does not hold (a control that lost the race for
+/// the record) is deleted; a removed network's claims are deleted.
+#[test]
+fn a_network_record_decides_its_id_and_stray_id_claims_are_deleted() {
+    let c = cluster();
+    let mut a = c.open("node-a");
+    let ar = kube::api::ApiResource::erase::<lace_control::api::Claim>(&());
+    let api: Api<kube::api::DynamicObject> = Api::all_with(c.client.clone(), &ar);
+    let (name, def) = networks()[0].clone();
+    let [id_claim, record] = lace_control::ipam::network_claims(name, 7, &def);
+    let (stray, _) = lace_control::ipam::network_claims(name, 3, &def)[0].clone();
+    for (object, spec) in [
+        id_claim,
+        record,
+        (
+            stray.clone(),
+            lace_control::ipam::network_claims(name, 3, &def)[0]
+                .1
+                .clone(),
+        ),
+    ] {
+        let o = serde_json::json!({
+            "apiVersion": "lace-cni.io/v1alpha1", "kind": "Claim",
+            "metadata": {"name": object},
+            "spec": spec,
+        });
+        c.rt.block_on(api.create(&PostParams::default(), &serde_json::from_value(o).unwrap()))
+            .unwrap();
+    }
+    let names = || -> BTreeSet<String> {
+        c.list("claims")
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while names().contains(&stray) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stray id claim stayed"
+        );
+        a.refresh().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let lease = add(&mut a, "node-a", 0);
+    assert_eq!((lease.network, lease.network_id.0), (name.to_owned(), 7));
+
+    // Removed: its claims go with it (the endpoint first).
+    a.mutate(|ipam| Ok(ipam.remove_network(name))).unwrap();
+    let left = names();
+    assert!(
+        !left.contains("backend.network") && !left.contains("network-id.7"),
+        "{left:?}"
+    );
+    assert!(left.contains("flat.network"), "{left:?}");
 }

@@ -78,6 +78,7 @@ fn one_file_per_kind_with_scope_and_status() {
             "Cluster",
             false,
         ),
+        ("lace-cni.io_claims.yaml", "Claim", "Cluster", false),
         ("lace-cni.io_fdbentries.yaml", "FDBEntry", "Cluster", false),
         ("lace-cni.io_neighbors.yaml", "Neighbor", "Cluster", false),
         (
@@ -421,7 +422,7 @@ fn check_reports_stale_missing_and_extra_files() {
     // Writing into an empty directory produces what --check accepts.
     let o = crdgen(&["--dir", d]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 8);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 9);
     assert!(crdgen(&["--check", "--dir", d]).status.success());
 
     // A changed line is shown as a diff.

@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 
 use super::limits::*;
 use super::{
-    Allocation, FDBEntry, Neighbor, Network, NetworkBindingPolicy, NetworkEndpoint,
+    Allocation, Claim, FDBEntry, Neighbor, Network, NetworkBindingPolicy, NetworkEndpoint,
     NetworkRoutingPolicy, NetworkType, NodeLocator,
 };
 
@@ -784,6 +784,24 @@ fn allocation_rules() -> Vec<(String, Vec<Rule>)> {
     ]
 }
 
+fn claim_rules() -> Vec<(String, Vec<Rule>)> {
+    vec![
+        ("spec.holder".to_owned(), name_rules("spec.holder")),
+        (
+            "spec.locator".to_owned(),
+            cidr_rules("spec.locator", "fc00:0:3::/48"),
+        ),
+        (
+            "spec.network.ipv4Subnet.prefix".to_owned(),
+            cidr_rules("spec.network.ipv4Subnet.prefix", "10.40.0.0/16"),
+        ),
+        (
+            "spec.network.ipv6Subnet.prefix".to_owned(),
+            cidr_rules("spec.network.ipv6Subnet.prefix", "fd40::/48"),
+        ),
+    ]
+}
+
 fn neighbor_rules() -> Vec<(String, Vec<Rule>)> {
     vec![
         ("spec.network".to_owned(), name_rules("spec.network")),
@@ -1004,6 +1022,16 @@ fn bounds_of(kind: &str) -> Vec<(String, Bound)> {
                 out.push((p.into(), Bound::Length(MAX_ADDRESS_LENGTH)));
             }
         }
+        "Claim" => {
+            names(&mut out, &["spec.holder"]);
+            for p in [
+                "spec.locator",
+                "spec.network.ipv4Subnet.prefix",
+                "spec.network.ipv6Subnet.prefix",
+            ] {
+                out.push((p.into(), Bound::Length(MAX_ADDRESS_LENGTH)));
+            }
+        }
         _ => {}
     }
     out
@@ -1019,6 +1047,7 @@ fn rules_of(kind: &str) -> Vec<(String, Vec<Rule>)> {
         "Neighbor" => neighbor_rules(),
         "FDBEntry" => fdb_rules(),
         "NodeLocator" => node_locator_rules(),
+        "Claim" => claim_rules(),
         _ => Vec::new(),
     }
 }
@@ -1229,6 +1258,7 @@ pub fn definitions() -> Result<BTreeMap<String, Value>, ShapeError> {
         Neighbor::crd(),
         FDBEntry::crd(),
         NodeLocator::crd(),
+        Claim::crd(),
     ];
     let mut out = BTreeMap::new();
     for crd in crds {

@@ -10,6 +10,7 @@
 //! | [`Neighbor`] | cluster | an l2 address → MAC, from an endpoint or learned | control |
 //! | [`FdbEntry`] | cluster | an l2 MAC → location, with a mobility sequence number | control |
 //! | [`NodeLocator`] | cluster | a node's SRv6 locator, underlay address and data-plane id | control |
+//! | [`Claim`] | cluster | a cluster-wide value taken by a Network or node: a network's `status.id`, a node's id or locator (ADR 0045) | control |
 //!
 //! Field names follow the seed (`spec.type`, `ipv4Subnet.prefix`, `hostLocalPrefixLength`,
 //! `externalPrefixes`, `anonymous`, `status.id`; `priority`, `matchKind`, `rules`,
@@ -604,4 +605,73 @@ pub struct NodeLocatorSpec {
     pub underlay: String,
     /// The node's data-plane id.
     pub id: u32,
+}
+
+/// A cluster-wide value taken by one Network or node, or the record of which values it holds
+/// (Kubernetes mode, ADR 0045). A value's object is named after the value (`network-id.7`,
+/// `node-id.3`, `locator.fc00-0000-0003-…-48`) and a record after its holder (`network.<name>`,
+/// `node.<name>`), so creating one takes it and a second creation of that name is refused.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "lace-cni.io",
+    version = "v1alpha1",
+    kind = "Claim",
+    plural = "claims",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
+    printcolumn = r#"{"name":"Holder","type":"string","jsonPath":".spec.holder"}"#,
+    printcolumn = r#"{"name":"ID","type":"integer","jsonPath":".spec.id"}"#,
+    printcolumn = r#"{"name":"Locator","type":"string","jsonPath":".spec.locator"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimSpec {
+    /// What the object takes or records.
+    pub kind: ClaimKind,
+    /// The Network or node it is of.
+    pub holder: String,
+    /// Network and node ids and records: the id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+    /// Locators and node records: the locator, e.g. `fc00:0:3::/48`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locator: Option<String>,
+    /// Node records: no endpoint id of the node at or above this (its low 32 bits) was handed
+    /// out (the node's reservation; only the node's own control moves it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_endpoint: Option<u32>,
+    /// Network records: the network's type and subnets when it took its id (they are
+    /// immutable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<ClaimedNetwork>,
+}
+
+/// What a [`Claim`] takes or records.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum ClaimKind {
+    /// A network's record: its id and immutable fields (`network.<name>`).
+    Network,
+    /// A node's record: its id, locator and endpoint-id reservation (`node.<name>`).
+    Node,
+    /// A network id taken (`network-id.<id>`).
+    NetworkId,
+    /// A node id taken (`node-id.<id>`).
+    NodeId,
+    /// A locator taken (`locator.<prefix>`).
+    Locator,
+}
+
+/// A network's immutable fields, as its id [`Claim`] records them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedNetwork {
+    /// `spec.type`.
+    #[serde(rename = "type")]
+    pub kind: NetworkType,
+    /// `spec.ipv4Subnet`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4_subnet: Option<Subnet>,
+    /// `spec.ipv6Subnet`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6_subnet: Option<Subnet>,
 }

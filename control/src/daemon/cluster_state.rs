@@ -5,26 +5,28 @@
 //!
 //! | what | object | taken by |
 //! |---|---|---|
-//! | network ids, node ids and locators, the id counters, each node's endpoint-id reservation | the *ledger*: ConfigMap `lace-ipam` (key `ledger.json`) of control's namespace | a write conditional on its resourceVersion |
+//! | a network's id and immutable fields | `Claim` `<network>.network` (a *record*), after `Claim` `network-id.<id>` | create-if-absent, each (any control; the record decides: a control that finds another record deletes its id claim) |
+//! | a node's id, locator and endpoint-id reservation | `Claim` `<node>.node`, after `Claim`s `locator.<prefix>` and `node-id.<id>` | create-if-absent, by the node's own control only ([`Ipam::register_only`]); the reservation moves with an update conditional on the record's resourceVersion |
 //! | a node's blocks of an l3 network | `Allocation` `<network>.<first block>` | create-if-absent (the name is the block; each node looks from its own place in the subnet, [`Ipam::spread_blocks`]) |
 //! | an l2 address | `Neighbor` `<network>.<address>` | create-if-absent (the name is the address) |
 //! | a pod's endpoint: addresses (l3: from its node's block, one writer), MAC, port, endpoint id | `NetworkEndpoint` in the pod's namespace, owned by the Pod | its node's control only |
 //!
 //! - [`ClusterState::open`] reads everything through watches and waits for their first lists,
-//!   so a restarted control re-reads its state and reallocates nothing. A ledger still in the
-//!   single-object form of earlier versions (key `state.json`) is migrated first: every block,
-//!   claim and endpoint is written as its object, then the ledger replaces the old state in one
-//!   conditional write; an older control then refuses the ConfigMap instead of writing it.
+//!   so a restarted control re-reads its state and reallocates nothing. A state kept by earlier
+//!   versions in ConfigMap `lace-ipam` is migrated first (ADR 0045): the single-object form
+//!   (key `state.json`) to one object per block, claim and endpoint and a ledger (key
+//!   `ledger.json`), then the ledger's networks and nodes to their `Claim`s; the ConfigMap then
+//!   keeps only a note (key `moved.txt`), which an older control refuses instead of writing.
 //! - `mutate(f)` runs `f` (the pure allocate step) on a copy of this control's view with a
 //!   journal ([`Ipam::start_journal`]) and writes the objects of the records it touched: the
-//!   ledger first, then claims (blocks, l2 addresses), then endpoints, then what was released.
-//!   A `409` — the ledger moved, a block, address or name was taken by another node — means the
-//!   view was stale: the object is read, the view rebuilt, and `f` runs again. Objects already
-//!   written stay (they are this control's, and `f` finds them: an ADD of the same attachment
-//!   returns its lease).
-//! - Each control writes only its own node's blocks, claims and endpoints; other nodes' are
-//!   read. Endpoint ids are reserved in the ledger [`ENDPOINT_CHUNK`] at a time, before any
-//!   endpoint uses them, so a restart never hands one out twice.
+//!   claims of networks and this node first, then blocks and l2 addresses, then endpoints,
+//!   then what was released. A `409` — an id, locator, block, address or name taken by another
+//!   control — means the view was stale: the object is read, the view rebuilt, and `f` runs
+//!   again. Objects already written stay (they are this control's, and `f` finds them: an ADD
+//!   of the same attachment returns its lease).
+//! - Each control writes only its own node's record, blocks, claims and endpoints; other
+//!   nodes' are read. Endpoint ids are reserved in the node's record [`ENDPOINT_CHUNK`] at a
+//!   time, before any endpoint uses them, so a restart never hands one out twice.
 //! - `refresh` applies what the watches delivered: another node's block or endpoint, a
 //!   network or node registered elsewhere. Endpoints are watched in two scopes, this node's and
 //!   every other node's (`lace-cni.io/node` label, `=` and `!=`): an l2 endpoint of another node
@@ -41,8 +43,8 @@
 //!   [`ClusterState::open_with`] starts from them, away, when the API server cannot be reached
 //!   for [`OFFLINE_AFTER`].
 //! - An object that contradicts the view (a block taken twice, an endpoint of a network
-//!   recreated since) is left out and logged, never repaired; a ledger that does not parse is
-//!   an error naming the object.
+//!   recreated since, a record repeating another's id) is left out and logged, never repaired;
+//!   an id claim a record does not hold (its control lost the race for the record) is deleted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -50,16 +52,15 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ObjectMeta, PostParams, Preconditions,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::api::{Allocation, AllocationSpec, Neighbor, NeighborSpec, NetworkEndpoint};
-use crate::api::{NetworkEndpointSpec, NetworkType};
+use crate::api::{Allocation, AllocationSpec, Claim, ClaimKind, ClaimSpec, Neighbor};
+use crate::api::{NeighborSpec, NetworkEndpoint, NetworkEndpointSpec, NetworkType};
 use crate::ipam::{
-    allocation_name, allocation_spec, endpoint_name, neighbor_name, neighbor_spec, BlockRecord,
+    allocation_name, allocation_spec, endpoint_name, ledger_claims, ledger_of_claims,
+    neighbor_name, neighbor_spec, network_claims, node_claims, node_record_name, BlockRecord,
     Dirty, EndpointLease, Ipam, IpamConfig, IpamError, IpamState, L2_LABEL, NETWORK_LABEL,
     NODE_LABEL,
 };
@@ -71,13 +72,15 @@ use super::control::IpamStore;
 use super::local::{LocalFile, Owed};
 use super::state::StateError;
 
-/// The ledger's ConfigMap.
+/// The ConfigMap earlier versions kept the state in (migrated at open).
 pub const OBJECT: &str = "lace-ipam";
-/// The key of the ledger in its `data`.
+/// The key of the ledger in its `data` (versions before the claims; migrated at open).
 pub const LEDGER_KEY: &str = "ledger.json";
 /// The key of the whole state of versions before per-object allocations (migrated at open).
 pub const LEGACY_KEY: &str = "state.json";
-/// Endpoint ids a node reserves in the ledger at a time.
+/// The key of the note a migrated ConfigMap keeps (and an older control refuses).
+pub const MOVED_KEY: &str = "moved.txt";
+/// Endpoint ids a node reserves in its record at a time.
 pub const ENDPOINT_CHUNK: u32 = 1024;
 pub use crate::source::kubernetes::{OFFLINE_AFTER, SYNC_TIMEOUT};
 /// How often the API server is tried while it is unreachable.
@@ -86,7 +89,7 @@ pub const PROBE: Duration = Duration::from_secs(1);
 /// What each watch is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Watch {
-    Ledger,
+    Ids,
     Allocations,
     Claims,
     MyEndpoints,
@@ -95,7 +98,7 @@ enum Watch {
 
 impl Watch {
     const ALL: [Watch; 5] = [
-        Watch::Ledger,
+        Watch::Ids,
         Watch::Allocations,
         Watch::Claims,
         Watch::MyEndpoints,
@@ -118,8 +121,8 @@ struct Stored<S> {
 /// Every object the view is built from.
 #[derive(Debug, Default)]
 struct Records {
-    /// The ledger and its resourceVersion; None: no ConfigMap yet.
-    ledger: Option<(IpamState, String)>,
+    /// Network and node records and the ids and locators they took (`Claim`s).
+    ids: BTreeMap<String, Stored<ClaimSpec>>,
     blocks: BTreeMap<String, Stored<AllocationSpec>>,
     claims: BTreeMap<String, Stored<NeighborSpec>>,
     endpoints: BTreeMap<(String, String), Stored<NetworkEndpointSpec>>,
@@ -132,12 +135,16 @@ struct Records {
 }
 
 /// What this control keeps on the node's disk ([`super::local`]): the deletions it owes, and
-/// this node's objects (with the ledger) to start from when the API server cannot be reached.
+/// this node's objects (with every network's and node's claims) to start from when the API
+/// server cannot be reached.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Local {
     #[serde(default)]
     owed: Vec<Owed>,
     #[serde(default)]
+    ids: BTreeMap<String, Stored<ClaimSpec>>,
+    /// The ledger of a file written before the claims (read, never written).
+    #[serde(default, skip_serializing)]
     ledger: Option<(IpamState, String)>,
     #[serde(default)]
     blocks: BTreeMap<String, Stored<AllocationSpec>>,
@@ -145,6 +152,27 @@ struct Local {
     claims: BTreeMap<String, Stored<NeighborSpec>>,
     #[serde(default)]
     endpoints: Vec<(String, String, Stored<NetworkEndpointSpec>)>,
+}
+
+impl Local {
+    /// A file written before the claims holds a ledger instead: its claims.
+    fn with_claims(mut self) -> Local {
+        if let (true, Some((ledger, _))) = (self.ids.is_empty(), self.ledger.take()) {
+            self.ids = ledger_claims(&ledger)
+                .into_iter()
+                .map(|(name, spec)| {
+                    let stored = Stored {
+                        uid: String::new(),
+                        rv: String::new(),
+                        labels: BTreeMap::new(),
+                        spec,
+                    };
+                    (name, stored)
+                })
+                .collect();
+        }
+        self
+    }
 }
 
 /// How a write went.
@@ -175,10 +203,11 @@ pub struct ClusterState {
     config: IpamConfig,
     runtime: tokio::runtime::Runtime,
     client: kube::Client,
+    /// ConfigMap `lace-ipam` of earlier versions (migrated at open).
     ledger_api: Api<ConfigMap>,
     records: Records,
     ipam: Ipam,
-    /// This node's endpoint-id reservation as the ledger holds it.
+    /// This node's endpoint-id reservation as its record holds it.
     reserved: u32,
     /// This node's Node uid (owner of its blocks and claims), once found.
     node_uid: Option<String>,
@@ -216,7 +245,7 @@ impl std::fmt::Debug for ClusterState {
 
 fn ar_of(w: Watch) -> ApiResource {
     match w {
-        Watch::Ledger => ApiResource::erase::<ConfigMap>(&()),
+        Watch::Ids => ApiResource::erase::<Claim>(&()),
         Watch::Allocations => ApiResource::erase::<Allocation>(&()),
         Watch::Claims => ApiResource::erase::<Neighbor>(&()),
         Watch::MyEndpoints | Watch::OtherEndpoints => ApiResource::erase::<NetworkEndpoint>(&()),
@@ -225,7 +254,7 @@ fn ar_of(w: Watch) -> ApiResource {
 
 fn kind_name(w: Watch) -> &'static str {
     match w {
-        Watch::Ledger => "ConfigMap",
+        Watch::Ids => "Claim",
         Watch::Allocations => "Allocation",
         Watch::Claims => "Neighbor",
         Watch::MyEndpoints | Watch::OtherEndpoints => "NetworkEndpoint",
@@ -242,6 +271,7 @@ pub(crate) fn status(e: &kube::Error) -> Option<(u16, &str)> {
 
 fn watch_of_kind(kind: &str) -> Option<Watch> {
     match kind {
+        "Claim" => Some(Watch::Ids),
         "Allocation" => Some(Watch::Allocations),
         "Neighbor" => Some(Watch::Claims),
         "NetworkEndpoint" => Some(Watch::MyEndpoints),
@@ -292,7 +322,7 @@ impl ClusterState {
             client,
             runtime,
             records: Records::default(),
-            ipam: spread(Ipam::new(config)?),
+            ipam: shaped(Ipam::new(config)?, &kube.node),
             reserved: 1,
             node_uid: None,
             events: rx,
@@ -306,7 +336,7 @@ impl ClusterState {
             local: None,
         };
         let kept: Option<Local> = match &local {
-            Some(f) => f.load()?,
+            Some(f) => f.load()?.map(Local::with_claims),
             None => None,
         };
         match s.migrate() {
@@ -328,7 +358,7 @@ impl ClusterState {
                  wait for it",
                 kept.endpoints.len()
             );
-            s.records.ledger = kept.ledger;
+            s.records.ids = kept.ids;
             s.records.blocks = kept.blocks;
             s.records.claims = kept.claims;
             s.records.endpoints = kept
@@ -406,11 +436,9 @@ impl ClusterState {
         format!("ConfigMap {}/{OBJECT}", self.namespace)
     }
 
-    fn corrupt(&self, reason: String) -> StateError {
-        StateError::ApiCorrupt {
-            object: self.ledger_object(),
-            reason,
-        }
+    /// An object that does not parse or contradicts itself.
+    fn corrupt(&self, object: String, reason: String) -> StateError {
+        StateError::ApiCorrupt { object, reason }
     }
 
     fn api(&self, w: Watch, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -430,38 +458,33 @@ impl ClusterState {
         kube: &KubernetesConfig,
         tx: mpsc::Sender<WatchEvent>,
     ) -> Result<(), StateError> {
-        let namespace = self.namespace.clone();
         let me = label_value(&self.node);
         let watches = move |client: &kube::Client| {
             Watch::ALL
                 .into_iter()
                 .map(|w| {
                     let ar = ar_of(w);
-                    let api: Api<DynamicObject> = match w {
-                        Watch::Ledger => Api::namespaced_with(client.clone(), &namespace, &ar),
-                        _ => Api::all_with(client.clone(), &ar),
-                    };
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
                     let cfg = match w {
-                        Watch::Ledger => {
-                            watcher::Config::default().fields(&format!("metadata.name={OBJECT}"))
-                        }
                         Watch::MyEndpoints => {
                             watcher::Config::default().labels(&format!("{NODE_LABEL}={me}"))
                         }
                         Watch::OtherEndpoints => {
                             watcher::Config::default().labels(&format!("{NODE_LABEL}!={me}"))
                         }
-                        Watch::Allocations | Watch::Claims => watcher::Config::default(),
+                        Watch::Ids | Watch::Allocations | Watch::Claims => {
+                            watcher::Config::default()
+                        }
                     };
                     (w, api, cfg)
                 })
                 .collect()
         };
-        let thread = WatchThread::spawn("ipam-watch", kube, Watch::Ledger, watches, move |e| {
+        let thread = WatchThread::spawn("ipam-watch", kube, Watch::Ids, watches, move |e| {
             tx.send(e).is_ok()
         })
         .map_err(|e| StateError::Api {
-            object: self.ledger_object(),
+            object: "the allocation watches".into(),
             op: "start the watch thread",
             reason: e.to_string(),
         })?;
@@ -532,7 +555,7 @@ impl ClusterState {
     }
 
     /// Takes one watch event into the records; whether the view must be rebuilt (a relist or
-    /// a ledger change) — other changes were applied to the view already.
+    /// a claim's change) — other changes were applied to the view already.
     fn handle(&mut self, w: Watch, e: watcher::Event<DynamicObject>) -> Result<bool, StateError> {
         match e {
             watcher::Event::Init => {
@@ -558,7 +581,7 @@ impl ClusterState {
         self.records.deleted.retain(|(k, _, _), _| *k != w);
         let me = label_value(&self.node);
         match w {
-            Watch::Ledger => self.records.ledger = None,
+            Watch::Ids => self.records.ids.clear(),
             Watch::Allocations => self.records.blocks.clear(),
             Watch::Claims => self.records.claims.clear(),
             Watch::MyEndpoints => self
@@ -594,35 +617,44 @@ impl ClusterState {
         let labels = meta.labels.clone().unwrap_or_default();
         let spec = o.data.get("spec").cloned().unwrap_or_default();
         match w {
-            Watch::Ledger => {
-                let text = o
-                    .data
-                    .get("data")
-                    .and_then(|d| d.get(LEDGER_KEY))
-                    .and_then(|t| t.as_str());
-                let Some(text) = text else {
-                    if o.data.get("data").and_then(|d| d.get(LEGACY_KEY)).is_some() {
-                        return Err(self.corrupt(format!(
-                            "it holds data.{LEGACY_KEY} of an older lace-control that wrote it \
-                             after this one started; restart lace-control to migrate it"
-                        )));
+            Watch::Ids => {
+                let spec: ClaimSpec = match serde_json::from_value(spec) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.leave_out(format!("Claim {name}"), e.to_string());
+                        return Ok(None);
                     }
-                    return Err(self.corrupt(format!("data.{LEDGER_KEY} is missing")));
                 };
-                let ledger: IpamState = serde_json::from_str(text)
-                    .map_err(|e| self.corrupt(format!("data.{LEDGER_KEY}: {e}")))?;
-                // The same version, or an older one: the watch can deliver another node's
-                // write after this control's own later one was stored (from its answer).
+                // An older version of what this control stored from its own update's answer.
                 if self
                     .records
-                    .ledger
-                    .as_ref()
-                    .is_some_and(|(_, v)| *v == rv || older(&rv, v))
+                    .ids
+                    .get(&name)
+                    .is_some_and(|o| o.uid == uid && older(&rv, &o.rv))
                 {
                     return Ok(None);
                 }
-                self.records.ledger = Some((ledger, rv));
-                Ok(Some(Change::Ledger))
+                let new = Stored {
+                    uid,
+                    rv,
+                    labels,
+                    spec,
+                };
+                let old = self.records.ids.insert(name, new.clone());
+                match old {
+                    Some(o) if o == new => Ok(None),
+                    // Another node's reservation moved: nothing of this view depends on it.
+                    Some(o)
+                        if o.spec.holder != self.node
+                            && ClaimSpec {
+                                next_endpoint: new.spec.next_endpoint,
+                                ..o.spec.clone()
+                            } == new.spec =>
+                    {
+                        Ok(None)
+                    }
+                    _ => Ok(Some(Change::Ids)),
+                }
             }
             Watch::Allocations => {
                 let spec: AllocationSpec = match serde_json::from_value(spec) {
@@ -698,7 +730,7 @@ impl ClusterState {
     fn apply(&mut self, w: Watch, o: &DynamicObject) -> Result<bool, StateError> {
         match self.store(w, o)? {
             None => Ok(false),
-            Some(Change::Ledger) => Ok(true),
+            Some(Change::Ids) => Ok(true),
             Some(c) => {
                 self.apply_change(c);
                 Ok(false)
@@ -717,7 +749,13 @@ impl ClusterState {
             self.records.deleted.remove(&key);
         }
         match w {
-            Watch::Ledger => self.records.ledger.take().is_some(),
+            Watch::Ids => {
+                if self.records.ids.get(&name).is_some_and(|s| s.uid == uid) {
+                    self.records.ids.remove(&name);
+                    return true;
+                }
+                false
+            }
             Watch::Allocations => {
                 if self.records.blocks.get(&name).is_some_and(|s| s.uid == uid) {
                     if let Some(old) = self.records.blocks.remove(&name) {
@@ -759,7 +797,7 @@ impl ClusterState {
     /// the next rebuild).
     fn apply_change(&mut self, c: Change) {
         match c {
-            Change::Ledger => {}
+            Change::Ids => {}
             Change::Block(old, new) => {
                 if let Some(old) = old {
                     for b in block_records(&old) {
@@ -832,33 +870,42 @@ impl ClusterState {
         }
     }
 
-    /// Builds the view from the records: the ledger, every block, claim and endpoint. This
-    /// node's endpoint counter never goes back: once this process counts the node's endpoints
-    /// it keeps its own counter (the ledger's reservation is ahead of it, not a count); a view
-    /// without the node yet starts it at the reservation, past every id an earlier process may
-    /// have handed out.
+    /// Builds the view from the records: the networks and nodes of their claims, every block,
+    /// l2 address and endpoint. The id counters never go back (an id a removed network held is
+    /// not given out again by this process), and neither does this node's endpoint counter:
+    /// once this process counts the node's endpoints it keeps its own counter (the record's
+    /// reservation is ahead of it, not a count); a view without the node yet starts it at the
+    /// reservation, past every id an earlier process may have handed out.
     fn rebuild(&mut self) -> Result<(), StateError> {
         let counter = self.ipam.next_endpoint(&self.node);
-        let ipam = match &self.records.ledger {
-            Some((l, _)) => {
-                let l = match counter {
-                    Some(c) => l.clone().with_next_endpoint(&self.node, c),
-                    None => l.clone(),
-                };
-                Ipam::from_ledger(&l, self.config)
-                    .map_err(|e| self.corrupt(format!("data.{LEDGER_KEY}: {e}")))?
-            }
-            None => Ipam::new(self.config)?,
+        let claimed = ledger_of_claims(
+            self.config,
+            &self.node,
+            self.records
+                .ids
+                .iter()
+                .map(|(name, c)| (name.as_str(), &c.spec)),
+            self.ipam.ledger().next_ids(),
+        );
+        let ledger = match counter {
+            Some(c) => claimed.ledger.clone().with_next_endpoint(&self.node, c),
+            None => claimed.ledger.clone(),
         };
-        let ipam = spread(ipam);
-        self.reserved = self
-            .records
-            .ledger
-            .as_ref()
-            .and_then(|(l, _)| l.next_endpoint(&self.node))
-            .unwrap_or(1);
-        self.ipam = ipam;
+        let mut ipam = Ipam::from_ledger(&ledger, self.config).map_err(|e| {
+            self.corrupt(
+                "the network and node Claims (claims.lace-cni.io)".into(),
+                e.to_string(),
+            )
+        })?;
+        for l in &claimed.reserved_locators {
+            ipam.reserve_locator(*l);
+        }
+        self.reserved = claimed.ledger.next_endpoint(&self.node).unwrap_or(1);
+        self.ipam = shaped(ipam, &self.node);
         self.left_out.clear();
+        for (what, why) in claimed.left_out {
+            self.leave_out(what, why);
+        }
         let blocks: Vec<AllocationSpec> = self
             .records
             .blocks
@@ -948,6 +995,49 @@ impl ClusterState {
                 tracing::warn!("{e}");
             }
         }
+        for (name, uid) in self.stray_ids() {
+            tracing::info!(
+                "Claim {name}: an id or locator its holder's record does not hold; deleting it"
+            );
+            if let Err(e) = self.delete(Watch::Ids, None, &name, &uid) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
+    /// The id claims a record does not hold: a network's whose record has another id (its
+    /// control lost the race for the record), and this node's beside its record (left by a
+    /// registration that failed half way). An id claim without a record may be a
+    /// registration under way, and is kept.
+    fn stray_ids(&self) -> Vec<(String, String)> {
+        let records: BTreeMap<(ClaimKind, &str), &ClaimSpec> = self
+            .records
+            .ids
+            .values()
+            .filter(|r| matches!(r.spec.kind, ClaimKind::Network | ClaimKind::Node))
+            .map(|r| ((r.spec.kind, r.spec.holder.as_str()), &r.spec))
+            .collect();
+        let record = |kind: ClaimKind, holder: &str| records.get(&(kind, holder)).copied();
+        self.records
+            .ids
+            .iter()
+            .filter(|(_, c)| {
+                let s = &c.spec;
+                match s.kind {
+                    ClaimKind::NetworkId => {
+                        record(ClaimKind::Network, &s.holder).is_some_and(|r| r.id != s.id)
+                    }
+                    ClaimKind::NodeId if s.holder == self.node => {
+                        record(ClaimKind::Node, &s.holder).is_some_and(|r| r.id != s.id)
+                    }
+                    ClaimKind::Locator if s.holder == self.node => {
+                        record(ClaimKind::Node, &s.holder).is_some_and(|r| r.locator != s.locator)
+                    }
+                    _ => false,
+                }
+            })
+            .map(|(name, c)| (name.clone(), c.uid.clone()))
+            .collect()
     }
 
     // ---- writes ---------------------------------------------------------------------------------
@@ -1158,7 +1248,13 @@ impl ClusterState {
                     _ => None,
                 }
             }
-            Watch::Ledger => None,
+            // The view changes with the write that deletes a claim (or at the next rebuild).
+            Watch::Ids => {
+                if self.records.ids.get(name).is_some_and(|c| is(&c.uid)) {
+                    self.records.ids.remove(name);
+                }
+                None
+            }
         };
         if let Some(c) = change {
             self.apply_change(c);
@@ -1195,7 +1291,8 @@ impl ClusterState {
                     uid: uid.clone(),
                 })
                 .collect(),
-            ledger: self.records.ledger.clone(),
+            ids: self.records.ids.clone(),
+            ledger: None,
             blocks: of(&self.records.blocks, mine),
             claims: of(&self.records.claims, mine),
             endpoints: self
@@ -1261,89 +1358,175 @@ impl ClusterState {
             self.pay_owed();
             return;
         }
-        match self.runtime.block_on(self.ledger_api.get_opt(OBJECT)) {
+        let name = node_record_name(&self.node);
+        match self
+            .runtime
+            .block_on(self.api(Watch::Ids, None).get_opt(&name))
+        {
             Ok(_) => self.reached(),
             Err(e) => {
-                self.api_error(self.ledger_object(), "get", &e);
+                self.api_error(format!("Claim {name}"), "get", &e);
             }
         }
     }
 
-    /// Writes the ledger of `next`, with this node's reservation `reserve`, conditionally on
-    /// the version it was read at.
-    fn write_ledger(&mut self, next: &Ipam, reserve: u32) -> Result<Written, StateError> {
-        let ledger = next.ledger().with_next_endpoint(&self.node, reserve);
-        let json = serde_json::to_string(&ledger)
-            .map_err(|e| self.corrupt(format!("cannot serialise the ledger: {e}")))?;
-        let mut cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(OBJECT.into()),
-                namespace: Some(self.namespace.clone()),
-                resource_version: self.records.ledger.as_ref().map(|(_, v)| v.clone()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        };
-        cm.data = Some([(LEDGER_KEY.to_owned(), json)].into());
-        let result = match &cm.metadata.resource_version {
-            None => self
-                .runtime
-                .block_on(self.ledger_api.create(&Self::pp(), &cm)),
-            Some(_) => self
-                .runtime
-                .block_on(self.ledger_api.replace(OBJECT, &Self::pp(), &cm)),
-        };
-        if result.is_ok() || result.as_ref().is_err_and(|e| status(e).is_some()) {
-            self.reached();
+    /// Creates claim `name` (`spec`); whether it is held as `spec` says: created, or there
+    /// already with the same spec — or, for an id or locator, the same holder (ours, from an
+    /// earlier attempt). Otherwise (the object was read into the records) `f` runs again.
+    fn create_claim(&mut self, name: &str, spec: &ClaimSpec) -> Result<Written, StateError> {
+        let mine = spec.holder == self.node;
+        let owners = if mine { self.node_owner() } else { Vec::new() };
+        let mut labels = serde_json::Map::new();
+        if matches!(
+            spec.kind,
+            ClaimKind::Node | ClaimKind::NodeId | ClaimKind::Locator
+        ) {
+            labels.insert(NODE_LABEL.into(), label_value(&spec.holder).into());
+        } else {
+            labels.insert(NETWORK_LABEL.into(), label_value(&spec.holder).into());
         }
-        match result {
-            Ok(written) => {
-                let rv = written.metadata.resource_version.unwrap_or_default();
-                self.records.ledger = Some((ledger, rv));
-                self.reserved = reserve;
-                Ok(Written::Done)
-            }
-            Err(e) if matches!(status(&e), Some((409, _))) => {
-                self.read_ledger()?;
-                Ok(Written::Conflict)
-            }
-            Err(e) => Err(self.api_error(self.ledger_object(), "write", &e)),
-        }
+        let o = self.object(
+            Watch::Ids,
+            None,
+            name,
+            labels.into(),
+            owners,
+            serde_json::to_value(spec).unwrap_or_default(),
+        )?;
+        let Some(there) = self.create(Watch::Ids, &o)? else {
+            return Ok(Written::Done);
+        };
+        let there: Option<ClaimSpec> = serde_json::from_value(there).ok();
+        let held = there.is_some_and(|t| {
+            t == *spec
+                || (matches!(
+                    spec.kind,
+                    ClaimKind::NetworkId | ClaimKind::NodeId | ClaimKind::Locator
+                ) && t.kind == spec.kind
+                    && t.holder == spec.holder)
+        });
+        Ok(if held {
+            Written::Done
+        } else {
+            Written::Conflict
+        })
     }
 
-    /// Reads the ledger into the records (after a conflict).
-    fn read_ledger(&mut self) -> Result<(), StateError> {
-        let got = self
-            .runtime
-            .block_on(self.ledger_api.get_opt(OBJECT))
-            .map_err(|e| self.api_error(self.ledger_object(), "get", &e))?;
-        match got {
-            None => self.records.ledger = None,
-            Some(cm) => {
-                let o: DynamicObject = serde_json::from_value(
-                    serde_json::to_value(&cm).map_err(|e| self.corrupt(e.to_string()))?,
-                )
-                .map_err(|e| self.corrupt(e.to_string()))?;
-                self.records.ledger = None;
-                self.store(Watch::Ledger, &o)?;
-            }
+    /// Deletes every claim of `holder` of the `kinds` given.
+    fn delete_claims(&mut self, holder: &str, kinds: &[ClaimKind]) -> Result<(), StateError> {
+        let of: Vec<(String, String)> = self
+            .records
+            .ids
+            .iter()
+            .filter(|(_, c)| c.spec.holder == holder && kinds.contains(&c.spec.kind))
+            .map(|(name, c)| (name.clone(), c.uid.clone()))
+            .collect();
+        for (name, uid) in of {
+            self.delete(Watch::Ids, None, &name, &uid)?;
         }
         Ok(())
+    }
+
+    /// Writes the networks and nodes `next` registered or removed: a network's id claim, then
+    /// its record; this node's locator and id claims, then its record (with reservation
+    /// `reserve`). A record there already (another control registered the network first)
+    /// means the view was stale: this control's id claim is deleted and `f` runs again.
+    fn write_ids(&mut self, next: &Ipam, reserve: u32) -> Result<Written, StateError> {
+        let (old, new) = (self.ipam.ledger(), next.ledger());
+        let old_networks: BTreeMap<&str, u32> = old.networks().map(|(n, id, _)| (n, id)).collect();
+        let new_networks: BTreeSet<&str> = new.networks().map(|(n, _, _)| n).collect();
+        for (name, id, def) in new.networks() {
+            if old_networks.get(name) == Some(&id) {
+                continue;
+            }
+            let [(id_name, id_claim), (record_name, record)] = network_claims(name, id, def);
+            if let Written::Conflict = self.create_claim(&id_name, &id_claim)? {
+                return Ok(Written::Conflict);
+            }
+            if let Written::Conflict = self.create_claim(&record_name, &record)? {
+                if let Some(uid) = self.records.ids.get(&id_name).map(|c| c.uid.clone()) {
+                    self.delete(Watch::Ids, None, &id_name, &uid)?;
+                }
+                return Ok(Written::Conflict);
+            }
+        }
+        for name in old_networks.keys().filter(|n| !new_networks.contains(*n)) {
+            self.delete_claims(name, &[ClaimKind::Network, ClaimKind::NetworkId])?;
+        }
+        let old_nodes: BTreeSet<&str> = old.nodes().map(|(n, ..)| n).collect();
+        let new_nodes: BTreeSet<&str> = new.nodes().map(|(n, ..)| n).collect();
+        for (name, id, locator, _) in new.nodes() {
+            if old_nodes.contains(name) {
+                continue;
+            }
+            if name != self.node {
+                return Err(StateError::Ipam(IpamError::RegisteredByItsOwnControl {
+                    node: name.to_owned(),
+                }));
+            }
+            for (claim_name, claim) in node_claims(name, id, locator, reserve) {
+                if let Written::Conflict = self.create_claim(&claim_name, &claim)? {
+                    return Ok(Written::Conflict);
+                }
+            }
+            self.reserved = reserve;
+        }
+        for name in old_nodes.iter().filter(|n| !new_nodes.contains(*n)) {
+            self.delete_claims(
+                name,
+                &[ClaimKind::Node, ClaimKind::NodeId, ClaimKind::Locator],
+            )?;
+        }
+        Ok(Written::Done)
+    }
+
+    /// Moves this node's endpoint-id reservation to `reserve`: its record, updated
+    /// conditionally on the version it was read at.
+    fn write_reservation(&mut self, reserve: u32) -> Result<Written, StateError> {
+        let name = node_record_name(&self.node);
+        let Some(record) = self.records.ids.get(&name).cloned() else {
+            // Not recorded (yet, or any more): registration writes it.
+            return Ok(Written::Conflict);
+        };
+        let spec = ClaimSpec {
+            next_endpoint: Some(reserve),
+            ..record.spec.clone()
+        };
+        let owners = self.node_owner();
+        let mut o = self.object(
+            Watch::Ids,
+            None,
+            &name,
+            serde_json::to_value(&record.labels).unwrap_or_default(),
+            owners,
+            serde_json::to_value(&spec).unwrap_or_default(),
+        )?;
+        o.metadata.resource_version = Some(record.rv.clone());
+        let written = self.update(Watch::Ids, &o)?;
+        if let Written::Done = written {
+            self.reserved = reserve;
+        }
+        Ok(written)
     }
 
     /// Writes what `next` changed of the records `dirty` names (see the module docs).
     fn write(&mut self, next: &Ipam, dirty: &BTreeSet<Dirty>) -> Result<Written, StateError> {
         let local = next.next_endpoint(&self.node).unwrap_or(1);
-        // A ledger write that registers this node, or finds its reservation used up, reserves
-        // the next chunk with it: the node's first ADDs then write no ledger.
+        // Registering this node, or finding its reservation used up, reserves the next chunk:
+        // the node's first ADDs then write no record.
         let registered = next.node(&self.node).is_some();
-        if dirty.contains(&Dirty::Ledger) || local > self.reserved {
-            let reserve = if local > self.reserved || (registered && local == self.reserved) {
-                local.saturating_add(ENDPOINT_CHUNK)
-            } else {
-                self.reserved
-            };
-            if let Written::Conflict = self.write_ledger(next, reserve)? {
+        let reserve = if local > self.reserved || (registered && local == self.reserved) {
+            local.saturating_add(ENDPOINT_CHUNK)
+        } else {
+            self.reserved
+        };
+        if dirty.contains(&Dirty::Ledger) {
+            if let Written::Conflict = self.write_ids(next, reserve)? {
+                return Ok(Written::Conflict);
+            }
+        }
+        if registered && local > self.reserved {
+            if let Written::Conflict = self.write_reservation(reserve)? {
                 return Ok(Written::Conflict);
             }
         }
@@ -1551,50 +1734,146 @@ impl ClusterState {
             Some(e) if e.spec == spec => Ok(Written::Done),
             Some(e) => {
                 o.metadata.resource_version = Some(e.rv.clone());
-                let api = self.api(Watch::MyEndpoints, Some(&ns));
-                match self.runtime.block_on(api.replace(&name, &Self::pp(), &o)) {
-                    Ok(made) => {
-                        self.store(Watch::MyEndpoints, &made)?;
-                        Ok(Written::Done)
-                    }
-                    Err(err) if matches!(status(&err), Some((409 | 404, _))) => {
-                        match self.runtime.block_on(api.get_opt(&name)) {
-                            Ok(Some(t)) => {
-                                self.store(Watch::MyEndpoints, &t)?;
-                            }
-                            Ok(None) => {
-                                self.records.endpoints.remove(&(ns, name));
-                            }
-                            Err(e) => return Err(self.api_error(what, "get", &e)),
-                        }
-                        Ok(Written::Conflict)
-                    }
-                    Err(err) => Err(self.api_error(what, "update", &err)),
-                }
+                self.update(Watch::MyEndpoints, &o)
             }
+        }
+    }
+
+    /// Replaces `o` (conditional on its resourceVersion) and stores the answer; when it moved
+    /// or went meanwhile, reads it into the records instead: `f` runs again.
+    fn update(&mut self, w: Watch, o: &DynamicObject) -> Result<Written, StateError> {
+        let ns = o.metadata.namespace.clone();
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let what = match &ns {
+            Some(ns) => format!("{} {ns}/{name}", kind_name(w)),
+            None => format!("{} {name}", kind_name(w)),
+        };
+        let api = self.api(w, ns.as_deref());
+        let result = self.runtime.block_on(api.replace(&name, &Self::pp(), o));
+        if result.is_ok() || result.as_ref().is_err_and(|e| status(e).is_some()) {
+            self.reached();
+        }
+        match result {
+            Ok(made) => {
+                self.store(w, &made)?;
+                Ok(Written::Done)
+            }
+            Err(e) if matches!(status(&e), Some((409 | 404, _))) => {
+                match self.runtime.block_on(api.get_opt(&name)) {
+                    Ok(Some(t)) => {
+                        self.store(w, &t)?;
+                    }
+                    Ok(None) => self.unrecord(w, ns.as_deref().unwrap_or_default(), &name, ""),
+                    Err(e) => return Err(self.api_error(what, "get", &e)),
+                }
+                Ok(Written::Conflict)
+            }
+            Err(e) => Err(self.api_error(what, "update", &e)),
         }
     }
 
     // ---- migration ------------------------------------------------------------------------------
 
-    /// Migrates a single-object state (`data.state.json`) to objects (see the module docs).
+    /// Migrates what earlier versions kept in ConfigMap `lace-ipam` (see the module docs):
+    /// a single-object state to objects and a ledger, then the ledger to claims.
     fn migrate(&mut self) -> Result<(), StateError> {
+        self.migrate_state()?;
+        self.migrate_ledger()
+    }
+
+    /// ConfigMap `lace-ipam` and the state it keeps under `key`, if it does, checked by
+    /// `load` as the version that wrote it read it.
+    fn kept_state(
+        &self,
+        key: &str,
+        load: fn(&IpamState, IpamConfig) -> Result<Ipam, IpamError>,
+    ) -> Result<Option<(ConfigMap, IpamState)>, StateError> {
+        let Some(cm) = self
+            .runtime
+            .block_on(self.ledger_api.get_opt(OBJECT))
+            .map_err(|e| self.api_error(self.ledger_object(), "get", &e))?
+        else {
+            return Ok(None);
+        };
+        let Some(text) = cm.data.as_ref().and_then(|d| d.get(key)) else {
+            return Ok(None);
+        };
+        let corrupt = |e: String| self.corrupt(self.ledger_object(), format!("data.{key}: {e}"));
+        let state: IpamState = serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+        load(&state, self.config).map_err(|e| corrupt(e.to_string()))?;
+        Ok(Some((cm, state)))
+    }
+
+    /// Migrates the ledger (`data.ledger.json`) to claims: every network's and node's, then
+    /// the ConfigMap keeps only [`MOVED_KEY`], in one conditional write.
+    fn migrate_ledger(&mut self) -> Result<(), StateError> {
+        loop {
+            let Some((cm, ledger)) = self.kept_state(LEDGER_KEY, Ipam::from_ledger)? else {
+                return Ok(());
+            };
+            let claims = ledger_claims(&ledger);
+            tracing::info!(
+                "migrating the ledger of {} to {} Claims",
+                self.ledger_object(),
+                claims.len()
+            );
+            for (name, spec) in &claims {
+                // Written already by an earlier attempt or another control's migration.
+                if let Written::Conflict = self.create_claim(name, spec)? {
+                    return Err(self.corrupt(
+                        format!("Claim {name}"),
+                        format!(
+                            "it holds {:?} of {}, not what {} says ({:?} of {}): a control \
+                             of this version registered it before the ledger was migrated",
+                            self.records.ids.get(name).map(|c| c.spec.kind),
+                            self.records
+                                .ids
+                                .get(name)
+                                .map_or("", |c| c.spec.holder.as_str()),
+                            self.ledger_object(),
+                            spec.kind,
+                            spec.holder
+                        ),
+                    ));
+                }
+            }
+            let mut next = cm.clone();
+            next.data = Some(
+                [(
+                    MOVED_KEY.to_owned(),
+                    "lace-control keeps network and node ids in Claims (claims.lace-cni.io) \
+                     since ADR 0045; this ConfigMap is kept so that an older lace-control \
+                     refuses to start instead of allocating them again"
+                        .to_owned(),
+                )]
+                .into(),
+            );
+            match self
+                .runtime
+                .block_on(self.ledger_api.replace(OBJECT, &Self::pp(), &next))
+            {
+                Ok(_) => {
+                    tracing::info!("migrated {} to Claims", self.ledger_object());
+                    self.records = Records::default();
+                    return Ok(());
+                }
+                // Changed meanwhile (an older control reserved endpoint ids): again.
+                Err(e) if matches!(status(&e), Some((409, _))) => continue,
+                Err(e) => return Err(self.api_error(self.ledger_object(), "write", &e)),
+            }
+        }
+    }
+
+    /// Migrates a single-object state (`data.state.json`) to objects and a ledger.
+    fn migrate_state(&mut self) -> Result<(), StateError> {
         let mut written: BTreeSet<(Watch, String, String)> = BTreeSet::new();
         loop {
-            let Some(cm) = self
-                .runtime
-                .block_on(self.ledger_api.get_opt(OBJECT))
-                .map_err(|e| self.api_error(self.ledger_object(), "get", &e))?
-            else {
+            let Some((cm, state)) = self.kept_state(LEGACY_KEY, Ipam::from_state)? else {
                 return Ok(());
             };
-            let Some(text) = cm.data.as_ref().and_then(|d| d.get(LEGACY_KEY)).cloned() else {
-                return Ok(());
-            };
-            let state: IpamState = serde_json::from_str(&text)
-                .map_err(|e| self.corrupt(format!("data.{LEGACY_KEY}: {e}")))?;
-            let old = Ipam::from_state(&state, self.config)
-                .map_err(|e| self.corrupt(format!("data.{LEGACY_KEY}: {e}")))?;
+            let old = Ipam::from_state(&state, self.config).map_err(|e| {
+                self.corrupt(self.ledger_object(), format!("data.{LEGACY_KEY}: {e}"))
+            })?;
             tracing::info!(
                 "migrating the allocation state of {} to one object per allocation: {} blocks, \
                  {} endpoints",
@@ -1681,8 +1960,12 @@ impl ClusterState {
                 now.insert((Watch::MyEndpoints, l.pod.namespace.clone(), name));
             }
             written.extend(now.iter().cloned());
-            let ledger = serde_json::to_string(&old.ledger())
-                .map_err(|e| self.corrupt(format!("cannot serialise the ledger: {e}")))?;
+            let ledger = serde_json::to_string(&old.ledger()).map_err(|e| {
+                self.corrupt(
+                    self.ledger_object(),
+                    format!("cannot serialise the ledger: {e}"),
+                )
+            })?;
             let mut next = cm.clone();
             next.data = Some([(LEDGER_KEY.to_owned(), ledger)].into());
             match self
@@ -1714,7 +1997,8 @@ impl ClusterState {
 /// A record's change, for the view.
 #[derive(Debug)]
 enum Change {
-    Ledger,
+    /// A network's or node's claims: the view is rebuilt.
+    Ids,
     Block(Option<AllocationSpec>, AllocationSpec),
     BlockGone(AllocationSpec),
     Claim(Option<NeighborSpec>, Option<NeighborSpec>),
@@ -1725,14 +2009,16 @@ enum Change {
     ),
 }
 
-/// The kind a watch's objects are deleted under (both endpoint watches are one kind).
-/// The view of a store that many nodes write at once: each node takes blocks from its own
-/// place in the subnet ([`Ipam::spread_blocks`]), so block claims rarely conflict.
-fn spread(mut ipam: Ipam) -> Ipam {
+/// The view of `node`'s control in a store that many nodes write at once: each node takes
+/// blocks from its own place in the subnet ([`Ipam::spread_blocks`]), so block claims rarely
+/// conflict, and registers only itself ([`Ipam::register_only`]).
+fn shaped(mut ipam: Ipam, node: &str) -> Ipam {
     ipam.spread_blocks();
+    ipam.register_only(node);
     ipam
 }
 
+/// The kind a watch's objects are deleted under (both endpoint watches are one kind).
 fn kind_of(w: Watch) -> Watch {
     match w {
         Watch::OtherEndpoints => Watch::MyEndpoints,

@@ -117,8 +117,9 @@ pub struct RunArgs {
     /// `KUBERNETES_SERVICE_HOST`/`_PORT`: what a DaemonSet gets).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// With `--source kubernetes`: the namespace control keeps its allocation state in (the
-    /// ConfigMap `lace-ipam`), the same for every node.
+    /// With `--source kubernetes`: the namespace of the ConfigMap `lace-ipam` in which
+    /// earlier versions kept the allocation state (migrated to objects at start), the same
+    /// for every node.
     #[arg(long, value_name = "NAMESPACE", default_value = "lace-system")]
     pub namespace: String,
     /// Give the node's own network stack an interface into its pods (ADR 0023): a veth pair
@@ -214,7 +215,7 @@ pub enum ConfigError {
     /// `--state` in Kubernetes mode.
     #[error(
         "--state is standalone mode's IPAM state file; with --source kubernetes allocations \
-         live in the API server (ConfigMap lace-ipam in --namespace): drop --state (control's \
+         live in the API server (Claims, Allocations, Neighbors, NetworkEndpoints): drop --state (control's \
          own files go to --state-dir)"
     )]
     StateWithKubernetes,

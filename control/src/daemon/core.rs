@@ -544,8 +544,10 @@ impl Core {
             }
         }
         let nodes = ipam.nodes();
+        // In Kubernetes mode each node's control registers its own node (the others read its
+        // record, ADR 0045).
         for name in self.objects.nodes.keys() {
-            if !nodes.contains_key(name) {
+            if !nodes.contains_key(name) && ipam.registers(name) {
                 a.ensure_nodes.push(name.clone());
             }
         }

@@ -3,8 +3,8 @@
 //! serves DEL and CHECK while the API server is away — even when it starts then — and never
 //! loses a release (ADR 0041; [`super::cluster_state::ClusterState`] decides what goes in it):
 //!
-//! - this node's allocation objects as last seen (its endpoints, blocks and l2 claims, and the
-//!   ledger), written after every change this control makes, read when control starts and the
+//! - this node's allocation objects as last seen (its endpoints, blocks and l2 claims, and every
+//!   network's and node's id claims), written after every change this control makes, read when control starts and the
 //!   API server cannot be reached;
 //! - the deletions it owes the API server ([`Owed`]): a DEL, GC or pod gone releases a lease,
 //!   and the objects the API server could not delete then are deleted when it returns.

@@ -71,7 +71,7 @@ pub enum StateError {
          lace-node ClusterRole and Role)"
     )]
     Api {
-        /// The object or kind, e.g. `ConfigMap lace-system/lace-ipam`.
+        /// The object or kind, e.g. `Claim backend.network`.
         object: String,
         /// What was being done.
         op: &'static str,

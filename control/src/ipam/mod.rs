@@ -82,8 +82,10 @@ pub use crate::world::AttachmentKey;
 use crate::world::NetworkModel;
 
 pub use objects::{
-    allocation_name, allocation_spec, endpoint_name, fdb_entry_name, neighbor_name, neighbor_spec,
-    NotARecord, L2_LABEL, NETWORK_LABEL, NODE_LABEL,
+    allocation_name, allocation_spec, endpoint_name, fdb_entry_name, ledger_claims,
+    ledger_of_claims, locator_claim_name, neighbor_name, neighbor_spec, network_claims,
+    network_id_claim_name, network_record_name, node_claims, node_id_claim_name, node_record_name,
+    ClaimedLedger, NotARecord, L2_LABEL, NETWORK_LABEL, NODE_LABEL,
 };
 use pool::{from_u128, to_u128, width, AddressPool};
 pub use pool::{gateway_of, PrefixLayout};
@@ -263,6 +265,15 @@ pub enum IpamError {
     /// The node is not known.
     #[error("node {node} is not registered with lace-control; register it (NodeLocator) first")]
     UnknownNode {
+        /// The node.
+        node: String,
+    },
+    /// The node registers itself, and has not yet (see [`Ipam::register_only`]).
+    #[error(
+        "node {node} is not registered yet: its own lace-control registers it (its id and \
+         locator) when it starts"
+    )]
+    RegisteredByItsOwnControl {
         /// The node.
         node: String,
     },
@@ -454,7 +465,9 @@ impl IpamError {
     pub fn cni_code(&self) -> ErrorCode {
         match self {
             IpamError::UnknownNetwork { .. } | IpamError::NoIpam { .. } => ErrorCode::Unbound,
-            IpamError::UnknownNode { .. } | IpamError::Persist(_) => ErrorCode::TryAgainLater,
+            IpamError::UnknownNode { .. }
+            | IpamError::RegisteredByItsOwnControl { .. }
+            | IpamError::Persist(_) => ErrorCode::TryAgainLater,
             IpamError::InvalidNetwork { .. }
             | IpamError::Immutable { .. }
             | IpamError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
@@ -902,6 +915,8 @@ pub struct Ipam {
     journal: Journal,
     /// Blocks are looked for from each node's own place in the subnet ([`Ipam::spread_blocks`]).
     spread: bool,
+    /// The only node this view registers ([`Ipam::register_only`]); None: any.
+    registrar: Option<String>,
 }
 
 impl Ipam {
@@ -941,6 +956,7 @@ impl Ipam {
             generation: 0,
             journal: Journal::default(),
             spread: false,
+            registrar: None,
         })
     }
 
@@ -968,6 +984,25 @@ impl Ipam {
     /// stays deterministic (the same state and node give the same block).
     pub fn spread_blocks(&mut self) {
         self.spread = true;
+    }
+
+    /// From now on this view registers only node `node` ([`Ipam::ensure_node`] of another is
+    /// [`IpamError::RegisteredByItsOwnControl`]): for a state that every node's control
+    /// writes, in which each node's control registers its own node, so that a node's id and
+    /// locator have one writer and never move.
+    pub fn register_only(&mut self, node: &str) {
+        self.registrar = Some(node.to_owned());
+    }
+
+    /// Whether this view registers node `name` (see [`Ipam::register_only`]).
+    pub fn registers(&self, name: &str) -> bool {
+        self.registrar.as_ref().is_none_or(|r| r == name)
+    }
+
+    /// Marks locator `l` as taken though no node of the view holds it (another node's control
+    /// took it and has not recorded its node yet); whether it was free.
+    pub fn reserve_locator(&mut self, l: Ipv6Net) -> bool {
+        self.locator_index(l).is_some_and(|i| self.locators.take(i))
     }
 
     /// The locator configuration.
@@ -1094,6 +1129,11 @@ impl Ipam {
             return Ok(NodeEntry {
                 id: n.id,
                 locator: n.locator,
+            });
+        }
+        if !self.registers(name) {
+            return Err(IpamError::RegisteredByItsOwnControl {
+                node: name.to_owned(),
             });
         }
         let next = self

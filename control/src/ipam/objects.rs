@@ -8,18 +8,25 @@
 //! | a node's blocks of a network | `Allocation` | `<network>.<first block>` (the node's blocks share one index) |
 //! | an l2 address taken | `Neighbor` | `<network>.<address>` |
 //! | a learned or shared MAC (control's learning) | `FDBEntry` | `<network>.<MAC>` |
+//! | a network's id and immutable fields | `Claim` (record) | `<network>.network` |
+//! | a node's id, locator and endpoint-id reservation | `Claim` (record) | `<node>.node` |
+//! | a network id, node id or locator taken | `Claim` | `network-id.<id>`, `node-id.<id>`, `locator.<prefix>` |
 //!
 //! Names are DNS-1123 subdomains: addresses are written with `-` for `.`, `:` and `/`, IPv6 in
 //! full (eight groups), so a name always starts and ends with a letter or digit; a name that
 //! would be longer than 253 characters keeps a hash of what it cut.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv6Net};
 
 use super::state::AddressRecord;
-use super::{fnv64, EndpointLease, Ipam, LeaseRecord};
-use crate::api::{AllocationSpec, NeighborSpec, NetworkEndpointSpec, NetworkType};
+use super::{fnv64, EndpointLease, Ipam, IpamConfig, IpamState, LeaseRecord, NetworkDef};
+use crate::api::{
+    AllocationSpec, ClaimKind, ClaimSpec, ClaimedNetwork, NeighborSpec, NetworkEndpointSpec,
+    NetworkType, Subnet,
+};
 use crate::daemon::report::host_len;
 
 /// The label naming an object's node (NetworkEndpoint, Allocation, the Neighbor claims).
@@ -238,4 +245,250 @@ mod tests {
         assert!(a.ends_with(".10-0-0-1"), "{a}");
         assert_eq!(dns_part("Net_1"), "net-1");
     }
+}
+
+// ---- claims (ADR 0045) -----------------------------------------------------------------------
+
+/// The `Claim` recording Network `network`'s id and immutable fields: `<network>.network`.
+pub fn network_record_name(network: &str) -> String {
+    join_name(&dns_part(network), '.', "network")
+}
+
+/// The `Claim` recording node `node`'s id, locator and endpoint-id reservation: `<node>.node`.
+pub fn node_record_name(node: &str) -> String {
+    join_name(&dns_part(node), '.', "node")
+}
+
+/// The `Claim` taking network id `id`.
+pub fn network_id_claim_name(id: u32) -> String {
+    format!("network-id.{id}")
+}
+
+/// The `Claim` taking node id `id`.
+pub fn node_id_claim_name(id: u32) -> String {
+    format!("node-id.{id}")
+}
+
+/// The `Claim` taking locator `l`.
+pub fn locator_claim_name(l: Ipv6Net) -> String {
+    format!(
+        "locator.{}-{}",
+        address_part(IpAddr::V6(l.network())),
+        l.prefix_len()
+    )
+}
+
+/// A claim of `kind` by `holder`, its other fields empty.
+fn claim(kind: ClaimKind, holder: &str) -> ClaimSpec {
+    ClaimSpec {
+        kind,
+        holder: holder.to_owned(),
+        id: None,
+        locator: None,
+        next_endpoint: None,
+        network: None,
+    }
+}
+
+/// The claims of network `name` with id `id` and definition `def`, the id first and the record
+/// last (the order they are created in): object name → spec.
+pub fn network_claims(name: &str, id: u32, def: &NetworkDef) -> [(String, ClaimSpec); 2] {
+    let subnet = |p: String, l: Option<u8>| Subnet {
+        prefix: p,
+        host_local_prefix_length: l,
+    };
+    let record = ClaimSpec {
+        id: Some(id),
+        network: Some(ClaimedNetwork {
+            kind: def.kind,
+            ipv4_subnet: def.v4.map(|(p, l)| subnet(p.to_string(), l)),
+            ipv6_subnet: def.v6.map(|(p, l)| subnet(p.to_string(), l)),
+        }),
+        ..claim(ClaimKind::Network, name)
+    };
+    [
+        (
+            network_id_claim_name(id),
+            ClaimSpec {
+                id: Some(id),
+                ..claim(ClaimKind::NetworkId, name)
+            },
+        ),
+        (network_record_name(name), record),
+    ]
+}
+
+/// The claims of node `name` with id `id`, locator `locator` and endpoint-id reservation
+/// `next_endpoint`: the locator's, the id's, then the record.
+pub fn node_claims(
+    name: &str,
+    id: u32,
+    locator: Ipv6Net,
+    next_endpoint: u32,
+) -> [(String, ClaimSpec); 3] {
+    [
+        (
+            locator_claim_name(locator),
+            ClaimSpec {
+                locator: Some(locator.to_string()),
+                ..claim(ClaimKind::Locator, name)
+            },
+        ),
+        (
+            node_id_claim_name(id),
+            ClaimSpec {
+                id: Some(id),
+                ..claim(ClaimKind::NodeId, name)
+            },
+        ),
+        (
+            node_record_name(name),
+            ClaimSpec {
+                id: Some(id),
+                locator: Some(locator.to_string()),
+                next_endpoint: Some(next_endpoint),
+                ..claim(ClaimKind::Node, name)
+            },
+        ),
+    ]
+}
+
+/// Every claim of a ledger's networks and nodes, in the order they are created.
+pub fn ledger_claims(l: &IpamState) -> Vec<(String, ClaimSpec)> {
+    let mut out = Vec::new();
+    for (name, id, def) in l.networks() {
+        out.extend(network_claims(name, id, def));
+    }
+    for (name, id, locator, next) in l.nodes() {
+        out.extend(node_claims(name, id, locator, next));
+    }
+    out
+}
+
+/// The ledger the claims of a cluster make (see [`ledger_of_claims`]).
+#[derive(Debug, Clone)]
+pub struct ClaimedLedger {
+    /// Networks and nodes from their records; each id counter above every id taken and at
+    /// least its floor.
+    pub ledger: IpamState,
+    /// Locators taken by another node whose record is not there (yet).
+    pub reserved_locators: Vec<Ipv6Net>,
+    /// Claims left out, and why.
+    pub left_out: Vec<(String, String)>,
+}
+
+/// The ledger that `claims` (object name → spec) make, as control `me` sees it: the networks
+/// and nodes of their records, the id counters past every id claimed (and at least
+/// `floors`: network, node), the locators claimed by other nodes without a record reserved.
+/// A record that does not parse, is misnamed, or repeats another record's id or locator (the
+/// first by name is kept) is left out.
+pub fn ledger_of_claims<'a>(
+    config: IpamConfig,
+    me: &str,
+    claims: impl IntoIterator<Item = (&'a str, &'a ClaimSpec)>,
+    floors: (u32, u32),
+) -> ClaimedLedger {
+    let (mut next_network, mut next_node) = (floors.0.max(1), floors.1.max(1));
+    let mut networks: Vec<(String, u32, NetworkDef)> = Vec::new();
+    let mut nodes: Vec<(String, u32, Ipv6Net, u32)> = Vec::new();
+    let mut locators: Vec<(String, Ipv6Net)> = Vec::new();
+    let mut left_out = Vec::new();
+    let mut leave = |name: &str, why: String| left_out.push((format!("Claim {name}"), why));
+    let (mut net_ids, mut node_ids, mut node_locators) =
+        (BTreeSet::new(), BTreeSet::new(), BTreeSet::<Ipv6Net>::new());
+    for (name, c) in claims {
+        let id = c.id.filter(|i| *i > 0);
+        let locator = c.locator.as_deref().map(str::parse::<Ipv6Net>);
+        match c.kind {
+            ClaimKind::NetworkId | ClaimKind::NodeId => {
+                let Some(id) = id else {
+                    leave(name, "spec.id is missing or 0".into());
+                    continue;
+                };
+                let counter = if c.kind == ClaimKind::NetworkId {
+                    &mut next_network
+                } else {
+                    &mut next_node
+                };
+                *counter = (*counter).max(id.saturating_add(1));
+            }
+            ClaimKind::Locator => match locator {
+                Some(Ok(l)) => locators.push((c.holder.clone(), l)),
+                _ => leave(name, "spec.locator is not an IPv6 prefix".into()),
+            },
+            ClaimKind::Network => {
+                let def = c.network.as_ref().map(network_def);
+                let (Some(id), Some(Ok(def))) = (id, def) else {
+                    leave(
+                        name,
+                        "a network record without spec.id or a valid spec.network".into(),
+                    );
+                    continue;
+                };
+                if name != network_record_name(&c.holder) {
+                    leave(
+                        name,
+                        format!("not the name of Network {}'s record", c.holder),
+                    );
+                } else if !net_ids.insert(id) {
+                    leave(
+                        name,
+                        format!("network id {id} is recorded for another network"),
+                    );
+                } else {
+                    next_network = next_network.max(id.saturating_add(1));
+                    networks.push((c.holder.clone(), id, def));
+                }
+            }
+            ClaimKind::Node => {
+                let (Some(id), Some(Ok(l))) = (id, locator) else {
+                    leave(
+                        name,
+                        "a node record without spec.id or a valid spec.locator".into(),
+                    );
+                    continue;
+                };
+                if name != node_record_name(&c.holder) {
+                    leave(name, format!("not the name of node {}'s record", c.holder));
+                } else if node_ids.contains(&id) || node_locators.contains(&l) {
+                    leave(
+                        name,
+                        format!("node id {id} or locator {l} is recorded for another node"),
+                    );
+                } else {
+                    node_ids.insert(id);
+                    node_locators.insert(l);
+                    next_node = next_node.max(id.saturating_add(1));
+                    let next_endpoint = c.next_endpoint.filter(|n| *n > 0).unwrap_or(1);
+                    nodes.push((c.holder.clone(), id, l, next_endpoint));
+                }
+            }
+        }
+    }
+    let reserved_locators = locators
+        .into_iter()
+        .filter(|(holder, l)| holder != me && !node_locators.contains(l))
+        .map(|(_, l)| l)
+        .collect();
+    ClaimedLedger {
+        ledger: IpamState::ledger_of(config, next_network, next_node, networks, nodes),
+        reserved_locators,
+        left_out,
+    }
+}
+
+/// The definition a network record holds.
+fn network_def(c: &ClaimedNetwork) -> Result<NetworkDef, NotARecord> {
+    fn parse<P: std::str::FromStr>(s: &Subnet) -> Result<(P, Option<u8>), NotARecord> {
+        let p = s
+            .prefix
+            .parse()
+            .map_err(|_| NotARecord(format!("subnet {:?} is not a prefix", s.prefix)))?;
+        Ok((p, s.host_local_prefix_length))
+    }
+    Ok(NetworkDef {
+        kind: c.kind,
+        v4: c.ipv4_subnet.as_ref().map(parse).transpose()?,
+        v6: c.ipv6_subnet.as_ref().map(parse).transpose()?,
+    })
 }

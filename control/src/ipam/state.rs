@@ -9,8 +9,9 @@
 //!
 //! The same records are the unit of a store that keeps one object per record (Kubernetes mode,
 //! `daemon::cluster_state`): [`IpamState`] without blocks and leases is its *ledger* (networks,
-//! nodes, counters), and [`Ipam::insert_block`] / [`Ipam::insert_lease`] add the rest one at a
-//! time with the same checks.
+//! nodes, counters), built from the network and node claims ([`super::ledger_of_claims`]), and
+//! [`Ipam::insert_block`] / [`Ipam::insert_lease`] add the rest one at a time with the same
+//! checks.
 //!
 //! Versions: 2 keeps one endpoint counter per node (`nodes.*.nextEndpoint`); version 1 kept one
 //! for the whole state (`nextEndpointId`), and is read as version 2 with every node's counter
@@ -188,6 +189,63 @@ impl IpamState {
     /// The low 32 bits below which `node`'s endpoint ids were handed out.
     pub fn next_endpoint(&self, node: &str) -> Option<u32> {
         self.nodes.get(node).map(|n| n.next_endpoint)
+    }
+
+    /// Its id counters: the next network id and the next node id.
+    pub fn next_ids(&self) -> (u32, u32) {
+        (self.next_network_id, self.next_node_id)
+    }
+
+    /// Its networks: name, id and definition.
+    pub fn networks(&self) -> impl Iterator<Item = (&str, u32, &NetworkDef)> {
+        self.networks
+            .iter()
+            .map(|(k, n)| (k.as_str(), n.id, &n.def))
+    }
+
+    /// Its nodes: name, id, locator and endpoint counter.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, u32, Ipv6Net, u32)> {
+        self.nodes
+            .iter()
+            .map(|(k, n)| (k.as_str(), n.id, n.locator, n.next_endpoint))
+    }
+
+    /// A ledger (a state without blocks and leases) of `networks` (name, id, definition) and
+    /// `nodes` (name, id, locator, endpoint counter), its id counters at `next_network_id` and
+    /// `next_node_id`. [`Ipam::from_ledger`] checks it.
+    pub fn ledger_of(
+        config: IpamConfig,
+        next_network_id: u32,
+        next_node_id: u32,
+        networks: impl IntoIterator<Item = (String, u32, NetworkDef)>,
+        nodes: impl IntoIterator<Item = (String, u32, Ipv6Net, u32)>,
+    ) -> IpamState {
+        IpamState {
+            version: STATE_VERSION,
+            config,
+            next_network_id,
+            next_node_id,
+            next_endpoint_id: None,
+            networks: networks
+                .into_iter()
+                .map(|(name, id, def)| (name, NetworkRecord { id, def }))
+                .collect(),
+            nodes: nodes
+                .into_iter()
+                .map(|(name, id, locator, next_endpoint)| {
+                    (
+                        name,
+                        NodeRecord {
+                            id,
+                            locator,
+                            next_endpoint,
+                        },
+                    )
+                })
+                .collect(),
+            blocks: Vec::new(),
+            leases: Vec::new(),
+        }
     }
 
     /// The same state with `node`'s endpoint counter at `seq` (a reservation ahead of the ids
