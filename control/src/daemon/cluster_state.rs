@@ -900,6 +900,9 @@ impl ClusterState {
         for l in &claimed.reserved_locators {
             ipam.reserve_locator(*l);
         }
+        for id in &claimed.reserved_node_ids {
+            ipam.reserve_node_id(*id);
+        }
         self.reserved = claimed.ledger.next_endpoint(&self.node).unwrap_or(1);
         self.ipam = shaped(ipam, &self.node);
         self.left_out.clear();

@@ -917,6 +917,8 @@ pub struct Ipam {
     spread: bool,
     /// The only node this view registers ([`Ipam::register_only`]); None: any.
     registrar: Option<String>,
+    /// Node ids taken by nodes the view does not hold yet ([`Ipam::reserve_node_id`]).
+    reserved_node_ids: BTreeSet<u32>,
 }
 
 impl Ipam {
@@ -957,6 +959,7 @@ impl Ipam {
             journal: Journal::default(),
             spread: false,
             registrar: None,
+            reserved_node_ids: BTreeSet::new(),
         })
     }
 
@@ -1003,6 +1006,12 @@ impl Ipam {
     /// took it and has not recorded its node yet); whether it was free.
     pub fn reserve_locator(&mut self, l: Ipv6Net) -> bool {
         self.locator_index(l).is_some_and(|i| self.locators.take(i))
+    }
+
+    /// Marks node id `id` as taken though no node of the view holds it (another node's
+    /// control took it and has not recorded its node yet).
+    pub fn reserve_node_id(&mut self, id: u32) {
+        self.reserved_node_ids.insert(id);
     }
 
     /// The locator configuration.
@@ -1136,20 +1145,35 @@ impl Ipam {
                 node: name.to_owned(),
             });
         }
-        let next = self
-            .next_node_id
-            .checked_add(1)
-            .ok_or(IpamError::IdsExhausted { what: "node" })?;
+        // Spread (many nodes registering at once, each itself): from the node's own place in
+        // the pool, and the id that goes with the locator when no node holds it, so that nodes
+        // starting together rarely want the same locator or id.
+        let start = if self.spread {
+            u128::from(fnv64(&[name.as_bytes()])) % self.locators.max().saturating_add(1)
+        } else {
+            0
+        };
         let i = self
             .locators
-            .take_lowest()
+            .lowest_free_from(start)
+            .or_else(|| self.locators.lowest_free_from(0))
+            .filter(|i| self.locators.take(*i))
             .ok_or(IpamError::LocatorsExhausted {
                 node: name.to_owned(),
                 pool: self.config.locator_pool,
                 len: self.config.locator_len,
             })?;
         let locator = self.locator(i);
-        let id = NodeId(self.next_node_id);
+        let own = u32::try_from(i + 1).ok().filter(|id| {
+            self.spread
+                && !self.reserved_node_ids.contains(id)
+                && self.nodes.values().all(|n| n.id.0 != *id)
+        });
+        let id = NodeId(own.unwrap_or(self.next_node_id));
+        let next =
+            id.0.checked_add(1)
+                .ok_or(IpamError::IdsExhausted { what: "node" })?
+                .max(self.next_node_id);
         self.next_node_id = next;
         self.nodes.insert(
             name.to_owned(),

@@ -373,13 +373,15 @@ pub struct ClaimedLedger {
     pub ledger: IpamState,
     /// Locators taken by another node whose record is not there (yet).
     pub reserved_locators: Vec<Ipv6Net>,
+    /// Node ids taken by another node.
+    pub reserved_node_ids: Vec<u32>,
     /// Claims left out, and why.
     pub left_out: Vec<(String, String)>,
 }
 
 /// The ledger that `claims` (object name → spec) make, as control `me` sees it: the networks
 /// and nodes of their records, the id counters past every id claimed (and at least
-/// `floors`: network, node), the locators claimed by other nodes without a record reserved.
+/// `floors`: network, node), the locators and node ids claimed by other nodes reserved.
 /// A record that does not parse, is misnamed, or repeats another record's id or locator (the
 /// first by name is kept) is left out.
 pub fn ledger_of_claims<'a>(
@@ -392,6 +394,7 @@ pub fn ledger_of_claims<'a>(
     let mut networks: Vec<(String, u32, NetworkDef)> = Vec::new();
     let mut nodes: Vec<(String, u32, Ipv6Net, u32)> = Vec::new();
     let mut locators: Vec<(String, Ipv6Net)> = Vec::new();
+    let mut reserved_node_ids = Vec::new();
     let mut left_out = Vec::new();
     let mut leave = |name: &str, why: String| left_out.push((format!("Claim {name}"), why));
     let (mut net_ids, mut node_ids, mut node_locators) =
@@ -408,6 +411,9 @@ pub fn ledger_of_claims<'a>(
                 let counter = if c.kind == ClaimKind::NetworkId {
                     &mut next_network
                 } else {
+                    if c.holder != me {
+                        reserved_node_ids.push(id);
+                    }
                     &mut next_node
                 };
                 *counter = (*counter).max(id.saturating_add(1));
@@ -473,6 +479,7 @@ pub fn ledger_of_claims<'a>(
     ClaimedLedger {
         ledger: IpamState::ledger_of(config, next_network, next_node, networks, nodes),
         reserved_locators,
+        reserved_node_ids,
         left_out,
     }
 }

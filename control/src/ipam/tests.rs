@@ -1293,6 +1293,49 @@ fn spread_blocks_start_at_the_nodes_place_wrap_around_and_keep_dual_stack_pairs(
     );
 }
 
+/// Spread registration (Kubernetes mode: every node registers itself at once): a node's
+/// locator is looked for from its own place in the pool, and its id is the one that goes with
+/// that locator unless another node holds or claimed it (then the counter's); only the
+/// registrar's node is registered.
+#[test]
+fn spread_nodes_take_locators_from_their_place_and_the_id_that_goes_with_it() {
+    // fc00::/32 in /48s: 65,536 locators.
+    let place = |node: &str| fnv64(&[node.as_bytes()]) % 65_536;
+    let locator = |i: u64| -> Ipv6Net { format!("fc00:0:{i:x}::/48").parse().unwrap() };
+    let mut i = Ipam::new(IpamConfig::default()).unwrap();
+    i.spread_blocks();
+    let a = i.ensure_node("n1").unwrap();
+    assert_eq!(
+        (a.locator, a.id.0),
+        (locator(place("n1")), place("n1") as u32 + 1)
+    );
+    // Deterministic; without spreading, the lowest locator and the counter's id.
+    let mut j = Ipam::new(IpamConfig::default()).unwrap();
+    j.spread_blocks();
+    assert_eq!(j.ensure_node("n1").unwrap(), a);
+    let mut k = Ipam::new(IpamConfig::default()).unwrap();
+    let first = k.ensure_node("n1").unwrap();
+    assert_eq!((first.locator, first.id.0), (locator(0), 1));
+
+    // Its place taken: the next free locator; its id claimed by another node: the counter's.
+    let mut r = Ipam::new(IpamConfig::default()).unwrap();
+    r.spread_blocks();
+    let p = place("n2");
+    assert!(r.reserve_locator(locator(p)));
+    r.reserve_node_id(p as u32 + 2);
+    let b = r.ensure_node("n2").unwrap();
+    assert_eq!(b.locator, locator(p + 1));
+    assert_eq!(b.id.0, 1, "the id that went with it is claimed");
+
+    // A registrar registers only its own node.
+    r.register_only("n4");
+    assert!(matches!(
+        r.ensure_node("n5"),
+        Err(IpamError::RegisteredByItsOwnControl { .. })
+    ));
+    assert!(r.ensure_node("n4").is_ok());
+}
+
 #[test]
 fn claimed_l2_addresses_are_never_handed_out() {
     let mut i = setup(&l2(Some("10.50.0.0/24"), None));
