@@ -78,7 +78,7 @@ fn network(name: &str, spec: serde_json::Value) -> DynamicObject {
 async fn every_crd_installs_and_its_rules_are_enforced_by_the_server() {
     let server = FakeApiServer::start_new().unwrap();
     let (client, _dir) = client_for(&server).await;
-    assert_eq!(install_crds(&client).await, 8);
+    assert_eq!(install_crds(&client).await, 9);
     let nets = networks(&client);
     let good = json!({"type": "l3", "ipv4Subnet": {"prefix": "10.1.0.0/16", "hostLocalPrefixLength": 24}, "unknownField": 1});
     let created = nets

@@ -639,7 +639,7 @@ async fn a_crd_over_the_cel_cost_budget_is_refused_and_lace_crds_are_accepted() 
             .unwrap_or_else(|e| panic!("{:?} refused: {e}", crd.metadata.name));
         accepted += 1;
     }
-    assert_eq!(accepted, 8);
+    assert_eq!(accepted, 9);
 }
 
 /// Objects put in the store directly (a benchmark's large cluster) are what a client sees:
