@@ -1,7 +1,8 @@
 //! The `lace-forwarder` binary as a process: configuration errors, `--help`, `check`, the run
 //! lifecycle (waiting for tables, attaching, stats, SIGTERM, a second forwarder refused,
-//! SIGKILL and restart), pod-port hot-plug on a veth pair, and what wakes a sleeping adaptive
-//! worker (a frame on its socket, a port change).
+//! SIGKILL and restart), pod-port hot-plug on a veth pair (and 1,000 attach/detach cycles that
+//! must leave nothing behind), and what wakes a sleeping adaptive worker (a frame on its
+//! socket, a port change).
 //!
 //! Prerequisites for the runtime tests: root (DPDK memory, af_packet, network namespaces),
 //! DPDK's PMDs and `ip`. Those tests are `#[ignore]`d, run with `--include-ignored` (as
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lace_prereq::{dpdk_null_pmd, program, require, root};
+use lace_shared::status::{status_path, PortState, StatusReader};
 use lace_shared::tables::{TableWriter, TablesConfig};
 use lace_shared::types::PortKind;
 use lace_shared::types::{
@@ -790,6 +792,8 @@ struct IdleNode {
     // Fields drop in order: the forwarder (and its sockets) before the links and the files.
     fwd: Forwarder,
     cfg: PathBuf,
+    /// Its status region.
+    status: PathBuf,
     writer: TableWriter,
     _uplink: VethPod,
     _dir: Workdir,
@@ -821,6 +825,7 @@ impl IdleNode {
         IdleNode {
             fwd,
             cfg: path,
+            status: status_path(&dir.path, &name),
             writer,
             _uplink: uplink,
             _dir: dir,
@@ -859,6 +864,28 @@ impl IdleNode {
     }
 }
 
+/// An [`IdleNode`] with a quiet pod plugged in as port 1, the pod's `eth0` given port 1's
+/// endpoint MAC and address (anti-spoofing checks both), so that it can ping the gateway
+/// 10.1.0.1. Fails naming what is missing unless root, DPDK's null PMD, ip and ping are there.
+fn node_with_a_pod() -> (VethPod, IdleNode) {
+    require(&[
+        root(),
+        dpdk_null_pmd(),
+        program("ip", "iproute2"),
+        program("ping", "iputils-ping"),
+    ]);
+    let pod = VethPod::new();
+    quiet(&pod);
+    let mut node = IdleNode::start();
+    node.plug(1, &pod);
+    ip_ok(&format!(
+        "-n {} link set eth0 address 02:00:00:00:01:0b",
+        pod.netns
+    ));
+    ip_ok(&format!("-n {} addr add 10.1.0.21/24 dev eth0", pod.netns));
+    (pod, node)
+}
+
 fn wake(s: &Value, key: &str) -> u64 {
     s["workers"][0][key].as_u64().unwrap_or(0)
 }
@@ -876,22 +903,7 @@ fn quiet(pod: &VethPod) {
 #[test]
 #[ignore = "runs the forwarder: needs root, DPDK's PMDs, ip and ping; run with --include-ignored"]
 fn a_sleeping_adaptive_worker_wakes_for_a_frame_on_its_socket() {
-    require(&[
-        root(),
-        dpdk_null_pmd(),
-        program("ip", "iproute2"),
-        program("ping", "iputils-ping"),
-    ]);
-    let pod = VethPod::new();
-    quiet(&pod);
-    let mut node = IdleNode::start();
-    node.plug(1, &pod);
-    // The pod as port 1's endpoint: its MAC and address (anti-spoofing checks both).
-    ip_ok(&format!(
-        "-n {} link set eth0 address 02:00:00:00:01:0b",
-        pod.netns
-    ));
-    ip_ok(&format!("-n {} addr add 10.1.0.21/24 dev eth0", pod.netns));
+    let (pod, mut node) = node_with_a_pod();
 
     let s = stats(&node.cfg).unwrap();
     let s = node.asleep_after(&s);
@@ -954,5 +966,144 @@ fn a_sleeping_adaptive_worker_wakes_for_a_port_change() {
         &node.cfg,
         "port 1 removed, by a command wake-up",
         |s| port_state(s, 1) == "absent" && wake(s, "wake_command") > commands,
+    );
+}
+
+// ---- attach/detach cycles (root) ----------------------------------------------------------
+
+/// `pid`'s open file descriptors.
+fn open_fds(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// `pid`'s resident private memory (`RssAnon`: its heap and stacks; DPDK's packet buffers
+/// are shared memory, each page touched once as the pool turns over), in KiB.
+fn private_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls the status region (every millisecond) until `pred` holds; panics with the log after
+/// PATIENCE.
+fn wait_status(node: &mut IdleNode, what: &str, pred: impl Fn(&StatusReader) -> bool) {
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = StatusReader::open(&node.status) {
+            if pred(&r) {
+                return;
+            }
+        }
+        if let Some(st) = node.fwd.try_wait() {
+            panic!(
+                "waiting for {what}: forwarder exited ({st}); log:\n{}",
+                node.fwd.log()
+            );
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "waiting for {what}; stats {:?}; log:\n{}",
+            stats(&node.cfg),
+            node.fwd.log()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Port 1 requested (`Some`) or removed (`None`), published, and its state reached.
+fn set_port1(node: &mut IdleNode, info: Option<&PortInfo>) {
+    match info {
+        Some(i) => node.writer.set_port(PortId(1), i).unwrap(),
+        None => node.writer.remove_port(PortId(1)).unwrap(),
+    }
+    let generation = node.writer.publish().unwrap();
+    let want = if info.is_some() {
+        PortState::Up
+    } else {
+        PortState::Absent
+    };
+    wait_status(node, &format!("port 1 {want:?}"), |r| {
+        r.generation() >= generation && r.port(PortId(1)).map(|p| p.state) == Some(want)
+    });
+}
+
+/// A pod port attached and detached 1,000 times, with an echo through it every 100th time,
+/// leaves nothing behind: the packet buffers in use, the forwarder's open descriptors and
+/// the packet sockets on the interface come back to what they were after the first cycle,
+/// and its private resident memory grows by less than 1 MiB (1 KiB a cycle).
+#[test]
+#[ignore = "runs the forwarder: needs root, DPDK's PMDs, ip and ping; run with --include-ignored"]
+fn a_thousand_attach_detach_cycles_leave_nothing_behind() {
+    const CYCLES: u32 = 1000;
+    let (pod, mut node) = node_with_a_pod();
+    let info = pod_port(&pod.host_if, 11);
+    let echo = |cycle: u32| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pod.netns, "ping", "-n", "-c", "1"])
+            .args(["-W", "5", "10.1.0.1"])
+            .output()
+            .expect("run ping");
+        assert!(
+            out.status.success(),
+            "cycle {cycle}: ping the gateway: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    };
+    echo(0);
+    set_port1(&mut node, None);
+    let pid = node.fwd.pid();
+    // What one cycle leaves, once the gauge is refreshed (every 250 ms) after it.
+    std::thread::sleep(Duration::from_millis(600));
+    let mbufs = |node: &IdleNode| {
+        StatusReader::open(&node.status)
+            .map(|r| r.mbufs())
+            .unwrap_or_default()
+    };
+    let (in_use, capacity) = mbufs(&node);
+    assert!(
+        capacity > 0 && in_use > 0,
+        "the mbuf gauge is refreshed: {in_use} of {capacity}"
+    );
+    let (fds, private) = (open_fds(pid), private_kib(pid));
+
+    for cycle in 1..=CYCLES {
+        set_port1(&mut node, Some(&info));
+        if cycle % 100 == 0 {
+            echo(cycle);
+        }
+        set_port1(&mut node, None);
+    }
+
+    let start = Instant::now();
+    loop {
+        let now = (
+            mbufs(&node).0,
+            open_fds(pid),
+            packet_sockets_on(pod.ifindex()),
+        );
+        if now == (in_use, fds, 0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "after {CYCLES} cycles (mbufs in use, open descriptors, packet sockets on the pod's \
+             interface): {now:?}, after the first: {:?}; log:\n{}",
+            (in_use, fds, 0),
+            node.fwd.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let grown = private_kib(pid).saturating_sub(private);
+    assert!(
+        private > 0 && grown < 1024,
+        "private resident memory grew by {grown} KiB over {CYCLES} cycles (from {private} KiB)"
+    );
+    eprintln!(
+        "{CYCLES} cycles: {in_use} of {capacity} mbufs in use before and after, {fds} \
+         descriptors, private resident memory +{grown} KiB"
     );
 }

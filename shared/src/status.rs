@@ -4,7 +4,8 @@
 //! and `lace-forwarder stats` map it read-only. It carries:
 //!
 //! - **Liveness**: the forwarder's pid, start time and a heartbeat it bumps a few times a
-//!   second, so a reader can tell a running forwarder from a stale file.
+//!   second, so a reader can tell a running forwarder from a stale file; and the packet buffers
+//!   (mbufs) in use and in the pool, refreshed with the counters, so a leak shows.
 //! - **Pod-port acknowledgements** — the answer half of the pod-port request channel. Control
 //!   *requests* a port by publishing a [`crate::types::PortInfo`] with its interface name in the
 //!   tables (and requests its removal by removing it); the forwarder reconciles its DPDK ports
@@ -22,7 +23,7 @@
 //!   head more than a ring ahead of the cursor). Both are counted, never misread.
 //!
 //! ```text
-//!  0 header │ 4096 info (pid, heartbeat, stage names) │ 8192 port slots │ worker slots …
+//!  0 header │ 4096 info (pid, heartbeat, mbufs, stage names) │ 8192 port slots │ worker slots …
 //!    │ learn rings: per worker a head line, then its records
 //! ```
 
@@ -377,6 +378,8 @@ const INFO_HEARTBEAT: u64 = INFO + 16;
 const INFO_STATE: u64 = INFO + 24;
 const INFO_GENERATION: u64 = INFO + 32;
 const INFO_STAGES: u64 = INFO + 40;
+const INFO_MBUFS_IN_USE: u64 = INFO + 48;
+const INFO_MBUFS: u64 = INFO + 56;
 const INFO_NAMES: u64 = INFO + 64;
 const PORTS: u64 = INFO + 4096;
 /// Bytes per port slot: state, endpoint, then the [`PortCounter`]s (room for 14).
@@ -551,6 +554,13 @@ impl StatusWriter {
     /// Records the table generation the forwarder last reconciled ports against.
     pub fn set_generation(&self, g: u64) {
         self.store(INFO_GENERATION, g);
+    }
+
+    /// Records the packet buffers in use (held by ports' rings, workers, or in flight) and
+    /// the pool's size.
+    pub fn set_mbufs(&self, in_use: u64, capacity: u64) {
+        self.store(INFO_MBUFS_IN_USE, in_use);
+        self.store(INFO_MBUFS, capacity);
     }
 
     /// Reports what happened to a requested port (for the endpoint `endpoint`).
@@ -795,6 +805,11 @@ impl StatusReader {
     /// Nanoseconds since the epoch of the start.
     pub fn started_ns(&self) -> u64 {
         self.load(INFO_STARTED)
+    }
+
+    /// Packet buffers in use and the pool's size, as last refreshed (0, 0 before the first).
+    pub fn mbufs(&self) -> (u64, u64) {
+        (self.load(INFO_MBUFS_IN_USE), self.load(INFO_MBUFS))
     }
 
     /// Table generation the forwarder's ports were last reconciled against.

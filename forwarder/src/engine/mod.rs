@@ -257,7 +257,15 @@ fn run_with_eal(
             "forwarding"
         );
         let mut pods = PodPorts::new(eal, config.pods.mechanism, workers, pool.clone());
-        let r = main_loop(config, status, &mailboxes, &mut pods, &mut uplink, stop);
+        let r = main_loop(
+            config,
+            status,
+            &mailboxes,
+            &mut pods,
+            &mut uplink,
+            &pool,
+            stop,
+        );
         status.set_state(RunState::Stopping);
         tracing::info!("stopping");
         let clean = stop_workers(&mailboxes, running);
@@ -375,13 +383,15 @@ fn stop_workers(mailboxes: &[Arc<Mailbox>], running: Vec<Worker>) -> anyhow::Res
     }
 }
 
-/// The main thread's loop: heartbeat, signals, tables, pod ports.
+/// The main thread's loop: heartbeat, signals, tables, pod ports, counters (and the packet
+/// buffers of `pool` in use).
 fn main_loop(
     config: &Config,
     status: &StatusWriter,
     mailboxes: &[Arc<Mailbox>],
     pods: &mut PodPorts,
     uplink: &mut Attached,
+    pool: &Mempool,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
     let tables_cfg = config.tables();
@@ -453,6 +463,7 @@ fn main_loop(
                 uplink.refresh(&c, &net_dev);
             }
             pods.refresh_counters(status, &net_dev);
+            status.set_mbufs(u64::from(pool.in_use()), u64::from(pool.capacity()));
         }
         std::thread::sleep(TICK);
     }

@@ -98,6 +98,11 @@ pub struct Report {
     pub generation: u64,
     /// Milliseconds since the last heartbeat.
     pub heartbeat_age_ms: u64,
+    /// Packet buffers (mbufs) in use: held by ports' receive rings and queues, workers, or in
+    /// flight (refreshed every 250 ms).
+    pub mbufs_in_use: u64,
+    /// Packet buffers in the pool.
+    pub mbufs: u64,
     /// Ports that are not absent or have counted something.
     pub ports: Vec<PortReport>,
     /// Packets per pipeline stage, summed over workers.
@@ -264,12 +269,15 @@ impl Report {
                 wake_timeout: r.worker_counter(w, WorkerCounter::WakeTimeout),
             })
             .collect();
+        let (mbufs_in_use, mbufs) = r.mbufs();
         Report {
             pid: r.pid(),
             state: run_state_name(r.state()),
             alive: r.alive(),
             generation: r.generation(),
             heartbeat_age_ms: now_ns.saturating_sub(r.heartbeat_ns()) / 1_000_000,
+            mbufs_in_use,
+            mbufs,
             ports,
             stages,
             drops,
@@ -398,6 +406,13 @@ impl Report {
             "frames the kernel dropped host-wide because a CPU's input backlog was full",
             self.softnet_dropped,
         );
+        gauge(
+            &mut reg,
+            "mbufs_in_use",
+            "packet buffers held by ports' rings and queues, workers, or in flight",
+            self.mbufs_in_use,
+        );
+        gauge(&mut reg, "mbufs", "packet buffers in the pool", self.mbufs);
         if let Some(f) = &self.flows {
             gauge(&mut reg, "flows", "connections tracked now", f.in_use);
             gauge(
@@ -504,6 +519,7 @@ impl Report {
             "host: {} frames dropped at full CPU input backlogs (softnet_stat)",
             self.softnet_dropped
         );
+        let _ = writeln!(s, "mbufs: {} of {} in use", self.mbufs_in_use, self.mbufs);
         if let Some(f) = &self.flows {
             let _ = writeln!(
                 s,
@@ -597,6 +613,8 @@ mod tests {
             alive: true,
             generation: 42,
             heartbeat_age_ms: 2500,
+            mbufs_in_use: 300,
+            mbufs: 16383,
             ports: vec![port(0, "up"), port(5, "failed")],
             stages: [("pod-input".to_owned(), 7)].into(),
             drops: [("no-route".to_owned(), 2), ("policy-denied".to_owned(), 0)].into(),
@@ -622,6 +640,8 @@ mod tests {
             "lace_forwarder_port_rx_packets_total{port=\"5\",kind=\"pod\"} 15",
             "lace_forwarder_port_losses_total{port=\"0\",kind=\"uplink\",where=\"device_rx_missed\"} 3",
             "lace_forwarder_port_up{port=\"5\",kind=\"pod\"} 0",
+            "lace_forwarder_mbufs_in_use 300",
+            "lace_forwarder_mbufs 16383",
             "lace_forwarder_flows 3",
             "lace_forwarder_flows_capacity 1024",
             "lace_forwarder_flows_refused_total 0",
