@@ -903,6 +903,9 @@ impl ClusterState {
         for id in &claimed.reserved_node_ids {
             ipam.reserve_node_id(*id);
         }
+        for (id, holder) in &claimed.reserved_network_ids {
+            ipam.reserve_network_id(*id, holder);
+        }
         self.reserved = claimed.ledger.next_endpoint(&self.node).unwrap_or(1);
         self.ipam = shaped(ipam, &self.node);
         self.left_out.clear();

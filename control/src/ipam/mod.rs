@@ -514,7 +514,9 @@ fn family_field(v6: bool) -> &'static str {
     }
 }
 
-pub(crate) fn fnv64(parts: &[&[u8]]) -> u64 {
+/// FNV-1a (64 bits) of `parts`, one after another: what names and places (blocks, locators,
+/// network ids) are derived from.
+pub fn fnv64(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for &b in *p {
@@ -919,6 +921,8 @@ pub struct Ipam {
     registrar: Option<String>,
     /// Node ids taken by nodes the view does not hold yet ([`Ipam::reserve_node_id`]).
     reserved_node_ids: BTreeSet<u32>,
+    /// Network ids claimed, and by which network ([`Ipam::reserve_network_id`]).
+    reserved_network_ids: BTreeMap<u32, String>,
 }
 
 impl Ipam {
@@ -960,6 +964,7 @@ impl Ipam {
             spread: false,
             registrar: None,
             reserved_node_ids: BTreeSet::new(),
+            reserved_network_ids: BTreeMap::new(),
         })
     }
 
@@ -984,7 +989,9 @@ impl Ipam {
     /// the subnet (a hash of its name), wrapping around, instead of from the lowest: for a
     /// state that many nodes' controls write at once, each taking a block with a
     /// create-if-absent object, so that two nodes rarely race for the same block. Allocation
-    /// stays deterministic (the same state and node give the same block).
+    /// stays deterministic (the same state and node give the same block). New nodes' locators
+    /// and ids and new networks' ids are spread the same way ([`Ipam::ensure_node`],
+    /// [`Ipam::ensure_network`]).
     pub fn spread_blocks(&mut self) {
         self.spread = true;
     }
@@ -1012,6 +1019,12 @@ impl Ipam {
     /// control took it and has not recorded its node yet).
     pub fn reserve_node_id(&mut self, id: u32) {
         self.reserved_node_ids.insert(id);
+    }
+
+    /// Marks network id `id` as claimed for network `holder` (a claim whose record may not be
+    /// there yet): spread ids skip it for any other network.
+    pub fn reserve_network_id(&mut self, id: u32, holder: &str) {
+        self.reserved_network_ids.insert(id, holder.to_owned());
     }
 
     /// The locator configuration.
@@ -1062,19 +1075,44 @@ impl Ipam {
             }
             return Ok(n.id);
         }
-        let mut id = NetworkId(self.next_network_id);
-        if id == NetworkId::HOST {
-            id = NetworkId(id.0 + 1);
-        }
+        let id = if self.spread {
+            self.spread_network_id(name)?
+        } else if self.next_network_id == NetworkId::HOST.0 {
+            NetworkId(NetworkId::HOST.0 + 1)
+        } else {
+            NetworkId(self.next_network_id)
+        };
         let next =
             id.0.checked_add(1)
-                .ok_or(IpamError::IdsExhausted { what: "network" })?;
+                .ok_or(IpamError::IdsExhausted { what: "network" })?
+                .max(self.next_network_id);
         let state = NetState::build(name, id, def)?;
         self.networks.insert(name.to_owned(), state);
         self.next_network_id = next;
         self.generation += 1;
         self.touch(Dirty::Ledger);
         Ok(id)
+    }
+
+    /// The id a new network `name` takes when ids are spread (see [`Ipam::spread_blocks`]): the
+    /// first id from its own place among 1..[`NetworkId::HOST`] (FNV-1a of its name), wrapping
+    /// around, that no network holds and no other network claimed. Controls that register the
+    /// same network at once then want the same id, and agree instead of racing.
+    fn spread_network_id(&self, name: &str) -> Result<NetworkId, IpamError> {
+        let ids = NetworkId::HOST.0 - 1;
+        let held: HashSet<u32> = self.networks.values().map(|n| n.id.0).collect();
+        let start = (fnv64(&[name.as_bytes()]) % u64::from(ids)) as u32 + 1;
+        (start..=ids)
+            .chain(1..start)
+            .find(|id| {
+                !held.contains(id)
+                    && self
+                        .reserved_network_ids
+                        .get(id)
+                        .is_none_or(|holder| holder == name)
+            })
+            .map(NetworkId)
+            .ok_or(IpamError::IdsExhausted { what: "network" })
     }
 
     /// Forgets a network: releases every lease on it and returns them. Its id is never given

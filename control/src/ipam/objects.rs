@@ -375,13 +375,16 @@ pub struct ClaimedLedger {
     pub reserved_locators: Vec<Ipv6Net>,
     /// Node ids taken by another node.
     pub reserved_node_ids: Vec<u32>,
+    /// Network ids claimed, and for which network.
+    pub reserved_network_ids: Vec<(u32, String)>,
     /// Claims left out, and why.
     pub left_out: Vec<(String, String)>,
 }
 
 /// The ledger that `claims` (object name → spec) make, as control `me` sees it: the networks
 /// and nodes of their records, the id counters past every id claimed (and at least
-/// `floors`: network, node), the locators and node ids claimed by other nodes reserved.
+/// `floors`: network, node), the locators and node ids claimed by other nodes and every network
+/// id claimed reserved.
 /// A record that does not parse, is misnamed, or repeats another record's id or locator (the
 /// first by name is kept) is left out.
 pub fn ledger_of_claims<'a>(
@@ -395,6 +398,7 @@ pub fn ledger_of_claims<'a>(
     let mut nodes: Vec<(String, u32, Ipv6Net, u32)> = Vec::new();
     let mut locators: Vec<(String, Ipv6Net)> = Vec::new();
     let mut reserved_node_ids = Vec::new();
+    let mut reserved_network_ids = Vec::new();
     let mut left_out = Vec::new();
     let mut leave = |name: &str, why: String| left_out.push((format!("Claim {name}"), why));
     let (mut net_ids, mut node_ids, mut node_locators) =
@@ -409,6 +413,7 @@ pub fn ledger_of_claims<'a>(
                     continue;
                 };
                 let counter = if c.kind == ClaimKind::NetworkId {
+                    reserved_network_ids.push((id, c.holder.clone()));
                     &mut next_network
                 } else {
                     if c.holder != me {
@@ -480,6 +485,7 @@ pub fn ledger_of_claims<'a>(
         ledger: IpamState::ledger_of(config, next_network, next_node, networks, nodes),
         reserved_locators,
         reserved_node_ids,
+        reserved_network_ids,
         left_out,
     }
 }

@@ -1336,6 +1336,39 @@ fn spread_nodes_take_locators_from_their_place_and_the_id_that_goes_with_it() {
     assert!(r.ensure_node("n4").is_ok());
 }
 
+/// Spread network ids (Kubernetes mode: every control registers every Network): the id of
+/// the network's own place, so that two views registering it want the same id; an id claimed
+/// for another network, or held, is passed over.
+#[test]
+fn spread_network_ids_start_at_the_networks_place() {
+    let def = l3(Some(("10.40.0.0/16", 24)), None);
+    let place = |name: &str| (fnv64(&[name.as_bytes()]) % 0xfffe) as u32 + 1;
+    let mut a = Ipam::new(IpamConfig::default()).unwrap();
+    a.spread_blocks();
+    let mut b = Ipam::new(IpamConfig::default()).unwrap();
+    b.spread_blocks();
+    b.ensure_network("other", &def).unwrap();
+    let id = a.ensure_network("net", &def).unwrap();
+    assert_eq!(id.0, place("net"));
+    assert_eq!(
+        b.ensure_network("net", &def).unwrap(),
+        id,
+        "another view agrees"
+    );
+    // Claimed for another network: the next one; claimed for this one: taken.
+    let mut c = Ipam::new(IpamConfig::default()).unwrap();
+    c.spread_blocks();
+    c.reserve_network_id(place("net"), "someone");
+    assert_eq!(c.ensure_network("net", &def).unwrap().0, place("net") + 1);
+    let mut d = Ipam::new(IpamConfig::default()).unwrap();
+    d.spread_blocks();
+    d.reserve_network_id(place("net"), "net");
+    assert_eq!(d.ensure_network("net", &def).unwrap().0, place("net"));
+    // Without spreading: the counter's.
+    let mut e = Ipam::new(IpamConfig::default()).unwrap();
+    assert_eq!(e.ensure_network("net", &def).unwrap().0, 1);
+}
+
 #[test]
 fn claimed_l2_addresses_are_never_handed_out() {
     let mut i = setup(&l2(Some("10.50.0.0/24"), None));
