@@ -2,6 +2,7 @@
 //! revision), the change history watches and exact lists are served from, and the watchers.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -530,9 +531,14 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
     }
 
-    /// The objects of `res` as they were at `rv` (which must not be compacted).
-    fn state_at(&self, res: &str, rv: u64) -> BTreeMap<Key, Value> {
-        let mut state = self.objects.get(res).cloned().unwrap_or_default();
+    /// The objects of `res` as they were at `rv` (which must not be compacted), borrowed: a
+    /// list page costs what it returns, not a copy of the collection.
+    fn state_at(&self, res: &str, rv: u64) -> BTreeMap<&Key, &Value> {
+        let mut state: BTreeMap<&Key, &Value> = self
+            .objects
+            .get(res)
+            .map(|m| m.iter().collect())
+            .unwrap_or_default();
         for c in self.history.iter().rev() {
             if c.rv <= rv {
                 break;
@@ -542,7 +548,7 @@ impl Store {
             }
             match &c.prev {
                 Some(p) => {
-                    state.insert(c.key.clone(), p.clone());
+                    state.insert(&c.key, p);
                 }
                 None => {
                     state.remove(&c.key);
@@ -610,10 +616,13 @@ impl Store {
             }
         };
         let state = self.state_at(&rt.id(), at);
+        let after = match &continue_from {
+            Some((_, start)) => Bound::Excluded(start),
+            None => Bound::Unbounded,
+        };
         let mut matching = state
-            .iter()
-            .filter(|(k, o)| opts.filter.matches(k, o))
-            .filter(|(k, _)| continue_from.as_ref().is_none_or(|(_, start)| *k > start));
+            .range::<&Key, _>((after, Bound::Unbounded))
+            .filter(|(k, o)| opts.filter.matches(k, o));
         let mut items = Vec::new();
         let mut last = None;
         while opts.limit.is_none_or(|l| items.len() < l) {
@@ -626,7 +635,7 @@ impl Store {
                 }
             }
             items.push(o);
-            last = Some(k.clone());
+            last = Some(*k);
         }
         let remaining = matching.count();
         let mut metadata = json!({"resourceVersion": at.to_string()});
