@@ -607,10 +607,12 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             || refreshed
             || self.full
             || retry_host
-            || learn
             || !calls.is_empty()
             || !parked.is_empty())
         {
+            if learn {
+                self.learn_only(tick);
+            }
             return keep_running;
         }
 
@@ -764,6 +766,30 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             self.answer(p, answers, outcome.as_ref().err(), marks_error.as_ref());
         }
         keep_running
+    }
+
+    /// A batch where only learning has work (its ticks, the forwarder's reports): the world
+    /// as last built stands, so only the learned MACs are stepped; the tables are compiled and
+    /// the status written only when they, or what the status shows of learning, changed (a
+    /// full step would rebuild the world and rewrite the status on every tick).
+    fn learn_only(&mut self, tick: bool) {
+        let Some(l) = &mut self.learning else {
+            return;
+        };
+        let shown = |l: &super::learning::Learning| {
+            (l.stats().clone(), l.error().map(str::to_owned), l.entries())
+        };
+        let before = shown(l);
+        let learned = l.step(self.core.world(), tick);
+        let learning_changed = before != shown(l);
+        let changes = self.core.set_learned(learned);
+        if !changes.is_empty() {
+            self.compile(&changes);
+            self.published.set(self.writer.generation());
+        }
+        if learning_changed || !changes.is_empty() {
+            self.report();
+        }
     }
 
     fn admit(
