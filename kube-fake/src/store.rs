@@ -661,23 +661,33 @@ impl Store {
         Bytes::from(line)
     }
 
-    /// The event a change is for one watcher, if any.
-    fn event_for(w: &Watcher, rt: &ResourceType, c: &Change, version: &str) -> Option<Bytes> {
+    /// The type of the event a change is for one watcher, if any.
+    fn event_type(w: &Watcher, c: &Change) -> Option<&'static str> {
         let was = c.prev.as_ref().is_some_and(|p| w.filter.matches(&c.key, p));
-        let present = |o: &Value| Self::present(rt, version, o);
         match &c.new {
-            Some(n) if w.filter.matches(&c.key, n) => Some(Self::event_line(
-                if was { "MODIFIED" } else { "ADDED" },
-                &present(n),
-            )),
-            Some(n) if was => Some(Self::event_line("DELETED", &present(n))),
-            None if was => {
-                let mut gone = present(c.prev.as_ref()?);
-                gone["metadata"]["resourceVersion"] = json!(c.rv.to_string());
-                Some(Self::event_line("DELETED", &gone))
-            }
+            Some(n) if w.filter.matches(&c.key, n) => Some(if was { "MODIFIED" } else { "ADDED" }),
+            // Changed out of the watch's selection, or gone.
+            _ if was => Some("DELETED"),
             _ => None,
         }
+    }
+
+    /// The line of a change's event of type `kind` in `version`: the object as changed, or
+    /// (gone) as it was last, at the deletion's resourceVersion.
+    fn change_line(rt: &ResourceType, c: &Change, kind: &str, version: &str) -> Option<Bytes> {
+        match &c.new {
+            Some(n) => Some(Self::event_line(kind, &Self::present(rt, version, n))),
+            None => {
+                let mut gone = Self::present(rt, version, c.prev.as_ref()?);
+                gone["metadata"]["resourceVersion"] = json!(c.rv.to_string());
+                Some(Self::event_line(kind, &gone))
+            }
+        }
+    }
+
+    /// The event a change is for one watcher, if any.
+    fn event_for(w: &Watcher, rt: &ResourceType, c: &Change, version: &str) -> Option<Bytes> {
+        Self::change_line(rt, c, Self::event_type(w, c)?, version)
     }
 
     /// Starts a watch of `rt` from `from` (`None`: from now, after synthetic ADDED events for
@@ -796,18 +806,22 @@ impl Store {
             new: new.clone(),
         };
         if let Some(rt) = self.types.get(res).cloned() {
+            // Serialized once per event type and version, shared by every watcher it is for
+            // (as the API server's watch cache does).
+            let mut lines: BTreeMap<(&'static str, String), Option<Bytes>> = BTreeMap::new();
             self.watchers.retain(|w| {
                 if w.res != res {
                     return !w.tx.is_closed();
                 }
-                let version = w
-                    .api_version
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                match Self::event_for(w, &rt, &change, &version) {
-                    Some(line) => w.tx.send(line).is_ok(),
+                let Some(kind) = Self::event_type(w, &change) else {
+                    return !w.tx.is_closed();
+                };
+                let version = w.api_version.rsplit('/').next().unwrap_or_default();
+                let line = lines
+                    .entry((kind, version.to_owned()))
+                    .or_insert_with(|| Self::change_line(&rt, &change, kind, version));
+                match line {
+                    Some(line) => w.tx.send(line.clone()).is_ok(),
                     None => !w.tx.is_closed(),
                 }
             });
