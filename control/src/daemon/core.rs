@@ -997,7 +997,14 @@ fn build_world(core: &Core, cx: BuildInputs<'_>) -> Built {
                 READY,
                 false,
                 "NotRegistered",
-                "no node id yet (IPAM state not writable?)",
+                if cx.ipam.registers(name) {
+                    "no node id yet: the allocation state could not be written".to_owned()
+                } else {
+                    format!(
+                        "no node id yet: the lace-control on node {name} registers it when it \
+                         starts"
+                    )
+                },
             )],
         };
         reports.push(ObjectReport {
@@ -1837,6 +1844,33 @@ spec: {podSelector: {}}
         core.observe(snapshot(&[&changed, ROUTING]));
         batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
         assert_eq!(core.plan_state().validations(), first + 1);
+    }
+
+    #[test]
+    fn a_node_another_control_registers_waits_for_it() {
+        const NODE_B: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-b
+  annotations: {lace-cni.io/underlay: "fd00:100::b"}
+"#;
+        let mut core = Core::new("node-a");
+        let mut ipam = new_ipam();
+        ipam.register_only("node-a");
+        core.observe(snapshot(&[NETWORKS, NODE_B]));
+        batch(&mut core, &mut ipam, &BTreeSet::new(), &[]);
+        assert_eq!(cond(&core, "Node", "node-a", READY).status, "True");
+        let b = cond(&core, "Node", "node-b", READY);
+        assert_eq!(
+            (b.status.as_str(), b.reason.as_str(), b.message.as_str()),
+            (
+                "False",
+                "NotRegistered",
+                "no node id yet: the lace-control on node node-b registers it when it starts"
+            )
+        );
+        assert!(!core.world().nodes.contains_key("node-b"));
     }
 
     #[test]
