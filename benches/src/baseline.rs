@@ -3,7 +3,8 @@
 //! A [`Baseline`] is several runs of the same report, each stored exactly as `--json` writes a
 //! report (the figure array), under a format name and version. The runs are what judges noise:
 //! each figure's **noise band** is how far its runs strayed from their median, times
-//! [`BAND_FACTOR`], never less than [`MIN_BAND`] (see [`band`]). [`compare`] sets the median of
+//! [`BAND_FACTOR`], never less than [`MIN_BAND`] — [`MIN_COUNTED_BAND`] for instruction counts,
+//! which the machine's load does not move (see [`band`]). [`compare`] sets the median of
 //! the current runs against the baseline's median, per figure:
 //!
 //! * the compared quantity is the ratio to the figure's anchor when it has one in every run on
@@ -43,6 +44,21 @@ pub const BAND_FACTOR: f64 = 3.0;
 /// The narrowest band (relative): below it a figure's runs agreeing closely is taken as luck,
 /// not as a promise that a later run will.
 pub const MIN_BAND: f64 = 0.02;
+
+/// The narrowest band of a counted figure (instructions, whose unit starts with
+/// `instructions`): a count does not move with the machine's load, so a change of half a
+/// percent is the code's.
+pub const MIN_COUNTED_BAND: f64 = 0.005;
+
+/// The narrowest band for a figure in `unit`: [`MIN_COUNTED_BAND`] for counted figures, else
+/// [`MIN_BAND`].
+pub fn min_band(unit: &str) -> f64 {
+    if unit.starts_with("instructions") {
+        MIN_COUNTED_BAND
+    } else {
+        MIN_BAND
+    }
+}
 
 /// Errors of reading, checking and writing baselines.
 #[derive(Debug, thiserror::Error)]
@@ -224,8 +240,21 @@ pub fn direction(unit: &str) -> Option<Direction> {
         Some((n, d)) => (n.trim(), Some(d.trim())),
         None => (unit, None),
     };
-    const COSTS: [&str; 13] = [
-        "cycles", "ns", "us", "µs", "ms", "s", "B", "bytes", "KiB", "MiB", "GiB", "kB", "MB",
+    const COSTS: [&str; 14] = [
+        "cycles",
+        "instructions",
+        "ns",
+        "us",
+        "µs",
+        "ms",
+        "s",
+        "B",
+        "bytes",
+        "KiB",
+        "MiB",
+        "GiB",
+        "kB",
+        "MB",
     ];
     if COSTS.contains(&numerator) && denominator != Some("s") {
         return Some(Direction::LowerIsBetter);
@@ -267,8 +296,8 @@ impl fmt::Display for NoBand {
 }
 
 /// The noise band of a figure from its baseline runs' quantities: the largest relative distance
-/// of a run from their median, times [`BAND_FACTOR`], at least [`MIN_BAND`].
-pub fn band(samples: &[f64]) -> Result<f64, NoBand> {
+/// of a run from their median, times [`BAND_FACTOR`], at least `min` ([`min_band`]).
+pub fn band(samples: &[f64], min: f64) -> Result<f64, NoBand> {
     if samples.len() < MIN_RUNS {
         return Err(NoBand::TooFewRuns(samples.len()));
     }
@@ -283,7 +312,7 @@ pub fn band(samples: &[f64]) -> Result<f64, NoBand> {
         .iter()
         .map(|s| ((s - m) / m).abs())
         .fold(0.0, f64::max);
-    Ok((BAND_FACTOR * spread).max(MIN_BAND))
+    Ok((BAND_FACTOR * spread).max(min))
 }
 
 /// The gate's verdict on one figure.
@@ -405,7 +434,7 @@ fn row(baseline: &Baseline, now: &[Report], id: &str) -> Row {
     };
     let (b, n) = (median(old.clone()), median(new));
     let change = if b == 0.0 { f64::NAN } else { n / b - 1.0 };
-    let band = band(&old);
+    let band = band(&old, min_band(&unit));
     let old_unit = baseline
         .runs
         .iter()
@@ -559,6 +588,7 @@ mod tests {
             "cycles",
             "cycles/lookup",
             "cycles/packet",
+            "instructions/packet",
             "µs",
             "ms",
             "s",
@@ -588,12 +618,32 @@ mod tests {
 
     #[test]
     fn band_is_three_times_the_spread_with_a_floor() {
-        let b = band(&[100.0, 102.0, 99.0]).unwrap();
+        let b = band(&[100.0, 102.0, 99.0], MIN_BAND).unwrap();
         assert!((b - 0.06).abs() < 1e-12, "{b}");
-        assert_eq!(band(&[50.0, 50.0, 50.0, 50.0]), Ok(MIN_BAND));
-        assert_eq!(band(&[1.0, 2.0]), Err(NoBand::TooFewRuns(2)));
-        assert_eq!(band(&[0.0, 0.0, 0.0]), Err(NoBand::ZeroMedian));
-        assert_eq!(band(&[1.0, f64::NAN, 1.0]), Err(NoBand::NotFinite));
+        assert_eq!(band(&[50.0, 50.0, 50.0, 50.0], MIN_BAND), Ok(MIN_BAND));
+        assert_eq!(band(&[1.0, 2.0], MIN_BAND), Err(NoBand::TooFewRuns(2)));
+        assert_eq!(band(&[0.0, 0.0, 0.0], MIN_BAND), Err(NoBand::ZeroMedian));
+        assert_eq!(
+            band(&[1.0, f64::NAN, 1.0], MIN_BAND),
+            Err(NoBand::NotFinite)
+        );
+    }
+
+    #[test]
+    fn a_counted_figure_is_gated_within_half_a_percent() {
+        assert_eq!(min_band("instructions/packet"), MIN_COUNTED_BAND);
+        assert_eq!(min_band("cycles/packet"), MIN_BAND);
+        // Identical runs of an exact count: a 1% rise is the code's, a 0.4% one is within band.
+        let id = "pipeline.l3_encap.instructions";
+        let b = baseline_of(id, "instructions/packet", &[509.9, 509.9, 509.9]);
+        let worse = run(&[(id, 515.0, "instructions/packet", None)]);
+        assert_eq!(verdict(&b, &worse, id), Verdict::Regressed);
+        let same = run(&[(id, 511.9, "instructions/packet", None)]);
+        assert_eq!(verdict(&b, &same, id), Verdict::WithinBand);
+        // The same 1% on a timed figure stays within its 2% floor.
+        let b = baseline_of("c", "cycles/packet", &[509.9, 509.9, 509.9]);
+        let timed = run(&[("c", 515.0, "cycles/packet", None)]);
+        assert_eq!(verdict(&b, &timed, "c"), Verdict::WithinBand);
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //! * [`pipeline`]: packets through lace-forwarder's pipeline between DPDK `net_null` ports,
 //!   beside the plain null-PMD forward loop, and its two-worker scaling; with connection
 //!   tracking (a tracked connection through a ClusterIP, new connections per second).
+//! * [`instructions`]: instructions per packet of every pipeline path, counted by running
+//!   lace-bench's own pipeline rounds under callgrind.
 //! * [`ct`]: the connection tracker's flow table filled with a million connections, its memory.
 //! * [`peer`]: lace's l3_encap path beside OVS-DPDK 3.1 (dec_ttl + GRE/IPv6 push) and
 //!   `dpdk-testpmd` (the I/O floor) on the same pcap, ports and core; [`peer_host`] runs and
@@ -45,6 +47,7 @@ pub mod baseline;
 pub mod control;
 pub mod ct;
 pub mod dpdk;
+pub mod instructions;
 pub mod k8s;
 pub mod k8s_scale;
 pub mod lace;

@@ -1121,6 +1121,17 @@ enum Contender {
     Pipeline(Path),
 }
 
+impl Contender {
+    /// Bursts of a round of this contender when a round is `bursts`: a new-connection path's
+    /// rounds are bounded by the flow table ([`new_bursts`]).
+    fn bursts(self, bursts: usize) -> usize {
+        match self {
+            Contender::Pipeline(p) if p.opens_each() => new_bursts(bursts),
+            _ => bursts,
+        }
+    }
+}
+
 /// Everything one forwarding core owns: a mempool, its null ports and queues, a pipeline, a
 /// table reader handle.
 #[derive(Debug)]
@@ -1555,22 +1566,26 @@ impl Worker {
     /// and for a new-connection path the timed sweep that removes its connections after it
     /// (cycles per connection).
     fn timed_round(&mut self, c: Contender, bursts: usize) -> anyhow::Result<(f64, Option<f64>)> {
-        let bursts = match c {
-            Contender::Pipeline(p) if p.opens_each() => new_bursts(bursts),
-            _ => bursts,
-        };
         let start = rdtsc();
-        let n = self.round(c, bursts);
+        let n = self.round(c, c.bursts(bursts));
         let cycles = rdtsc().saturating_sub(start) as f64 / n.max(1) as f64;
+        let sweep = self.after_round(c, n)?;
+        Ok((cycles, sweep.map(|s| s as f64 / n as f64)))
+    }
+
+    /// Checks a round of `c` that forwarded `n` packets (every packet took its path; see
+    /// [`Worker::check`]) and, after a new-connection path, removes its connections with the
+    /// sweep; returns the sweep's cycles.
+    fn after_round(&mut self, c: Contender, n: u64) -> anyhow::Result<Option<u64>> {
         let Contender::Pipeline(path) = c else {
             if n == 0 {
                 bail!("the null port delivered no packets");
             }
-            return Ok((cycles, None));
+            return Ok(None);
         };
         self.check(path, n)?;
         if !path.opens_each() {
-            return Ok((cycles, None));
+            return Ok(None);
         }
         let (sweep, removed) = self.remove_new(path);
         if removed != n {
@@ -1579,7 +1594,15 @@ impl Worker {
                 path.name()
             );
         }
-        Ok((cycles, Some(sweep as f64 / n as f64)))
+        Ok(Some(sweep))
+    }
+
+    /// `bursts` bursts of `c` in a function of their own: the only code callgrind counts
+    /// ([`COUNTED_FN`] is its `--toggle-collect` and `--dump-after` pattern), so each call's
+    /// dump holds the instructions of exactly these bursts.
+    #[inline(never)]
+    fn instructions_window(&mut self, c: Contender, bursts: usize) -> u64 {
+        self.round(c, bursts)
     }
 
     /// Runs one burst of `path` with `frame` in place of its template and checks that every
@@ -2001,6 +2024,52 @@ pub fn figures(
         ),
     }
     Ok((figures, notes))
+}
+
+/// The `--toggle-collect` and `--dump-after` pattern of callgrind naming
+/// [`Worker::instructions_window`], the one function whose instructions are counted.
+pub const COUNTED_FN: &str = "*::instructions_window";
+
+/// The first word of each line [`count_instructions`] prints per counted window, in order:
+/// `<WINDOW_TAG> <figure-id stem> <packets>`.
+pub const WINDOW_TAG: &str = "lace-bench-window";
+
+/// The contenders whose instructions are counted, with their figure-id stems: the I/O floor
+/// (`dpdk.null_fwd_write`), then every path (`pipeline.<path>`).
+fn counted_contenders() -> Vec<(String, Contender)> {
+    std::iter::once(("dpdk.null_fwd_write".to_owned(), Contender::NullFwdWrite))
+        .chain(
+            Path::ALL
+                .iter()
+                .chain(&Path::CT)
+                .chain(&Path::POLICY)
+                .map(|&p| (format!("pipeline.{}", p.name()), Contender::Pipeline(p))),
+        )
+        .collect()
+}
+
+/// The counting side of the instruction figures (`lace-bench --count-instructions`, run under
+/// callgrind by `crate::instructions`): worker 0 set up as for [`figures`], the tracked paths'
+/// connections opened, then per contender a checked warm-up round of `bursts` bursts, `bursts`
+/// bursts in [`Worker::instructions_window`] — checked the same way afterwards: every packet
+/// took its path, a new-connection path's connections are swept — and a [`WINDOW_TAG`] line
+/// naming it and its packets on stdout.
+pub fn count_instructions(eal: Eal, bursts: usize) -> anyhow::Result<()> {
+    let fwd_eal = eal.forwarder()?;
+    let node = Node::create().context("building the pipeline tables")?;
+    let neigh = Arc::new(UnderlayNeighbors::new(64));
+    let mut w = Worker::new(&fwd_eal, 0, &node, &neigh).context("setting up worker 0")?;
+    w.open_ct_hit().context("pipeline.ct_hit")?;
+    w.open_policy_hit().context("pipeline.policy_hit")?;
+    for (id, c) in counted_contenders() {
+        w.timed_round(c, bursts)
+            .with_context(|| format!("{id}: warm-up round"))?;
+        let n = w.instructions_window(c, c.bursts(bursts));
+        w.after_round(c, n)
+            .with_context(|| format!("{id}: counted round"))?;
+        println!("{WINDOW_TAG} {id} {n}");
+    }
+    Ok(())
 }
 
 /// The connection-tracking and NetworkPolicy figures from the round-robin rounds, and their

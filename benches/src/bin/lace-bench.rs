@@ -53,6 +53,7 @@
 //! | `policy.new_conns.cycles`, `.removal_cycles`, `policy.new_conns_per_s` | every packet a new connection from a remote pod (decap as above) to a pod whose set has 1,000 rules — rule i: from the remote block's ipBlock, TCP port 10000 + 2i, compiled into one decision of 1,000 ranges — every connection to the last rule's port, so its classification scans all 1,000: classification + flow-table insert + delivery; its removal by the sweep; connections per second on one core (both) | `policy.1rule.new_conns.*`: the same to a pod whose set is the last rule alone, same rounds |
 //! | `policy.1rule.new_conns.cycles`, `.removal_cycles`, `policy.1rule.new_conns_per_s` | that anchor | `pipeline.l3_decap.cycles`, same rounds |
 //! | `ct.1m_flows.bytes`, `.bytes_per_flow` | the flow table sized for 1,048,576 connections, filled with as many (half of them translated) | none |
+//! | `pipeline.<path>.instructions` (every path above, `ct_new`, `policy_new[_1rule]`) | instructions per packet of the same bursts (rx, the frame written, snapshot, `Pipeline::process`, tx, quiescent), counted by callgrind in a child lace-bench (`lace_benches::instructions`; needs valgrind): the machine's load does not move them | `dpdk.null_fwd_write.instructions` |
 //! | `pipeline.l3_encap.scaling_2w` | encap throughput with two workers (two lcores, own ports each) ÷ one | `pipeline.scaling_2w.ideal` = 2 |
 //! | `churn.100k_per_s.l3_encap.cycles` | l3_encap while a thread moves routes between two remote nodes at 100,000 changes/s | `churn.quiet.l3_encap.cycles`: alternating rounds, the thread paused |
 //! | `pipeline.latency.{busy,adaptive}.{p50,p99,p999}_us` | per-packet latency through the forwarder's worker loop, 100k packets/s paced | `pipeline.latency.ring_loop.*`: a bare ring-to-ring loop, same pacing |
@@ -128,7 +129,9 @@ use lace_benches::report::{
 };
 use lace_benches::services::{self, LaceServices, ServiceWorkload};
 use lace_benches::workload::{self, ReferenceLpm4, ReferenceLpm6, Route4};
-use lace_benches::{control, ct, k8s, k8s_scale, latency, learning, peer, pipeline, sys};
+use lace_benches::{
+    control, ct, instructions, k8s, k8s_scale, latency, learning, peer, pipeline, sys,
+};
 use lace_shared::fib::LpmKey;
 use lace_shared::types::{MacAddr, NeighRec};
 
@@ -163,7 +166,8 @@ struct Args {
     /// Measure only these sections (comma-separated): `stack` (the two-node CNI figures),
     /// `k8s` (the same stack against the fake API server, and control at cluster scale; runs
     /// the standalone stack figures too, its anchors), `k8s-scale` (simulated nodes' allocation stores, churning), `tables` (FIB, FDB, neighbor, publish, multi — with their DPDK anchors), `pipeline`,
-    /// `ct` (connection tracking and NetworkPolicy), `latency`, `peer` (OVS-DPDK and dpdk-testpmd beside lace), `control`. Default: all.
+    /// `ct` (connection tracking and NetworkPolicy), `instructions` (instructions per packet of
+    /// every pipeline path, under callgrind), `latency`, `peer` (OVS-DPDK and dpdk-testpmd beside lace), `control`. Default: all.
     /// Targets of figures not measured are not printed.
     #[arg(long, value_delimiter = ',', value_name = "SECTION")]
     only: Vec<Section>,
@@ -195,6 +199,10 @@ struct Args {
     /// with --save-baseline (at least 3), 1 with --baseline alone.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     runs: Option<u32>,
+    /// Internal: the counting run of the `instructions` section, which lace-bench starts under
+    /// callgrind — BURSTS bursts of every pipeline path, nothing else.
+    #[arg(long, value_name = "BURSTS", hide = true)]
+    count_instructions: Option<usize>,
 }
 
 /// A part of the report that `--only` can select.
@@ -218,6 +226,9 @@ enum Section {
     /// `policy.new_conns*` (with `pipeline.l3_decap.*` and `policy.1rule.new_conns*`),
     /// `ct.1m_flows.*` (the flow table's memory).
     Ct,
+    /// Instructions per packet of every pipeline path, counted under callgrind (needs
+    /// valgrind; `*.instructions`).
+    Instructions,
     /// Per-packet latency through a worker (`pipeline.latency.*`).
     Latency,
     /// OVS-DPDK and dpdk-testpmd on the same pcap and core as lace (`peer.*`, `ovs.*`, `testpmd.*`).
@@ -234,7 +245,9 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let outcome = if args.save_baseline.is_some() || args.baseline.is_some() {
+    let outcome = if let Some(bursts) = args.count_instructions {
+        count_instructions(&args, bursts)
+    } else if args.save_baseline.is_some() || args.baseline.is_some() {
         gate(&args)
     } else if args.runs.is_some() {
         Err(anyhow!("--runs is for --save-baseline and --baseline"))
@@ -248,6 +261,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--count-instructions`: the counting run of the `instructions` section (under callgrind).
+fn count_instructions(args: &Args, bursts: usize) -> anyhow::Result<()> {
+    let eal = Eal::init(&EalOptions {
+        hugepages: args.huge,
+        memory_mb: args.memory_mb,
+        lcore: args.lcore,
+        file_prefix: None,
+        workers: Vec::new(),
+    })
+    .context("starting DPDK")?;
+    pipeline::count_instructions(eal, bursts)
 }
 
 /// Runs of the report saved with `--save-baseline` unless `--runs` says otherwise.
@@ -294,11 +320,13 @@ fn gate(args: &Args) -> anyhow::Result<()> {
         let c = baseline::compare(b, &reports);
         println!(
             "\nlace-bench: against baseline {name} ({}, {} runs; median of {runs} run(s) now; \
-             band = {} × the baseline runs' largest distance from their median, at least {}%)",
+             band = {} × the baseline runs' largest distance from their median, at least {}%, \
+             {}% for instruction counts)",
             path.display(),
             b.runs.len(),
             baseline::BAND_FACTOR,
             baseline::MIN_BAND * 100.0,
+            baseline::MIN_COUNTED_BAND * 100.0,
         );
         println!(
             "load average (1 min) before each run: the baseline's {}, now {}",
@@ -505,8 +533,29 @@ fn run(args: Args) -> anyhow::Result<()> {
     } else {
         control::Outcome::default()
     };
+    // A child process under callgrind: before the EAL pins this thread (and so its children)
+    // to one CPU.
+    let mut counted = (Vec::new(), Vec::new(), Vec::new());
+    if args.wants(Section::Instructions) {
+        println!("lace-bench: instructions per packet of every pipeline path (callgrind) ...");
+        match instructions::figures(&scale) {
+            Ok((figures, note)) => {
+                counted.0 = figures;
+                counted.1.push(note);
+            }
+            Err(e) => counted
+                .2
+                .push(("pipeline.*.instructions".to_owned(), format!("{e:#}"))),
+        }
+    }
+    let (instruction_figures, instruction_notes, instructions_not_measured) = counted;
     if scale.smoke && std::env::var("CI").is_ok_and(|v| v == "true") {
-        if let Some((id, why)) = stack.not_measured.first().or(kube.not_measured.first()) {
+        if let Some((id, why)) = stack
+            .not_measured
+            .first()
+            .or(kube.not_measured.first())
+            .or(instructions_not_measured.first())
+        {
             bail!("{id}: not measured under CI=true --smoke, where it must run: {why}");
         }
     }
@@ -575,6 +624,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         report.extend(forwarding);
         notes.extend(forwarding_notes);
     }
+    report.extend(instruction_figures);
+    notes.extend(instruction_notes);
     if want.ct {
         let (table, table_note) =
             ct::flow_table_figures(&scale).context("measuring the flow table")?;
@@ -646,6 +697,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         .chain(&stack.not_measured)
         .chain(&kube.not_measured)
         .chain(&kube_scale.not_measured)
+        .chain(&instructions_not_measured)
         .chain(&peer.not_measured)
     {
         println!("{id}  not measured: {why}");
