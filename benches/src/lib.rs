@@ -35,6 +35,8 @@
 //! * [`podpath`]: pod-to-pod TCP, UDP and ping across two nodes, lace beside the kernel's own
 //!   SRv6, or its VXLAN where it has no seg6, built on the same machine (`lace-bench
 //!   --pod-path`, root).
+//! * [`rttsplit`]: where a pod round trip's microseconds go, segment by segment, from packet
+//!   captures at four points (part of `--pod-path`).
 //! * [`servicepath`]: TCP connect/request/response/close through a ClusterIP across two nodes,
 //!   lace beside the kernel's own Service path (kube-proxy's nftables rules) on the same
 //!   machine (`lace-bench --service-path`, root).
@@ -59,6 +61,7 @@ pub mod pipeline;
 pub mod podpath;
 pub mod policy;
 pub mod report;
+pub mod rttsplit;
 pub mod servicepath;
 pub mod services;
 pub mod sys;

@@ -28,7 +28,9 @@
 //! `iperf3` TCP, one stream and four, [`TCP_SECONDS`] each (receiver's rate; retransmitted ÷
 //! sent segments from the client namespace's `/proc/net/snmp`); `iperf3` UDP with 64-byte
 //! payloads at full speed (packets the server received per second); `ping` every 10 ms
-//! ([`PINGS`] replies; p50/p99). Host CPU time (all CPUs, `/proc/stat`) over the one-stream
+//! ([`PINGS`] replies; p50/p99), then a second ping run with packet captures at four points that
+//! splits the round trip into six segments ([`crate::rttsplit`]: each node's share of the
+//! request and of the reply, the server pod's, the client pod's). Host CPU time (all CPUs, `/proc/stat`) over the one-stream
 //! run divided by the segments sent gives the CPU cost per segment in each shape (one MSS: the
 //! pod MTU less 52 bytes of IPv4 and TCP headers with timestamps, so 30 bytes fewer behind the
 //! VXLAN peer): what bounds the throughput on a machine whose CPUs run the pods as well. Every lace figure
@@ -43,6 +45,7 @@ use serde_json::Value;
 
 use crate::control::{ip, is_root, run_ok, Outcome, Stack};
 use crate::report::{Direction, Figure, Target};
+use crate::rttsplit::{self, Points, Split, SEGMENTS};
 
 /// Seconds per TCP probe (the issue's `iperf3 -t 6`).
 pub const TCP_SECONDS: u32 = 6;
@@ -80,7 +83,7 @@ pub(crate) struct Endpoints {
 }
 
 /// What one shape measured.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Measured {
     tcp1_gbps: f64,
     tcp1_retransmit_ratio: f64,
@@ -89,6 +92,8 @@ struct Measured {
     udp64_mpps: f64,
     rtt_p50_us: f64,
     rtt_p99_us: f64,
+    /// Where the round trip's time goes, or why that was not measured.
+    split: Result<Split, String>,
 }
 
 pub(crate) fn in_ns(ns: &str) -> Command {
@@ -242,13 +247,23 @@ fn rtt(ep: &Endpoints) -> anyhow::Result<(f64, f64)> {
     Ok((at(0.50), at(0.99)))
 }
 
-/// Every probe, in order.
-fn measure(ep: &Endpoints) -> anyhow::Result<Measured> {
+/// Every probe, in order; `nodes`: the client's and the server's node namespaces (their
+/// underlay interfaces are `ul-a` and `ul-b`), where the round trip is split.
+fn measure(ep: &Endpoints, nodes: [String; 2]) -> anyhow::Result<Measured> {
     let (tcp1_gbps, tcp1_retransmit_ratio, tcp1_cpu_us_per_segment) =
         tcp(ep, 1).context("TCP, one stream")?;
     let (tcp4_gbps, _, _) = tcp(ep, 4).context("TCP, four streams")?;
     let udp64_mpps = udp64(ep).context("UDP, 64 B")?;
     let (rtt_p50_us, rtt_p99_us) = rtt(ep).context("ping")?;
+    let [client_node, server_node] = nodes;
+    let split = rttsplit::measure(&Points {
+        client_pod: ep.client.clone(),
+        server_pod: ep.server.clone(),
+        client_node: (client_node, "ul-a".to_owned()),
+        server_node: (server_node, "ul-b".to_owned()),
+        server_ip: ep.server_ip.clone(),
+    })
+    .map_err(|e| format!("{e:#}"));
     Ok(Measured {
         tcp1_gbps,
         tcp1_retransmit_ratio,
@@ -257,6 +272,7 @@ fn measure(ep: &Endpoints) -> anyhow::Result<Measured> {
         udp64_mpps,
         rtt_p50_us,
         rtt_p99_us,
+        split,
     })
 }
 
@@ -728,7 +744,7 @@ fn kernel(tag: &str, peer: Peer) -> anyhow::Result<(Measured, f64)> {
         .with_context(|| format!("building the kernel's {} shape", peer.name()))?;
     let ep = k.endpoints();
     reachable(&ep)?;
-    let on = measure(&ep)?;
+    let on = measure(&ep, [k.ns("a"), k.ns("b")])?;
     k.offloads(false)?;
     let (off_gbps, _, _) = tcp(&ep, 1).context("TCP, one stream, offloads off")?;
     Ok((on, off_gbps))
@@ -747,7 +763,7 @@ fn lace() -> anyhow::Result<(Measured, Vec<String>)> {
             server_ip: target,
         };
         reachable(&ep)?;
-        let m = measure(&ep)?;
+        let m = measure(&ep, [stack.node_ns("a"), stack.node_ns("b")])?;
         let mut notes = Vec::new();
         for n in ["a", "b"] {
             notes.push(counters(&stack, n, "podpath")?);
@@ -916,6 +932,7 @@ pub fn figures() -> Outcome {
             .collect::<Vec<_>>()
             .join(" ")
     ));
+    split_figures(&mut out, &k.split, &lace.split);
     out.notes.extend(notes);
     if k.tcp1_retransmit_ratio == 0.0 {
         out.notes.push(
@@ -925,6 +942,65 @@ pub fn figures() -> Outcome {
         );
     }
     out
+}
+
+/// `podpath.rtt.split.*`: where lace's round trip goes beside where the kernel's does, segment
+/// by segment ([`rttsplit`]), with a note; a shape whose split failed gives a note instead.
+fn split_figures(out: &mut Outcome, kernel: &Result<Split, String>, lace: &Result<Split, String>) {
+    let (k, l) = match (kernel, lace) {
+        (Ok(k), Ok(l)) => (k, l),
+        (k, l) => {
+            for (shape, r) in [("kernel", k), ("lace", l)] {
+                if let Err(e) = r {
+                    out.notes.push(format!(
+                        "podpath.rtt.split: not measured in the {shape} shape: {e}"
+                    ));
+                }
+            }
+            return;
+        }
+    };
+    let kr = out.push(Figure::new(
+        "podpath.kernel.rtt.split.rtt_us",
+        k.rtt_mean_us,
+        "µs",
+    ));
+    out.push(Figure::versus(
+        "podpath.rtt.split.rtt_us",
+        l.rtt_mean_us,
+        &kr,
+    ));
+    for (i, (seg, _)) in SEGMENTS.iter().enumerate() {
+        let kf = out.push(Figure::new(
+            format!("podpath.kernel.rtt.split.{seg}_us"),
+            k.segments_us[i],
+            "µs",
+        ));
+        out.push(Figure::versus(
+            format!("podpath.rtt.split.{seg}_us"),
+            l.segments_us[i],
+            &kf,
+        ));
+    }
+    out.notes.push(format!(
+        "podpath.rtt.split: a second ping run of {} echoes (10 ms apart) with dumpcap capturing \
+         at four points (each pod's eth0, each node's underlay interface on receive), each \
+         echo's request and reply timestamped where it passed (the captures' common clock); \
+         means over the echoes seen everywhere ({} kernel, {} lace), so the six segments add up \
+         to split.rtt_us, the mean round trip of that run (p50 kernel {:.0} µs, lace {:.0} µs): \
+         {}. Four dumpcap processes run meanwhile and their taps copy every packet, in both \
+         shapes alike",
+        rttsplit::ECHOES,
+        k.echoes,
+        l.echoes,
+        k.rtt_p50_us,
+        l.rtt_p50_us,
+        SEGMENTS
+            .iter()
+            .map(|(seg, what)| format!("{seg} = {what}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
 }
 
 #[cfg(test)]

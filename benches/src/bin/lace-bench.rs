@@ -88,6 +88,7 @@
 //! | `podpath.tcp_1stream.gbps.vs_offloads_off` | the same | `podpath.kernel_offloads_off.tcp_1stream.gbps` |
 //! | `podpath.udp64.mpps` | iperf3 UDP, 64 B payloads, received rate | `podpath.kernel.udp64.mpps` |
 //! | `podpath.rtt.{p50,p99}_us` | ping every 10 ms | `podpath.kernel.rtt.*` |
+//! | `podpath.rtt.split.<segment>_us`, `podpath.rtt.split.rtt_us` | where the round trip goes: a second ping run captured at each pod's eth0 and each node's underlay interface, each echo cut into `request.client_node`, `request.server_node`, `server_pod`, `reply.server_node`, `reply.client_node`, `client_pod`; means, which add up to `split.rtt_us` (`lace_benches::rttsplit`) | `podpath.kernel.rtt.split.*` |
 //! | `podpath.tcp_1stream.retransmit_ratio` | RetransSegs / OutSegs | the kernel's |
 //! | `podpath.tcp_1stream.cpu_us_per_segment` | host CPU time per segment sent | the kernel's |
 //!
