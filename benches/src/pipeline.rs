@@ -1045,6 +1045,9 @@ struct Output {
 #[derive(Debug)]
 struct BenchIo {
     outputs: Vec<Output>,
+    /// The index in `outputs` of each port id's output, as the forwarder's worker indexes its
+    /// transmit buffers by port id (a port id without output: `None`).
+    by_port: Vec<Option<usize>>,
     pool: Mempool,
     /// Packets sent to a port without an output (never expected).
     unknown_port: u64,
@@ -1079,10 +1082,11 @@ impl Io<Mbuf> for BenchIo {
         if let Some(c @ None) = &mut self.capture {
             *c = Some((port, pkt.data().to_vec()));
         }
-        let Some(o) = self.outputs.iter_mut().find(|o| o.port == port) else {
+        let Some(&Some(k)) = self.by_port.get(port.0 as usize) else {
             self.unknown_port += 1;
             return;
         };
+        let o = &mut self.outputs[k];
         if let Err(pkt) = o.burst.push(pkt) {
             o.sent += o.txq.tx_burst(&mut o.burst) as u64;
             self.refused += o.burst.clear() as u64;
@@ -1094,7 +1098,7 @@ impl Io<Mbuf> for BenchIo {
 
     #[inline]
     fn port_up(&self, port: PortId) -> bool {
-        self.outputs.iter().any(|o| o.port == port)
+        matches!(self.by_port.get(port.0 as usize), Some(Some(_)))
     }
 
     fn alloc(&mut self) -> Option<Mbuf> {
@@ -1225,6 +1229,14 @@ impl Worker {
             pipeline,
             reader: node.reader.register()?,
             io: BenchIo {
+                by_port: {
+                    let top = OUTPUT_PORTS.iter().map(|p| p.0 as usize).max();
+                    let mut by_port = vec![None; top.map_or(0, |t| t + 1)];
+                    for (k, o) in outputs.iter().enumerate() {
+                        by_port[o.port.0 as usize] = Some(k);
+                    }
+                    by_port
+                },
                 outputs,
                 pool,
                 unknown_port: 0,
