@@ -1077,7 +1077,7 @@ impl BenchIo {
 }
 
 impl Io<Mbuf> for BenchIo {
-    #[inline]
+    #[inline(always)]
     fn send(&mut self, port: PortId, pkt: Mbuf) {
         if let Some(c @ None) = &mut self.capture {
             *c = Some((port, pkt.data().to_vec()));
@@ -1294,7 +1294,7 @@ impl Worker {
                         self.next_conn += 1;
                     }
                 }
-                self.pkts.extend(self.burst.drain());
+                self.burst.move_into(&mut self.pkts);
                 let snap = self.reader.snapshot();
                 self.pipeline
                     .process(&snap, path.rx_port(), &mut self.pkts, &mut self.io);

@@ -37,7 +37,10 @@ const CHECKS: &[Check] = &[
     ),
     ("mempool: bad names and sizes", mempool_errors),
     ("mbuf: prepend/adj/append/trim edges", mbuf_edges),
-    ("burst: push, pop, drain, free on drop", burst_ownership),
+    (
+        "burst: push, pop, drain, move_into, free on drop",
+        burst_ownership,
+    ),
     (
         "net_null (EAL --vdev): configure, start, tx, rx, stats",
         null_port,
@@ -452,6 +455,23 @@ fn burst_ownership(eal: Eal) {
     assert_eq!(drain.next().unwrap().data(), &[10]);
     drop(drain); // frees the two it did not yield
     assert!(b.is_empty());
+    assert_eq!(p.in_use(), 0);
+
+    // move_into appends in order and leaves the burst empty, owning nothing.
+    let mut out = vec![packet(&p, &[7])];
+    for i in 0..3u8 {
+        b.push(packet(&p, &[i])).unwrap();
+    }
+    assert_eq!(b.move_into(&mut out), 3);
+    assert!(b.is_empty());
+    assert_eq!(
+        out.iter().map(|m| m.data()[0]).collect::<Vec<_>>(),
+        [7, 0, 1, 2]
+    );
+    assert_eq!(b.move_into(&mut out), 0);
+    assert_eq!(out.len(), 4);
+    assert_eq!(p.in_use(), 4);
+    drop(out);
     assert_eq!(p.in_use(), 0);
 
     for i in 0..3u8 {

@@ -388,6 +388,27 @@ impl<const N: usize> Burst<N> {
         }
     }
 
+    /// Moves every mbuf to the end of `out`, in order, with one copy of the pointers (what a
+    /// worker does with each received burst before the pipeline takes it); returns how many.
+    #[inline]
+    pub fn move_into(&mut self, out: &mut Vec<Mbuf>) -> usize {
+        let n = mem::replace(&mut self.len, 0);
+        out.reserve(n);
+        // SAFETY: the first n slots held owned mbufs (MaybeUninit<Mbuf> has Mbuf's layout) and
+        // len is 0 now, so the burst no longer owns them; `out` has room for n more after its
+        // length (reserved above), the two buffers do not overlap, and set_len covers exactly
+        // the n values written.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.mbufs.as_ptr().cast::<Mbuf>(),
+                out.as_mut_ptr().add(out.len()),
+                n,
+            );
+            out.set_len(out.len() + n);
+        }
+        n
+    }
+
     /// Frees every mbuf (one `rte_pktmbuf_free_bulk` call) and returns how many there were.
     #[inline]
     pub fn clear(&mut self) -> usize {

@@ -252,7 +252,7 @@ struct RoundIo<'a, 's> {
 }
 
 impl Io<Mbuf> for RoundIo<'_, '_> {
-    #[inline]
+    #[inline(always)]
     fn send(&mut self, port: PortId, pkt: Mbuf) {
         let Some(Some(slot)) = self.tx.get_mut(port.0 as usize) else {
             self.down += 1;
@@ -506,11 +506,8 @@ pub fn run(setup: WorkerSetup) -> i32 {
                 let (n, bytes) = match &mut entry.queue {
                     PortRx::Dpdk(queue) => {
                         let n = queue.rx_burst(&mut burst);
-                        let mut bytes = 0u64;
-                        for m in burst.drain() {
-                            bytes += m.pkt_len() as u64;
-                            pkts.push(m);
-                        }
+                        let bytes = burst.iter().map(|m| m.pkt_len() as u64).sum();
+                        burst.move_into(&mut pkts);
                         (n as u64, bytes)
                     }
                     PortRx::Kernel(queue) => {
