@@ -211,18 +211,19 @@ fn udp64(ep: &Endpoints) -> anyhow::Result<f64> {
     Ok(bytes / 64.0 / secs / 1e6)
 }
 
-/// Ping round trips: (p50, p99) in µs.
-fn rtt(ep: &Endpoints) -> anyhow::Result<(f64, f64)> {
-    let text = run_ok(in_ns(&ep.client).args([
+/// `count` pings from namespace `ns` to `dst`, 10 ms apart: each reply's sequence number and
+/// round trip in µs.
+pub(crate) fn ping(ns: &str, count: u32, dst: &str) -> anyhow::Result<Vec<(u16, f64)>> {
+    let text = run_ok(in_ns(ns).args([
         "ping",
         "-n",
         "-c",
-        &PINGS.to_string(),
+        &count.to_string(),
         "-i",
         "0.01",
         "-W",
         "1",
-        &ep.server_ip,
+        dst,
     ]))
     .or_else(|e| {
         // Lost replies make ping exit 1; what it printed still counts.
@@ -232,16 +233,30 @@ fn rtt(ep: &Endpoints) -> anyhow::Result<(f64, f64)> {
             Err(e)
         }
     })?;
-    let mut us: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|t| t.split_whitespace().next())
-        .filter_map(|t| t.parse::<f64>().ok())
-        .map(|ms| ms * 1000.0)
-        .collect();
-    if us.is_empty() {
-        bail!("ping {} from {}: no replies", ep.server_ip, ep.client);
+    let replies = ping_replies(&text);
+    if replies.is_empty() {
+        bail!("ping {dst} from {ns}: no replies");
     }
+    Ok(replies)
+}
+
+/// The replies in ping's output: sequence number and round trip in µs.
+fn ping_replies(text: &str) -> Vec<(u16, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let seq = l.split("icmp_seq=").nth(1)?.split_whitespace().next()?;
+            let ms = l.split("time=").nth(1)?.split_whitespace().next()?;
+            Some((seq.parse().ok()?, ms.parse::<f64>().ok()? * 1000.0))
+        })
+        .collect()
+}
+
+/// Ping round trips: (p50, p99) in µs.
+fn rtt(ep: &Endpoints) -> anyhow::Result<(f64, f64)> {
+    let mut us: Vec<f64> = ping(&ep.client, PINGS, &ep.server_ip)?
+        .into_iter()
+        .map(|(_, us)| us)
+        .collect();
     us.sort_by(f64::total_cmp);
     let at = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize];
     Ok((at(0.50), at(0.99)))
@@ -1006,6 +1021,15 @@ fn split_figures(out: &mut Outcome, kernel: &Result<Split, String>, lace: &Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ping_lines_give_sequence_and_microseconds() {
+        let text = "PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data.\n\
+                    64 bytes from 10.0.0.2: icmp_seq=1 ttl=62 time=0.161 ms\n\
+                    64 bytes from 10.0.0.2: icmp_seq=2 ttl=62 time=1.5 ms\n\
+                    --- 10.0.0.2 ping statistics ---\n";
+        assert_eq!(ping_replies(text), [(1, 161.0), (2, 1500.0)]);
+    }
 
     #[test]
     fn pod_mtu_is_the_underlays_less_the_encapsulation() {

@@ -32,6 +32,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 
 use crate::control::run_ok;
+use crate::podpath;
 use crate::report::median;
 
 /// Echoes per split run (one every 10 ms).
@@ -209,17 +210,6 @@ fn at(seen: &[(u8, u16, i128)], ty: u8, seq: u16) -> Option<i128> {
     it.next().is_none().then_some(first)
 }
 
-/// Ping's round trip per sequence number, µs.
-fn ping_rtts(text: &str) -> Vec<(u16, f64)> {
-    text.lines()
-        .filter_map(|l| {
-            let seq = l.split("icmp_seq=").nth(1)?.split_whitespace().next()?;
-            let ms = l.split("time=").nth(1)?.split_whitespace().next()?;
-            Some((seq.parse().ok()?, ms.parse::<f64>().ok()? * 1000.0))
-        })
-        .collect()
-}
-
 /// The per-echo segments (µs) of every echo seen at all four points with a round trip, and
 /// the round trips; an echo with a negative segment (a point saw it out of order) is left out.
 fn segments(
@@ -269,33 +259,11 @@ pub fn measure(p: &Points) -> anyhow::Result<Split> {
         Capture::start(&p.server_pod, "eth0", file("server-pod"))?,
         Capture::start(&p.client_node.0, &p.client_node.1, file("client-node"))?,
     ];
-    let ping = run_ok(Command::new("ip").args([
-        "netns",
-        "exec",
-        &p.client_pod,
-        "ping",
-        "-n",
-        "-c",
-        &ECHOES.to_string(),
-        "-i",
-        "0.01",
-        "-W",
-        "1",
-        &p.server_ip,
-    ]))
-    .or_else(|e| {
-        // Lost replies make ping exit 1; what it printed still counts.
-        if e.to_string().contains("exit status: 1") {
-            Ok(String::new())
-        } else {
-            Err(e)
-        }
-    })?;
+    let rtts = podpath::ping(&p.client_pod, ECHOES, &p.server_ip)?;
     let mut seen = Vec::new();
     for c in captures {
         seen.push(c.finish()?);
     }
-    let rtts = ping_rtts(&ping);
     let per_echo = segments(&rtts, &seen[0], &seen[1], &seen[2], &seen[3]);
     if per_echo.is_empty() {
         return Err(anyhow!(
@@ -341,14 +309,6 @@ mod tests {
             echoes(text),
             [(REQUEST, 1, 100_000_001_000), (REPLY, 1, 100_000_002_000)]
         );
-    }
-
-    #[test]
-    fn ping_lines_give_sequence_and_microseconds() {
-        let text = "PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data.\n\
-                    64 bytes from 10.0.0.2: icmp_seq=1 ttl=62 time=0.161 ms\n\
-                    64 bytes from 10.0.0.2: icmp_seq=2 ttl=62 time=1.5 ms\n";
-        assert_eq!(ping_rtts(text), [(1, 161.0), (2, 1500.0)]);
     }
 
     #[test]
