@@ -329,7 +329,7 @@ impl<const N: usize> Burst<N> {
     }
 
     /// Adds `m` at the end, or gives it back when the burst is full.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {
         if self.len == N {
             return Err(m);

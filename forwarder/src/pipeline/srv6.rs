@@ -238,27 +238,34 @@ pub(super) fn l2_encap_one<B: PacketBuf>(pkt: &mut B, e: Encap<'_>) -> Result<()
 /// The outer flow label of a bridged frame: the inner IP flow's when it carries IPv4 or IPv6
 /// (so the same flow gets the same label routed or bridged), else a hash of the MACs and the
 /// EtherType.
-#[inline]
+#[inline(always)]
 fn l2_flow_label(frame: &[u8], seed: u64) -> u32 {
     let Some(h) = frame.first_chunk::<{ ethernet::HEADER_LEN }>() else {
         return 1;
     };
     let ip = &frame[ethernet::HEADER_LEN..];
-    match u16::from_be_bytes([h[12], h[13]]) {
-        // A bridged frame's IPv4 header was never checked: only a whole one is hashed as a flow.
-        0x0800 if ipv4::Packet::new_checked(ip).is_ok() => flow::ipv4_flow_label(ip, seed),
-        0x86dd => FiveTuple::from_ipv6(ip).map_or(1, |t| t.flow_label(seed)),
-        ethertype => {
-            let mut macs = [0u8; 16];
-            macs[4..].copy_from_slice(&h[..12]);
-            flow::label_of(flow::hash_v6(
-                seed,
-                u128::from_be_bytes(macs),
-                0,
-                u64::from(ethertype),
-            ))
-        }
-    }
+    let ethertype = u16::from_be_bytes([h[12], h[13]]);
+    let label = match ethertype {
+        // A bridged frame's IPv4 header was never checked: only a whole one is hashed as a
+        // flow (the common one at fixed offsets, without a separate check).
+        0x0800 => flow::common_ipv4_label(ip, seed).or_else(|| {
+            ipv4::Packet::new_checked(ip)
+                .is_ok()
+                .then(|| flow::ipv4_flow_label(ip, seed))
+        }),
+        0x86dd => Some(FiveTuple::from_ipv6(ip).map_or(1, |t| t.flow_label(seed))),
+        _ => None,
+    };
+    label.unwrap_or_else(|| {
+        let mut macs = [0u8; 16];
+        macs[4..].copy_from_slice(&h[..12]);
+        flow::label_of(flow::hash_v6(
+            seed,
+            u128::from_be_bytes(macs),
+            0,
+            u64::from(ethertype),
+        ))
+    })
 }
 
 /// `l2-encap`: H.Encaps.L2.Red toward the remote node's End.DT2U SID (the next hop

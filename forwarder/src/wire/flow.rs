@@ -171,21 +171,8 @@ impl FiveTuple {
 /// and 1 when that fails (an upper-layer header too short for its ports).
 #[inline(always)]
 pub fn ipv4_flow_label(packet: &[u8], seed: u64) -> u32 {
-    // The common case at fixed offsets: no options, not a fragment, TCP/UDP/SCTP ports inside
-    // the Total Length.
-    if let Some(h) = packet.first_chunk::<{ ipv4::HEADER_LEN + 4 }>() {
-        let ip = ipv4::Packet::new_unchecked(&h[..]);
-        // The Protocol byte as it is (offset 9, RFC 791 §3.1): TCP, UDP or SCTP.
-        let protocol = h[9];
-        if ip.header_len() == ipv4::HEADER_LEN
-            && matches!(protocol, 6 | 17 | 132)
-            && !ip.is_fragment()
-            && usize::from(ip.total_len()) >= h.len()
-        {
-            let (s, d) = (read_u16(h, 20), read_u16(h, 22));
-            let (src, dst) = (ip.src_addr().to_bits(), ip.dst_addr().to_bits());
-            return label_of(hash_v4(seed, src, dst, raw_tail(protocol, s, d)));
-        }
+    if let Some(label) = common_ipv4_label(packet, seed) {
+        return label;
     }
     let ip = ipv4::Packet::new_unchecked(packet);
     let protocol = ip.protocol();
@@ -203,6 +190,31 @@ pub fn ipv4_flow_label(packet: &[u8], seed: u64) -> u32 {
         )),
         Err(_) => 1,
     }
+}
+
+/// The flow label of the common IPv4 packet, read at fixed offsets from any bytes: IPv4 without
+/// options, not a fragment, TCP, UDP or SCTP, its ports inside a Total Length that the bytes
+/// hold. `None` for anything else. Where it gives a label, the packet passes
+/// `ipv4::Packet::check_len` and [`ipv4_flow_label`] gives the same one, so a bridged frame
+/// (whose IPv4 header nobody checked) and a routed packet of one flow share their label.
+#[inline(always)]
+pub fn common_ipv4_label(packet: &[u8], seed: u64) -> Option<u32> {
+    let h = packet.first_chunk::<{ ipv4::HEADER_LEN + 4 }>()?;
+    let ip = ipv4::Packet::new_unchecked(&h[..]);
+    // The Protocol byte as it is (offset 9, RFC 791 §3.1): TCP, UDP or SCTP.
+    let protocol = h[9];
+    let total = usize::from(ip.total_len());
+    let common = h[0] == 0x45
+        && matches!(protocol, 6 | 17 | 132)
+        && !ip.is_fragment()
+        && total >= h.len()
+        && total <= packet.len();
+    if !common {
+        return None;
+    }
+    let (s, d) = (read_u16(h, 20), read_u16(h, 22));
+    let (src, dst) = (ip.src_addr().to_bits(), ip.dst_addr().to_bits());
+    Some(label_of(hash_v4(seed, src, dst, raw_tail(protocol, s, d))))
 }
 
 /// A 20-bit, non-zero flow label from a 32-bit flow hash (ours, or the NIC's RSS hash).
@@ -501,6 +513,38 @@ mod tests {
             ipv4_flow_label(&other, seed),
             ipv4_flow_label(&UDP_V4, seed)
         );
+    }
+
+    #[test]
+    fn the_common_label_from_unchecked_bytes_is_the_checked_label_or_none() {
+        let seed = 0x5eed;
+        for packet in [&UDP_V4[..], &TCP_V4[..]] {
+            assert!(ipv4::Packet::new_checked(packet).is_ok());
+            assert_eq!(
+                common_ipv4_label(packet, seed),
+                Some(ipv4_flow_label(packet, seed))
+            );
+        }
+        let edit = |at: usize, v: u8| {
+            let mut p = UDP_V4.to_vec();
+            p[at] = v;
+            p
+        };
+        let longer = {
+            let mut p = UDP_V4.to_vec();
+            p[2..4].copy_from_slice(&(UDP_V4.len() as u16 + 1).to_be_bytes());
+            p
+        };
+        for (what, p) in [
+            ("a fragment", edit(6, 0x20)),
+            ("options", edit(0, 0x46)),
+            ("version 6", edit(0, 0x65)),
+            ("ICMP", edit(9, 1)),
+            ("Total Length beyond the bytes", longer),
+            ("shorter than its ports", UDP_V4[..23].to_vec()),
+        ] {
+            assert_eq!(common_ipv4_label(&p, seed), None, "{what}");
+        }
     }
 
     #[test]
