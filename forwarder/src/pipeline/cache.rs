@@ -95,8 +95,9 @@ pub(super) struct Memo {
     /// The encapsulation toward next hop `.0`, built while the neighbor cache was at version
     /// `.1` (its underlay MAC may be a learned one).
     plan: Option<(u32, u64, EncapPlan)>,
-    /// An underlay next hop's MAC, found while the neighbor cache was at version `.2`.
-    underlay: Option<(Ipv6Addr, MacAddr, u64)>,
+    /// The last two underlay next hops' MACs, each found while the neighbor cache was at
+    /// version `.2`, the latest first (a frame flooded to two nodes alternates between them).
+    underlay: [Option<(Ipv6Addr, MacAddr, u64)>; 2],
 }
 
 /// The cache of one call: the [`Memo`] (moved in for the call), and the references into the
@@ -354,8 +355,11 @@ impl<'s, 'a> Cx<'s, 'a> {
         neigh: &UnderlayNeighbors,
         addr: Ipv6Addr,
     ) -> Option<MacAddr> {
+        let version = neigh.version();
         match self.memo.underlay {
-            Some((a, mac, version)) if a == addr && version == neigh.version() => Some(mac),
+            [Some((a, mac, v)), _] | [_, Some((a, mac, v))] if a == addr && v == version => {
+                Some(mac)
+            }
             _ => self.underlay_miss(neigh, addr),
         }
     }
@@ -367,7 +371,7 @@ impl<'s, 'a> Cx<'s, 'a> {
             .snap
             .underlay_neighbor(addr)
             .or_else(|| neigh.lookup(addr))?;
-        self.memo.underlay = Some((addr, mac, version));
+        self.memo.underlay = [Some((addr, mac, version)), self.memo.underlay[0]];
         Some(mac)
     }
 }
