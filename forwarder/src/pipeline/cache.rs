@@ -106,7 +106,9 @@ pub(super) struct Cx<'s, 'a> {
     snap: &'s Snapshot<'a>,
     memo: Memo,
     view: Option<(NetworkId, Option<NetworkView<'a>>)>,
-    encap: Option<(u32, Option<&'a EncapRec>)>,
+    /// The last two remote next hops' rewrites, the latest first (a frame flooded to two
+    /// nodes alternates between them).
+    encap: [Option<(u32, Option<&'a EncapRec>)>; 2],
     /// The last destination port: its record and whether its network is stateful.
     dst: Option<(PortId, Option<(&'a PortRec, bool)>)>,
 }
@@ -128,7 +130,7 @@ impl<'s, 'a> Cx<'s, 'a> {
             snap,
             memo,
             view: None,
-            encap: None,
+            encap: [None; 2],
             dst: None,
         }
     }
@@ -305,7 +307,7 @@ impl<'s, 'a> Cx<'s, 'a> {
     #[inline(always)]
     pub(super) fn encap(&mut self, nh: u32) -> Option<&'a EncapRec> {
         match self.encap {
-            Some((i, e)) if i == nh => e,
+            [Some((i, e)), _] | [_, Some((i, e))] if i == nh => e,
             _ => self.encap_miss(nh),
         }
     }
@@ -313,7 +315,7 @@ impl<'s, 'a> Cx<'s, 'a> {
     #[inline(never)]
     fn encap_miss(&mut self, nh: u32) -> Option<&'a EncapRec> {
         let e = self.snap.encap(nh);
-        self.encap = Some((nh, e));
+        self.encap = [Some((nh, e)), self.encap[0]];
         e
     }
 
