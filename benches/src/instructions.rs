@@ -22,6 +22,7 @@ use std::process::Command;
 
 use anyhow::{anyhow, bail, Context as _};
 
+use crate::control::TempDir;
 use crate::pipeline::{COUNTED_FN, WINDOW_TAG};
 use crate::report::{Figure, Scale};
 
@@ -36,15 +37,6 @@ fn bursts(scale: &Scale) -> usize {
         64
     } else {
         256
-    }
-}
-
-/// A directory removed with everything in it when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -115,10 +107,8 @@ pub fn figures(scale: &Scale) -> anyhow::Result<(Vec<Figure>, String)> {
             )
         })?;
     let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-    let dir = std::env::temp_dir().join(format!("lace-bench-instructions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let scratch = Scratch(dir);
-    let base = scratch.0.join("callgrind.out");
+    let dir = TempDir::new("lace-bench-instructions", &std::env::temp_dir())?;
+    let base = dir.0.join("callgrind.out");
     let exe = std::env::current_exe().context("finding lace-bench's own executable")?;
     let bursts = bursts(scale);
     let out = Command::new("valgrind")
