@@ -677,8 +677,7 @@ fn l2_sid(k: u32, f: SidFunction) -> Sid {
 
 /// l2 networks, on the nodes with endpoints of theirs: gateway = first address of the prefix,
 /// the MTU leaves room for the inner Ethernet header; every endpoint's addresses and MAC (on
-/// any node) in the neighbor table and FDB, the flood list, DT2U and DT2M SIDs. Policies
-/// toward them are noted as unsupported.
+/// any node) in the neighbor table and FDB, the flood list, DT2U, DT2M and DT46 SIDs.
 #[test]
 fn l2_networks_get_neighbors_fdb_flood_list_and_their_sids() {
     let mut world = two_nodes();
@@ -688,7 +687,6 @@ fn l2_networks_get_neighbors_fdb_flood_list_and_their_sids() {
     add_pod(&mut world, L2, 1, 8);
     add_pod(&mut world, L2, 2, 9);
     add_pod(&mut world, L2, 3, 5);
-    world.routing.push(policy("to-l2", &[1], L2, &[]));
     let out = desired(&world, &name(1), cfg()).unwrap();
     let t = &out.tables.networks[&NetworkId(L2)];
     assert_eq!(t.info.kind, NetworkKind::L2);
@@ -760,19 +758,13 @@ fn l2_networks_get_neighbors_fdb_flood_list_and_their_sids() {
         out.tables.sids.get(&l2_sid(1, SidFunction::EndDt2m)),
         Some(&SidBehavior::EndDt2m(NetworkId(L2)))
     );
-    assert_eq!(out.tables.ports[&port(L2, 7)].network, NetworkId(L2));
-    let unsupported: Vec<_> = out
-        .notes
-        .iter()
-        .filter(|n| n.kind == NoteKind::Unsupported)
-        .map(|n| n.object.as_str())
-        .collect();
     assert_eq!(
-        unsupported,
-        ["NetworkRoutingPolicy to-l2"],
-        "{:#?}",
-        out.notes
+        out.tables.sids.get(&sid(1, L2)),
+        Some(&SidBehavior::EndDt46(NetworkId(L2))),
+        "routed packets from other nodes (routing policy's)"
     );
+    assert_eq!(out.tables.ports[&port(L2, 7)].network, NetworkId(L2));
+    assert!(out.notes.is_empty(), "{:#?}", out.notes);
 
     // Published, the forwarder reads them; the published tables read back equal them.
     let r = Region::new();
@@ -812,6 +804,125 @@ fn l2_networks_get_neighbors_fdb_flood_list_and_their_sids() {
     // A node without endpoints of the network does not program it.
     let on3 = desired(&world, &name(3), cfg()).unwrap();
     assert!(!on3.tables.networks.contains_key(&NetworkId(L2)));
+}
+
+/// A routing policy with an l2 end: the l2 network's FIB gets the l3 destination's routes (its
+/// endpoints' packets leave through the gateway), and the l3 network's FIB every address the
+/// l2 network's neighbor table resolves — an endpoint on this node at its port and MAC, one on
+/// another node at that node's End.DT46 SID of the l2 network, a learned VM address wherever
+/// its MAC was last announced (followed incrementally; the l2 FIB of the node it is on routes
+/// it to its port), never the gateways. One way, the l3
+/// network's routes back are reply-only; removed, both FIBs lose them. Incremental plans
+/// equal full ones throughout.
+#[test]
+fn routing_policy_routes_between_l2_and_l3_networks() {
+    let mut world = two_nodes();
+    add_network(&mut world, L2);
+    add_pod(&mut world, L2, 1, 7);
+    add_pod(&mut world, L2, 2, 9);
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    assert_eq!(
+        v.hop4(1, addr4(L2, 1, 7)),
+        None,
+        "isolated without a policy"
+    );
+    assert_eq!(
+        v.hop4(L2, addr4(1, 2, 2)),
+        None,
+        "isolated without a policy"
+    );
+
+    world.routing.push(policy("storage-backend", &[L2], 1, &[]));
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(c.last(), &desired(&world, &name(1), cfg()).unwrap().tables);
+    // Out of the l2 network, through its gateway.
+    assert_eq!(v.hop4(L2, addr4(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop4(L2, addr4(1, 2, 2)), Some(remote(2, 1)));
+    assert_eq!(v.hop6(L2, addr6(1, 2, 2)), Some(remote(2, 1)));
+    // Into it: this node's endpoint at its port, node 2's at node 2's End.DT46 SID of the l2
+    // network (which node 2 programs).
+    assert_eq!(v.hop4(1, addr4(L2, 1, 7)), Some(local(L2, 1, 7)));
+    assert_eq!(v.hop6(1, addr6(L2, 1, 7)), Some(local(L2, 1, 7)));
+    assert_eq!(v.hop4(1, addr4(L2, 2, 9)), Some(remote(2, L2)));
+    assert_eq!(v.hop6(1, addr6(L2, 2, 9)), Some(remote(2, L2)));
+    assert_eq!(
+        v.hop4(1, "10.4.0.1".parse().unwrap()),
+        None,
+        "not the gateway"
+    );
+    let on2 = desired(&world, &name(2), cfg()).unwrap();
+    assert_eq!(
+        on2.tables.sids.get(&sid(2, L2)),
+        Some(&SidBehavior::EndDt46(NetworkId(L2)))
+    );
+    assert_eq!(
+        hops(&on2.tables.networks[&NetworkId(L2)].routes)
+            .get(&IpNet::from(IpAddr::V4(addr4(L2, 2, 9)))),
+        Some(&local(L2, 2, 9)),
+        "node 2 delivers what arrives at that SID"
+    );
+    assert!(
+        !on2.notes.iter().any(|n| n.kind == NoteKind::Unsupported),
+        "{:#?}",
+        on2.notes
+    );
+
+    // A VM's learned address goes where its MAC was last announced, and follows it.
+    let vm = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
+    let vm4: Ipv4Addr = "10.4.0.200".parse().unwrap();
+    world.learned.insert(
+        (net_name(L2), vm),
+        LearnedModel {
+            node: name(2),
+            endpoint_id: u64::from(L2 * 1_000_000 + 2000 + 9),
+            addresses: vec![IpAddr::V4(vm4)],
+            sequence: 1,
+            identity: false,
+        },
+    );
+    step(&mut c, &mut w, &world, &[Change::Network(net_name(L2))]);
+    assert_eq!(v.hop4(1, vm4), Some(remote(2, L2)));
+    assert_eq!(
+        v.hop4(L2, vm4),
+        None,
+        "the l2 FIB holds only this node's addresses"
+    );
+    let record = world.learned.get_mut(&(net_name(L2), vm)).unwrap();
+    record.node = name(1);
+    record.endpoint_id = u64::from(L2 * 1_000_000 + 1000 + 7);
+    record.sequence = 2;
+    step(&mut c, &mut w, &world, &[Change::Network(net_name(L2))]);
+    let at_7 = NextHop::Local {
+        port: port(L2, 7),
+        mac: vm,
+    };
+    assert_eq!(v.hop4(1, vm4), Some(at_7));
+    assert_eq!(
+        v.hop4(L2, vm4),
+        Some(at_7),
+        "what arrives at this node's End.DT46 SID reaches the VM"
+    );
+    assert_eq!(c.last(), &desired(&world, &name(1), cfg()).unwrap().tables);
+
+    // One way from the l2 network: the routes back into it carry only replies.
+    world.routing[0].direction = Direction::SourceToDestination;
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(
+        v.route(1, IpAddr::V4(addr4(L2, 2, 9))),
+        Some((remote(2, L2), RouteFlags::REPLY_ONLY))
+    );
+    assert!(c.last().networks[&NetworkId(1)].info.stateful);
+    assert_eq!(v.hop4(L2, addr4(1, 2, 2)), Some(remote(2, 1)));
+
+    world.routing.clear();
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(v.hop4(1, addr4(L2, 1, 7)), None);
+    assert_eq!(v.hop4(L2, addr4(1, 2, 2)), None);
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
 }
 
 /// A one-way policy: the source's FIB gets the destination's routes as a bidirectional one

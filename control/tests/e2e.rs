@@ -297,6 +297,56 @@ fn two_nodes_end_to_end() {
         "backend (l3) reached storage (l2) without a routing policy"
     );
 
+    // ---- a routing policy with an l2 end: storage ↔ backend, routed through the l2
+    //      network's gateway (its endpoints' default route) and its End.DT46 SIDs ----
+    let policy = lab.manifests.join("storage-backend.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: lace-cni.io/v1alpha1\nkind: NetworkRoutingPolicy\n\
+         metadata: {name: storage-backend}\n\
+         spec: {sources: [storage], destination: {network: backend}}\n",
+    )
+    .unwrap();
+    // Out of the l2 network: to the other node (SRv6 to backend's SID there) and on this node.
+    reachable(&storage1, backend1.v4);
+    reachable(&storage1, backend1.v6);
+    reachable(&storage3, backend2.v4);
+    // Into it: to the other node's l2 endpoint (SRv6 to storage's End.DT46 SID there) and to
+    // one on the same node; TCP across nodes.
+    reachable(&backend2, storage2.v4);
+    reachable(&backend2, storage2.v6);
+    reachable(&backend1, storage2.v4);
+    tcp_echo(&backend2, &storage2, storage2.v4);
+    // The path is routed (one hop: the gateway), not bridged.
+    let ttl = run_capture(&[
+        "ip",
+        "netns",
+        "exec",
+        &storage2.ns,
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "2",
+        &backend1.v4.to_string(),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(ttl.contains("ttl=63"), "one routed hop: {ttl}");
+    // No other network gains a path: not blue, not frontend (which reaches backend).
+    assert!(!ping(&tools1, storage2.v4, 2), "blue reached storage");
+    assert!(
+        !ping(&frontend1, storage1.v4, 2),
+        "frontend reached storage through backend's policies"
+    );
+    std::fs::remove_file(&policy).unwrap();
+    wait_for("storage isolated again", WAIT, || {
+        (!ping(&storage1, backend1.v4, 1)).then_some(())
+    });
+    assert!(
+        !ping(&backend2, storage2.v4, 2),
+        "backend still reached storage after the policy's removal"
+    );
+
     // ---- a second ADD of an interface that exists: refused, nothing changes ----
     let second = lab.cni(0, "ADD", &backend2).unwrap_err();
     assert!(
@@ -408,8 +458,9 @@ fn two_nodes_end_to_end() {
 
 // ---- l2 learning and VM mobility ----------------------------------------------------------
 
-/// A learning l2 network `vms`, the pods on it (two peers, one "launcher" per node for the VM)
-/// and the policy that binds them (before the examples' `tiers`).
+/// A learning l2 network `vms`, the pods on it (two peers, one "launcher" per node for the VM),
+/// the policy that binds them (before the examples' `tiers`) and a routing policy between it
+/// and the examples' l3 network `backend`.
 const VMS: &str = r#"
 apiVersion: lace-cni.io/v1alpha1
 kind: Network
@@ -451,6 +502,11 @@ apiVersion: v1
 kind: Pod
 metadata: {name: launcher-b, namespace: team-blue, labels: {tier: vm}}
 spec: {nodeName: node-b, containers: [{name: compute, image: registry.k8s.io/pause:3.10}]}
+---
+apiVersion: lace-cni.io/v1alpha1
+kind: NetworkRoutingPolicy
+metadata: {name: vms-backend}
+spec: {sources: [vms], destination: {network: backend}}
 "#;
 
 /// The VM: its own MAC and static addresses, not lace's.
@@ -516,6 +572,9 @@ fn become_vm(pod: &Pod) {
     ipn(&pod.ns, "link set eth0 up");
     ipn(&pod.ns, &format!("addr add {VM4}/24 dev eth0"));
     ipn(&pod.ns, &format!("-6 addr add {VM6}/64 dev eth0 nodad"));
+    // Its default gateway: the network's first address.
+    ipn(&pod.ns, "route add default via 10.60.0.1");
+    ipn(&pod.ns, "-6 route add default via fd60::1");
 }
 
 /// The id of network `name` as node-a's control reports it.
@@ -648,6 +707,8 @@ fn l2_learning_and_vm_mobility() {
     let peer1 = lab.add_pod(0, "team-blue", "peer-1");
     let peer2 = lab.add_pod(1, "team-blue", "peer-2");
     let launcher_a = lab.add_pod(0, "team-blue", "launcher-a");
+    // An l3 pod that reaches the VM through the routing policy.
+    let backend1 = lab.add_pod(1, "team-blue", "backend-1");
     assert!(in_subnet(peer1.v4, "10.60.0.0/24"), "{}", peer1.v4);
     reachable(&peer1, peer2.v4);
     reachable(&peer2, peer1.v6);
@@ -674,6 +735,10 @@ fn l2_learning_and_vm_mobility() {
         reachable(p, vm4);
         reachable(p, vm6);
     }
+    // Routed from another network: its learned addresses are routes to where it is (SRv6 to
+    // node-a's End.DT46 SID of vms), and it answers through its gateway.
+    reachable(&backend1, vm4);
+    reachable(&backend1, vm6);
 
     // ---- the VM migrates: the source interface goes down, the target's comes up with the
     //      VM's MAC and addresses; the target's interface coming up moves nothing ----
@@ -724,6 +789,9 @@ fn l2_learning_and_vm_mobility() {
         reachable(p, vm4);
         reachable(p, vm6);
     }
+    // The routes followed it: now on backend-1's own node.
+    reachable(&backend1, vm4);
+    reachable(&backend1, vm6);
     // The peers' ARP caches kept the VM's MAC: nothing else had to change.
     let neigh = ipn(&peer1.ns, &format!("neigh show {VM4} dev eth0"));
     assert!(neigh.contains(VM_MAC), "peer-1's neighbor entry: {neigh}");

@@ -1186,16 +1186,12 @@ fn routing_support_says_what_is_not_supported_yet() {
             "{sources: [frontend], destination: {network: corp}}",
             &[Unsupported::DestinationKind { network: "corp".into(), kind: "external" }],
         ),
-        (
-            "{sources: [frontend], destination: {network: storage}}",
-            &[Unsupported::DestinationKind { network: "storage".into(), kind: "l2" }],
-        ),
+        // l2 networks are routed to and from (through their gateway).
+        ("{sources: [frontend], destination: {network: storage}}", &[]),
+        ("{sources: [storage], destination: {network: backend}, direction: sourceToDestination}", &[]),
         (
             "{sources: [frontend, internet, storage], destination: {network: backend}}",
-            &[
-                Unsupported::SourceKind { index: 1, network: "internet".into(), kind: "external" },
-                Unsupported::SourceKind { index: 2, network: "storage".into(), kind: "l2" },
-            ],
+            &[Unsupported::SourceKind { index: 1, network: "internet".into(), kind: "external" }],
         ),
         // One-way paths between l3 networks are compiled (reply-only routes back).
         (
@@ -1229,10 +1225,6 @@ fn routing_support_says_what_is_not_supported_yet() {
         (
             Unsupported::DestinationKind { network: "corp".into(), kind: "external" },
             "spec.destination.network \"corp\" is an external network; paths to external networks are not supported yet",
-        ),
-        (
-            Unsupported::DestinationKind { network: "storage".into(), kind: "l2" },
-            "spec.destination.network \"storage\" is an l2 network; paths to l2 networks are not supported yet",
         ),
         (
             Unsupported::SourceKind { index: 1, network: "internet".into(), kind: "external" },

@@ -590,12 +590,12 @@ pub enum Unsupported {
     #[error("spec.nextHop.gateway (an uplink gateway) is not supported yet")]
     NextHopGateway,
     /// A destination network of a type the compiler does not route to yet (external: the
-    /// uplink side; l2: the forwarder does not forward l2 networks yet).
+    /// uplink side).
     #[error("spec.destination.network {network:?} is an {kind} network; paths to {kind} networks are not supported yet")]
     DestinationKind {
         /// The network.
         network: String,
-        /// Its type (`external` or `l2`).
+        /// Its type (`external`).
         kind: &'static str,
     },
     /// A source network of a type the compiler does not route from yet (with a bidirectional
@@ -606,7 +606,7 @@ pub enum Unsupported {
         index: usize,
         /// The network.
         network: String,
-        /// Its type (`external` or `l2`).
+        /// Its type (`external`).
         kind: &'static str,
     },
 }
@@ -1753,8 +1753,8 @@ pub fn routing_model(name: &str, spec: &NetworkRoutingPolicySpec) -> Result<Rout
 }
 
 /// Says whether the compiler implements a (valid) routing policy. Not yet: a next hop (transit
-/// endpoint or uplink gateway), a destination or source network of type external or l2 (only
-/// l3 networks are routed between). Both directions are supported (`sourceToDestination`: the
+/// endpoint or uplink gateway), a destination or source network of type external (l3 and l2
+/// networks are routed between). Both directions are supported (`sourceToDestination`: the
 /// way back is reply-only, ADR 0029). `kind_of` gives the type
 /// of a network by name (`None` for a network not known yet: nothing is rejected for it).
 /// The daemon sets `Supported=False` with the error's message, never silently ignores.
@@ -1772,10 +1772,10 @@ pub fn routing_support(
             features.push(Unsupported::NextHopGateway);
         }
     }
-    // Only l3 networks are routed between so far.
+    // l3 and l2 networks are routed between so far.
     let unsupported_kind = |network: &str| match kind_of(network) {
-        Some(t @ (NetworkType::External | NetworkType::L2)) => Some(t.as_str()),
-        Some(NetworkType::L3) | None => None,
+        Some(t @ NetworkType::External) => Some(t.as_str()),
+        Some(NetworkType::L3 | NetworkType::L2) | None => None,
     };
     if let Some(kind) = unsupported_kind(&spec.destination.network) {
         features.push(Unsupported::DestinationKind {

@@ -28,8 +28,10 @@
 //!   route set (not narrowed: the FIB matches destinations only) — flagged
 //!   [`RouteFlags::REPLY_ONLY`] when the policy is `sourceToDestination`: such a route carries
 //!   only replies of connections the flow table saw opened the allowed way (ADR 0029). A prefix
-//!   reached once plainly and once reply-only is plain. Policies with l2 or external ends
-//!   compile to nothing and are noted as [`NoteKind::Unsupported`] (ADR 0007). A prefix reached
+//!   reached once plainly and once reply-only is plain. An l2 network's route set is every
+//!   address its neighbor table resolves (not the gateways) → the local port and MAC, or the
+//!   End.DT46 SID of the network on the node the FDB names (ADR 0049). Policies with external
+//!   ends compile to nothing and are noted as [`NoteKind::Unsupported`] (ADR 0007). A prefix reached
 //!   twice with different next hops keeps the first and is reported as a
 //!   [`NoteKind::Conflict`], never silently overwritten.
 //! - **Services** (ADR 0029): last, each ClusterIP's host route → `NextHop::Service` in the
@@ -40,7 +42,7 @@
 //!   that another route (an endpoint) or another Service already holds is a conflict note.
 //!   A network with Services or reply-only routes is [`stateful`].
 //! - **Ports**: the endpoints on this node. **Remote nodes**: every other node. **Local SIDs**:
-//!   End.DT46 of each l3 network programmed here ([`encode_sid`]), End.DT2U and End.DT2M of
+//!   End.DT46 of each l3 and l2 network programmed here ([`encode_sid`]), End.DT2U and End.DT2M of
 //!   each l2 one.
 //! - **l2** networks, on every node with an endpoint of theirs: gateways → `Receive` and the
 //!   local endpoints' host routes (the IP path to and from the gateway); the neighbor table
@@ -48,7 +50,8 @@
 //!   FDB (every endpoint's MAC → its local port or its node's End.DT2U SID) and the flood list
 //!   (local ports, then every other member node's End.DT2M SID); End.DT2U and End.DT2M SIDs of
 //!   their own. Their MTU leaves room for the inner Ethernet header too
-//!   ([`L2_ENCAP_OVERHEAD`]). Routing policies with l2 ends compile to nothing yet.
+//!   ([`L2_ENCAP_OVERHEAD`]). Routing policy imports into their FIB as into an l3 one's (their
+//!   packets to other networks leave through the gateway); Services are not placed there.
 //! - **external** networks are not programmed.
 //! - **The host interface** (when the world has one, ADR 0023): its port
 //!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network

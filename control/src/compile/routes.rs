@@ -172,6 +172,68 @@ struct L2Tables {
     flood: Vec<FloodTarget>,
 }
 
+/// An l2 network's gateways: the first address of each prefix, at the gateway MAC.
+struct L2Gateways {
+    v4: Option<std::net::Ipv4Addr>,
+    v6: Option<std::net::Ipv6Addr>,
+    mac: MacAddr,
+}
+
+impl L2Gateways {
+    fn of(net: &NetworkModel) -> L2Gateways {
+        L2Gateways {
+            v4: net.v4.map(|(p, _)| gateway4(p)),
+            v6: net.v6.map(|(p, _)| gateway6(p)),
+            mac: gateway_mac(net.id),
+        }
+    }
+}
+
+/// Which of an l2 network's addresses [`l2_routes`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L2Reach {
+    /// Those on this node: the l2 network's own FIB (the IP path of its gateway).
+    Local,
+    /// Every one: the route set other networks import.
+    All,
+}
+
+/// The host routes of an l2 network's addresses on this node, from its compiled tables: every
+/// address the neighbor table resolves (each endpoint's, on any node, and the learned ones;
+/// not the gateways) → the local port and that MAC, or (with [`L2Reach::All`]) the network's
+/// End.DT46 SID on the node whose End.DT2U the FDB sends the MAC to (ADR 0049). The FDB
+/// decides, so a shared identity's address follows its active location and a learned one its
+/// last announcement.
+fn l2_routes(
+    ctx: &Ctx<'_>,
+    net: &NetworkModel,
+    t: &L2Tables,
+    reach: L2Reach,
+    fib: &mut FibBuilder<'_>,
+) {
+    let mut sids: BTreeMap<lace_shared::types::NodeId, Option<Sid>> = BTreeMap::new();
+    for (a, mac) in &t.neighbors {
+        let Some(entry) = t.fdb.get(mac) else {
+            // The gateways (answered by the forwarder itself).
+            continue;
+        };
+        let nh = match entry.target {
+            FdbTarget::Port(port) => NextHop::Local { port, mac: *mac },
+            FdbTarget::Remote { .. } if reach == L2Reach::Local => continue,
+            FdbTarget::Remote { node, .. } => {
+                let sid = *sids.entry(node).or_insert_with(|| {
+                    let peer = ctx.world.nodes.values().find(|n| n.id == node)?;
+                    encode_sid(peer.locator, SidFunction::EndDt46, net.id).ok()
+                });
+                // The FDB holds only nodes whose locator took the network's SIDs.
+                let Some(sid) = sid else { continue };
+                NextHop::Remote { node, sid }
+            }
+        };
+        fib.insert(host(*a), nh, &|| format!("the l2 address {a} (MAC {mac})"));
+    }
+}
+
 /// The local endpoints of a network as host routes: (endpoint, next hop, address).
 fn ports_of<'a>(
     eps: Option<&'a BTreeMap<AttachmentKey, EndpointModel>>,
@@ -360,13 +422,14 @@ impl Cache {
         );
     }
 
-    /// Network `name`'s route set (l3 only; empty for other kinds or unknown networks).
+    /// Network `name`'s route set (l3 and l2; empty for external or unknown networks).
     fn set(&mut self, ctx: &Ctx<'_>, name: &str) -> Arc<RouteSet> {
         if let Some(s) = self.sets.get(name) {
             return Arc::clone(s);
         }
         let s = Arc::new(match ctx.world.networks.get(name) {
             Some(n) if n.kind == NetworkType::L3 => self.compute_set(ctx, name, n),
+            Some(n) if n.kind == NetworkType::L2 => self.compute_l2_set(ctx, name, n),
             _ => RouteSet::default(),
         });
         self.sets.insert(name.to_string(), Arc::clone(&s));
@@ -433,6 +496,25 @@ impl Cache {
                 }),
             }
         }
+        RouteSet {
+            routes: fib.routes,
+            notes: fib.notes,
+        }
+    }
+
+    /// An l2 network's route set on this node: its addresses' host routes ([`l2_routes`]),
+    /// local and remote. Routing policy imports it into other networks' FIBs: their packets
+    /// reach an l2 endpoint routed, from the gateway MAC, as its own packets toward them leave
+    /// through its gateway. The l2 tables' own notes belong to the network's compilation
+    /// ([`Cache::compute_out`]), not to the set.
+    fn compute_l2_set(&self, ctx: &Ctx<'_>, name: &str, net: &NetworkModel) -> RouteSet {
+        let t = self.compile_l2(ctx, name, net, &L2Gateways::of(net), &mut Vec::new());
+        let mut fib = FibBuilder {
+            net: name,
+            routes: BTreeMap::new(),
+            notes: Vec::new(),
+        };
+        l2_routes(ctx, net, &t, L2Reach::All, &mut fib);
         RouteSet {
             routes: fib.routes,
             notes: fib.notes,
@@ -507,11 +589,10 @@ impl Cache {
                 }
                 (NetworkKind::L3, g4, g6)
             }
-            _ => (
-                NetworkKind::L2,
-                net.v4.map(|(p, _)| gateway4(p)),
-                net.v6.map(|(p, _)| gateway6(p)),
-            ),
+            _ => {
+                let g = L2Gateways::of(net);
+                (NetworkKind::L2, g.v4, g.v6)
+            }
         };
         let mut info = NetworkInfo {
             kind,
@@ -539,12 +620,11 @@ impl Cache {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
                 fib.insert(host(g), NextHop::Receive, &|| "the gateway".into());
             }
-            // The IP path of the l2 network (the gateway's answers) reaches the local endpoints.
-            for (_, nh, a) in ports_of(self.index.of(name)) {
-                fib.insert(host(a), nh, &|| "a local endpoint".into());
-            }
+            l2 = self.compile_l2(ctx, name, net, &L2Gateways::of(net), &mut notes);
+            // The IP path of the l2 network (the gateway's answers, routed packets from other
+            // networks) reaches the addresses on this node: endpoints' and learned VMs'.
+            l2_routes(ctx, net, &l2, L2Reach::Local, &mut fib);
             node_addresses(ctx, false, &mut fib);
-            l2 = self.compile_l2(ctx, name, net, &info, &mut notes);
             for (f, b) in [
                 (SidFunction::EndDt2u, SidBehavior::EndDt2u(net.id)),
                 (SidFunction::EndDt2m, SidBehavior::EndDt2m(net.id)),
@@ -558,6 +638,9 @@ impl Cache {
                     }),
                 }
             }
+            // Routing policy's paths leave through the gateway. The Services of the networks
+            // reached are not placed: an l2 network has no Service path yet.
+            self.import(ctx, name, net, &mut fib);
         }
         if kind == NetworkKind::L3 {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
@@ -573,15 +656,16 @@ impl Cache {
             }
             let reached = self.import(ctx, name, net, &mut fib);
             services = self.place_services(name, net, &reached, &mut fib);
-            // `plan` checked the locator length; network ids are never 0 after validation.
-            match encode_sid(ctx.me.locator, SidFunction::EndDt46, net.id) {
-                Ok(s) => sids.push((s, SidBehavior::EndDt46(net.id))),
-                Err(e) => notes.push(Note {
-                    kind: NoteKind::Inconsistent,
-                    object: net_obj(name),
-                    message: format!("no End.DT46 SID: {e}"),
-                }),
-            }
+        }
+        // Routed packets from other nodes (an l2 network's: those routing policy sends it).
+        // `plan` checked the locator length; network ids are never 0 after validation.
+        match encode_sid(ctx.me.locator, SidFunction::EndDt46, net.id) {
+            Ok(s) => sids.push((s, SidBehavior::EndDt46(net.id))),
+            Err(e) => notes.push(Note {
+                kind: NoteKind::Inconsistent,
+                object: net_obj(name),
+                message: format!("no End.DT46 SID: {e}"),
+            }),
         }
         notes.append(&mut fib.notes);
         info.stateful = stateful(self.policy.has_sets(name), &fib.routes);
@@ -614,17 +698,17 @@ impl Cache {
         ctx: &Ctx<'_>,
         name: &str,
         net: &NetworkModel,
-        info: &NetworkInfo,
+        gateways: &L2Gateways,
         notes: &mut Vec<Note>,
     ) -> L2Tables {
         let mut t = L2Tables::default();
-        for g in info
-            .gateway4
+        for g in gateways
+            .v4
             .map(IpAddr::V4)
             .into_iter()
-            .chain(info.gateway6.map(IpAddr::V6))
+            .chain(gateways.v6.map(IpAddr::V6))
         {
-            t.neighbors.insert(g, info.gateway_mac);
+            t.neighbors.insert(g, gateways.mac);
         }
         let mut remote_nodes = BTreeMap::new();
         let mut local_ports = BTreeSet::new();
@@ -813,9 +897,10 @@ impl Cache {
         }
     }
 
-    /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations, and
-    /// returns the networks whose Services `name` reaches through policy (each once, in policy
-    /// order).
+    /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations (l3 and
+    /// l2 networks; external ones are not routed yet), and returns the l3 networks whose
+    /// Services `name` reaches through policy (each once, in policy order; an l2 network has
+    /// no Service path yet).
     fn import(
         &mut self,
         ctx: &Ctx<'_>,
@@ -831,9 +916,14 @@ impl Cache {
             }
         };
         for p in &world.routing {
-            let l3 = |n: &str| world.networks.get(n).filter(|m| m.kind == NetworkType::L3);
+            let routed = |n: &str| {
+                world
+                    .networks
+                    .get(n)
+                    .filter(|m| m.kind != NetworkType::External)
+            };
             if p.sources.iter().any(|s| s == name) {
-                if let Some(d) = l3(&p.destination) {
+                if let Some(d) = routed(&p.destination) {
                     if p.destination != name && overlaps(net, d) {
                         fib.notes.push(overlap_note(&p.name, name, &p.destination));
                     }
@@ -843,7 +933,9 @@ impl Cache {
                             format!("{} (toward {})", policy_obj(&p.name), p.destination)
                         });
                     }
-                    reach(&p.destination);
+                    if d.kind == NetworkType::L3 {
+                        reach(&p.destination);
+                    }
                 }
             }
             if p.destination == name {
@@ -857,7 +949,7 @@ impl Cache {
                     if s == name {
                         continue;
                     }
-                    let Some(sm) = l3(s) else { continue };
+                    let Some(sm) = routed(s) else { continue };
                     if overlaps(net, sm) {
                         fib.notes.push(overlap_note(&p.name, name, s));
                     }
@@ -868,7 +960,7 @@ impl Cache {
                             format!("{} (back toward {s})", policy_obj(&p.name))
                         });
                     }
-                    if p.direction == Direction::Bidirectional {
+                    if p.direction == Direction::Bidirectional && sm.kind == NetworkType::L3 {
                         reach(s);
                     }
                 }
@@ -1251,17 +1343,13 @@ fn global_notes(world: &World, index: &LocalIndex) -> Vec<Note> {
                     p.destination
                 ),
             }),
-            Some(d) if d.kind != NetworkType::L3 => notes.push(Note {
+            Some(d) if d.kind == NetworkType::External => notes.push(Note {
                 kind: NoteKind::Unsupported,
                 object: policy_obj(&p.name),
                 message: format!(
-                    "destination {} is an {} network; only l3 destinations are compiled so far, \
-                     the policy opens nothing yet",
+                    "destination {} is an external network; only l3 and l2 destinations are \
+                     compiled so far, the policy opens nothing yet",
                     p.destination,
-                    match d.kind {
-                        NetworkType::L2 => "l2",
-                        _ => "external",
-                    }
                 ),
             }),
             Some(_) => {}
@@ -1273,11 +1361,12 @@ fn global_notes(world: &World, index: &LocalIndex) -> Vec<Note> {
                     object: policy_obj(&p.name),
                     message: format!("source network {s} does not exist; skipped"),
                 }),
-                Some(m) if m.kind != NetworkType::L3 => notes.push(Note {
+                Some(m) if m.kind == NetworkType::External => notes.push(Note {
                     kind: NoteKind::Unsupported,
                     object: policy_obj(&p.name),
                     message: format!(
-                        "source network {s} is not l3; only l3 sources are compiled so far"
+                        "source network {s} is external; only l3 and l2 sources are compiled so \
+                         far"
                     ),
                 }),
                 Some(_) => {}

@@ -1717,6 +1717,7 @@ metadata: {name: to-flat}
 spec:
   sources: [frontend]
   destination: {network: flat}
+  nextHop: {gateway: 192.0.2.1}
 ---
 apiVersion: lace-cni.io/v1alpha1
 kind: NetworkRoutingPolicy
@@ -1906,10 +1907,16 @@ metadata:
         );
         let outside = cond(&core, "NetworkRoutingPolicy", "outside", ACCEPTED);
         assert_eq!(outside.reason, "PrefixOutsideDestination");
+        // An l2 destination is routed to; an uplink gateway as next hop is not yet.
         let s = cond(&core, "NetworkRoutingPolicy", "to-flat", SUPPORTED);
         assert_eq!(
-            (s.status.as_str(), s.reason.as_str()),
-            ("False", "NotSupported")
+            (s.status.as_str(), s.reason.as_str(), s.message.as_str()),
+            (
+                "False",
+                "NotSupported",
+                "NetworkRoutingPolicy to-flat: spec.nextHop.gateway (an uplink gateway) is not \
+                 supported yet; nothing is compiled for this policy"
+            )
         );
         let names: Vec<&str> = core
             .world()

@@ -754,6 +754,21 @@ fn learning_network(w: &mut TableWriter) {
     .unwrap();
     w.add_route(LNET, IpAddr::V4(LGW4), 32, NextHop::Receive)
         .unwrap();
+    // The IP path's host routes: this node's addresses, the VM's learned ones too (ADR 0049).
+    for (ip, port, mac) in [
+        (IpAddr::V4(LPOD4), LPOD, MAC_LPOD),
+        (IpAddr::V6(LPOD6), LPOD, MAC_LPOD),
+        (IpAddr::V4(LPOD2_4), LPOD2, MAC_LPOD2),
+        (IpAddr::V4(VM4), LPOD, MAC_VM),
+        (IpAddr::V6(VM6), LPOD, MAC_VM),
+    ] {
+        let len = if ip.is_ipv4() { 32 } else { 128 };
+        let nh = NextHop::Local {
+            port,
+            mac: MacAddr(mac),
+        };
+        w.add_route(LNET, ip, len, nh).unwrap();
+    }
     w.set_local_sid(Sid(MY_L_DT2U), SidBehavior::EndDt2u(LNET))
         .unwrap();
     w.set_local_sid(Sid(MY_L_DT2M), SidBehavior::EndDt2m(LNET))

@@ -1,7 +1,7 @@
 //! The input nodes: `pod-input` (isolation and anti-spoofing) and `uplink-input` (IPv6 to
 //! this node or to a local SID), and the IP header checks every IP node relies on.
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use lace_shared::learn::{LearnEvent, LearnKind};
 use lace_shared::status::DropReason;
@@ -10,11 +10,11 @@ use lace_shared::types::{L2Hop, MacAddr, NetworkId, NetworkKind, PortId, PortRec
 use super::bridge;
 use super::cache::{Cx, NetCtx};
 use super::lookup;
-use super::reply;
+use super::reply::{self, own_address};
 use super::srv6;
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
-use crate::wire::{icmpv6, ipv4, ipv6, IpProtocol};
+use crate::wire::{icmpv6, ipv4, ipv6, EthernetAddress, IpProtocol};
 
 /// Ethernet header length; every IP node finds the IP header here.
 pub(super) const L3: usize = ethernet::HEADER_LEN;
@@ -430,6 +430,9 @@ fn classify_pod<B: PacketBuf>(
     let h = pkt.head::<L3>().ok_or(DropReason::Malformed)?;
     let eth = ethernet::Frame::new_unchecked(&h[..]);
     let src = eth.src_addr().0;
+    // A MAC learned on the port (a VM behind it) routes from the addresses learned with it,
+    // checked against these tables; the endpoint from its own addresses.
+    let mut learned = None;
     if src != port.mac {
         // Only a learning network lets a port send from another MAC: one learned on it, or
         // any in an announcement.
@@ -438,19 +441,25 @@ fn classify_pod<B: PacketBuf>(
         }
         // The network's tables, looked up only here: the common frame does not need them.
         let view = cx.view(m.net).ok_or(DropReason::NoNetwork)?;
-        m.flags |= match view.fdb(MacAddr(src)) {
-            Some(L2Hop::Port(p)) if p == m.rx => Meta::LEARNED,
-            _ => Meta::FOREIGN,
+        let on_port = matches!(view.fdb(MacAddr(src)), Some(L2Hop::Port(p)) if p == m.rx);
+        m.flags |= if on_port {
+            Meta::LEARNED
+        } else {
+            Meta::FOREIGN
         };
         if eth.dst_addr().0 == ctx.gw_mac.0 {
-            // The IP path serves the endpoints lace addressed; learned MACs are bridged.
-            return Err(DropReason::SpoofedMac);
+            if !on_port {
+                // The IP path serves the endpoints and the MACs learned on their ports.
+                return Err(DropReason::SpoofedMac);
+            }
+            learned = Some(view);
         }
     }
     if ctx.kind == NetworkKind::L2 && eth.dst_addr().0 != ctx.gw_mac.0 {
         return classify_bridged(pkt, m);
     }
     let multicast = eth.dst_addr().is_multicast();
+    let eth_src = EthernetAddress(src);
     match eth.ethertype() {
         EtherType::Arp => Ok(Stage::ArpReply),
         EtherType::Ipv4 => {
@@ -463,7 +472,8 @@ fn classify_pod<B: PacketBuf>(
                 .head::<{ L3 + ipv4::HEADER_LEN }>()
                 .ok_or(DropReason::Malformed)?;
             let ip = ipv4::Packet::new_unchecked(&h[L3..]);
-            if endpoint && Some(ip.src_addr()) != port.ipv4() {
+            let from = IpAddr::V4(ip.src_addr());
+            if endpoint && !own_address(port, learned.as_ref(), from, eth_src) {
                 return Err(DropReason::SpoofedSource);
             }
             if Some(ip.dst_addr()) == ctx.gw4 {
@@ -489,7 +499,8 @@ fn classify_pod<B: PacketBuf>(
             if dst.is_multicast() || multicast {
                 return Err(DropReason::Multicast);
             }
-            if endpoint && Some(ip.src_addr()) != port.ipv6() {
+            let from = IpAddr::V6(ip.src_addr());
+            if endpoint && !own_address(port, learned.as_ref(), from, eth_src) {
                 return Err(DropReason::SpoofedSource);
             }
             if Some(dst) == ctx.gw6 {

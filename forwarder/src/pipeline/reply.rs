@@ -70,24 +70,22 @@ fn answer_for(view: &NetworkView<'_>, ctx: &NetCtx, target: IpAddr) -> Option<Ma
         .flatten()
 }
 
-/// Whether `addr` may be a request's source: the endpoint's own address, or — from a MAC
-/// learned on the port ([`Meta::LEARNED`]) — an address the neighbor table gives that MAC.
+/// Whether `addr` may be the source of a request or a routed packet: the endpoint's own
+/// address, or — from a MAC learned on the port ([`Meta::LEARNED`], `learned` its network's
+/// tables) — an address the neighbor table gives that MAC.
 #[inline]
-fn own_address(
+pub(super) fn own_address(
     port: &PortRec,
-    view: &NetworkView<'_>,
+    learned: Option<&NetworkView<'_>>,
     addr: IpAddr,
     mac: EthernetAddress,
-    m: &Meta,
 ) -> bool {
-    let endpoint = match addr {
-        IpAddr::V4(a) => Some(a) == port.ipv4(),
-        IpAddr::V6(a) => Some(a) == port.ipv6(),
-    };
-    if m.is(Meta::LEARNED) {
-        view.neighbor(addr) == Some(MacAddr(mac.0))
-    } else {
-        endpoint
+    match learned {
+        Some(view) => view.neighbor(addr) == Some(MacAddr(mac.0)),
+        None => match addr {
+            IpAddr::V4(a) => Some(a) == port.ipv4(),
+            IpAddr::V6(a) => Some(a) == port.ipv6(),
+        },
     }
 }
 
@@ -372,7 +370,12 @@ fn arp_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verd
     // A probe (RFC 5227) has sender 0.0.0.0; anything else must be the endpoint's address
     // (or, for a learned MAC, the address learned with it).
     if sender != Ipv4Addr::UNSPECIFIED
-        && !own_address(&port, &net, IpAddr::V4(sender), frame_src, m)
+        && !own_address(
+            &port,
+            m.is(Meta::LEARNED).then_some(&net),
+            IpAddr::V4(sender),
+            frame_src,
+        )
     {
         return Err(DropReason::SpoofedSource);
     }
@@ -571,7 +574,12 @@ fn nd_one<B: PacketBuf>(
                 }
                 if !(src.is_unspecified()
                     || src.is_unicast_link_local()
-                    || own_address(&port, &view, IpAddr::V6(src), frame_src, m))
+                    || own_address(
+                        &port,
+                        m.is(Meta::LEARNED).then_some(&view),
+                        IpAddr::V6(src),
+                        frame_src,
+                    ))
                 {
                     return Err(DropReason::SpoofedSource);
                 }

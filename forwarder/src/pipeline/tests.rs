@@ -2723,14 +2723,26 @@ fn a_learned_mac_is_forwarded_and_refreshed_once_per_period_and_only_announced_e
         &arp(1, MAC_VM, LPOD4, [0; 6], LPOD2_4),
     );
     run_on(&mut node, &mut pipe, &mut io, LPOD, ask).dropped(DropReason::SpoofedSource);
-    // The IP path (the gateway) serves the endpoints lace addressed, not learned MACs.
-    let to_gw = eth(
-        GW_MAC,
-        MAC_VM,
-        0x0800,
-        &ipv4(VM4, LGW4, 1, 64, 0, true, &icmp4(8, 0, [0; 4], b"gw")),
-    );
-    run_on(&mut node, &mut pipe, &mut io, LPOD, to_gw).dropped(DropReason::SpoofedMac);
+    // The IP path (the gateway) serves the endpoints and the MACs learned on their ports,
+    // from the addresses learned with them (a VM routes through its gateway): its ping to
+    // the gateway is answered, to it ...
+    let to_gw = |src| {
+        eth(
+            GW_MAC,
+            MAC_VM,
+            0x0800,
+            &ipv4(src, LGW4, 1, 64, 0, true, &icmp4(8, 0, [0; 4], b"gw")),
+        )
+    };
+    let r = run_on(&mut node, &mut pipe, &mut io, LPOD, to_gw(VM4));
+    let (out, reply) = r.one();
+    assert_eq!(out, LPOD);
+    assert_eq!((&reply[..6], &reply[6..12]), (&MAC_VM[..], &GW_MAC[..]));
+    assert_eq!(reply[30..34], VM4.octets(), "to the VM's address");
+    // ... not from an address learned with another MAC, nor from the same MAC on a port the
+    // FDB does not place it on.
+    run_on(&mut node, &mut pipe, &mut io, LPOD, to_gw(LPOD4)).dropped(DropReason::SpoofedSource);
+    run_on(&mut node, &mut pipe, &mut io, LPOD2, to_gw(VM4)).dropped(DropReason::SpoofedMac);
     // The same MAC on the other port, where the FDB does not place it: only an announcement
     // passes (the VM moved); anything else is spoofing.
     let moved = eth(
