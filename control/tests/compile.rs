@@ -870,6 +870,68 @@ fn routing_policy_routes_between_l2_and_l3_networks() {
         "{:#?}",
         on2.notes
     );
+    // The l3 network's Services are reached from the l2 one (its backends answer through the
+    // client's gateway); the l2 network's own are not placed, here or there.
+    world.services.insert(
+        svc_key("api"),
+        service(
+            1,
+            &["10.96.0.10"],
+            None,
+            vec![svc_port(
+                "http",
+                Protocol::Tcp,
+                80,
+                pod_backends(1, 2, 2, 8080).to_vec(),
+            )],
+        ),
+    );
+    world.services.insert(
+        svc_key("vm"),
+        service(
+            L2,
+            &["10.96.0.20"],
+            None,
+            vec![svc_port(
+                "http",
+                Protocol::Tcp,
+                80,
+                pod_backends(L2, 2, 9, 8080).to_vec(),
+            )],
+        ),
+    );
+    step(
+        &mut c,
+        &mut w,
+        &world,
+        &[
+            Change::Service(svc_key("api")),
+            Change::Service(svc_key("vm")),
+        ],
+    );
+    assert_eq!(
+        v.hop4(L2, "10.96.0.10".parse().unwrap()),
+        Some(NextHop::Service)
+    );
+    assert!(v.service(L2, "10.96.0.10", PROTO_TCP, 80).is_some());
+    assert!(
+        v.info(L2).unwrap().stateful,
+        "its connections to the Service are tracked"
+    );
+    assert_eq!(v.hop4(L2, "10.96.0.20".parse().unwrap()), None);
+    assert_eq!(v.hop4(1, "10.96.0.20".parse().unwrap()), None);
+    assert_eq!(c.last(), &desired(&world, &name(1), cfg()).unwrap().tables);
+    world.services.clear();
+    step(
+        &mut c,
+        &mut w,
+        &world,
+        &[
+            Change::Service(svc_key("api")),
+            Change::Service(svc_key("vm")),
+        ],
+    );
+    assert_eq!(v.hop4(L2, "10.96.0.10".parse().unwrap()), None);
 
     // A VM's learned address goes where its MAC was last announced, and follows it.
     let vm = MacAddr([0x52, 0x54, 0, 0, 0, 1]);

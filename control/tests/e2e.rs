@@ -95,11 +95,19 @@ for m in ["1", "2", "3", "4", "5", "end"]:
 
 /// A TCP connection from `from` to `to` at `addr`: 64 KiB sent, echoed back, compared.
 fn tcp_echo(from: &Pod, to: &Pod, addr: IpAddr) {
+    tcp_echo_via(from, &[(to, addr)], (addr, 7007));
+}
+
+/// A TCP connection from `from` to `dst` (an address and port: a pod's, or a Service's that
+/// leads to one of `servers`, each listening at its address on that port): 64 KiB sent,
+/// echoed back, compared.
+fn tcp_echo_via(from: &Pod, servers: &[(&Pod, IpAddr)], dst: (IpAddr, u16)) {
+    let (addr, port) = dst;
     let server = r#"
 import socket
 s = socket.socket(socket.AF_INET6 if ":" in "@HOST@" else socket.AF_INET)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("@HOST@", 7007))
+s.bind(("@HOST@", @PORT@))
 s.listen(1)
 s.settimeout(30)
 c, _ = s.accept()
@@ -113,17 +121,23 @@ while len(got) < 65536:
 c.sendall(got)
 c.close()
 "#
-    .replace("@HOST@", &addr.to_string());
-    let mut srv = Command::new("ip")
-        .args(["netns", "exec", &to.ns, "python3", "-c", &server])
-        .spawn()
-        .expect("spawn the TCP server");
+    .replace("@PORT@", &port.to_string());
+    // Killed and reaped on drop, also when the client fails.
+    let _servers: Vec<Proc> = servers
+        .iter()
+        .map(|(to, at)| {
+            let script = server.replace("@HOST@", &at.to_string());
+            let argv = ["ip", "netns", "exec", &to.ns, "python3", "-c", &script].map(String::from);
+            let what = format!("TCP echo server in {}", to.name);
+            Proc::spawn(&what, &argv, PathBuf::from("/dev/null"))
+        })
+        .collect();
     let client = r#"
 import socket, sys, time
 data = bytes(range(256)) * 256
 for _ in range(50):
     try:
-        c = socket.create_connection(("@HOST@", 7007), timeout=10)
+        c = socket.create_connection(("@HOST@", @PORT@), timeout=10)
         break
     except OSError:
         time.sleep(0.2)
@@ -138,12 +152,11 @@ while len(got) < len(data):
     got += d
 sys.exit(0 if got == data else "echo differs: %d bytes back" % len(got))
 "#
-    .replace("@HOST@", &addr.to_string());
+    .replace("@HOST@", &addr.to_string())
+    .replace("@PORT@", &port.to_string());
     let out = run_capture(&["ip", "netns", "exec", &from.ns, "python3", "-c", &client]);
-    let _ = srv.kill();
-    let _ = srv.wait();
     if let Err(e) = out {
-        panic!("TCP {} -> {} ({addr}): {e}", from.name, to.name);
+        panic!("TCP {} -> {addr} port {port}: {e}", from.name);
     }
 }
 
@@ -317,6 +330,13 @@ fn two_nodes_end_to_end() {
     reachable(&backend2, storage2.v6);
     reachable(&backend1, storage2.v4);
     tcp_echo(&backend2, &storage2, storage2.v4);
+    // backend's Service (its ClusterIP, load-balanced over backend-1 and backend-2) from the
+    // l2 network: the backend answers through storage-1's gateway, so the reverse NAT sees it.
+    tcp_echo_via(
+        &storage1,
+        &[(&backend1, backend1.v4), (&backend2, backend2.v4)],
+        ("10.96.0.10".parse().unwrap(), 8080),
+    );
     // The path is routed (one hop: the gateway), not bridged.
     let ttl = run_capture(&[
         "ip",

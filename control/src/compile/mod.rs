@@ -51,7 +51,8 @@
 //!   (local ports, then every other member node's End.DT2M SID); End.DT2U and End.DT2M SIDs of
 //!   their own. Their MTU leaves room for the inner Ethernet header too
 //!   ([`L2_ENCAP_OVERHEAD`]). Routing policy imports into their FIB as into an l3 one's (their
-//!   packets to other networks leave through the gateway); Services are not placed there.
+//!   packets to other networks leave through the gateway), with the ClusterIPs of the l3
+//!   networks reached; their own Services are not placed (ADR 0049).
 //! - **external** networks are not programmed.
 //! - **The host interface** (when the world has one, ADR 0023): its port
 //!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network

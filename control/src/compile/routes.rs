@@ -638,9 +638,12 @@ impl Cache {
                     }),
                 }
             }
-            // Routing policy's paths leave through the gateway. The Services of the networks
-            // reached are not placed: an l2 network has no Service path yet.
-            self.import(ctx, name, net, &mut fib);
+            // Routing policy's paths leave through the gateway, toward the ClusterIPs of the
+            // l3 networks reached too (a backend answers through the client's gateway, so the
+            // reverse NAT sees the reply). The l2 network's own Services are not placed: a
+            // backend on the client's subnet would answer it directly, around the NAT.
+            let reached = self.import(ctx, name, net, &mut fib);
+            services = self.services_of(name, reached.iter().map(String::as_str), &mut fib);
         }
         if kind == NetworkKind::L3 {
             for g in g4.map(IpAddr::V4).into_iter().chain(g6.map(IpAddr::V6)) {
@@ -899,8 +902,8 @@ impl Cache {
 
     /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations (l3 and
     /// l2 networks; external ones are not routed yet), and returns the l3 networks whose
-    /// Services `name` reaches through policy (each once, in policy order; an l2 network has
-    /// no Service path yet).
+    /// Services `name` reaches through policy (each once, in policy order; an l2 network's own
+    /// Services are not placed, see [`Cache::compute_out`]).
     fn import(
         &mut self,
         ctx: &Ctx<'_>,
