@@ -874,6 +874,19 @@ pub(crate) enum Mode {
     Kubernetes,
 }
 
+/// The underlay between the two forwarders of a [`Stack`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Underlay {
+    /// The veth pair `ul-a`/`ul-b`, each end a kernel interface the forwarder takes with its
+    /// packet socket (a system call per burst, the kernel's work per frame).
+    Veth,
+    /// DPDK's `net_memif` between the two forwarder processes (node a the server, node b the
+    /// client, a socket file in the stack's directory: an abstract socket would be in node a's
+    /// network namespace only): shared-memory rings, no system call and no kernel work per
+    /// frame, as a NIC's descriptor rings are.
+    Memif,
+}
+
 /// A pod attached (or being attached) through lace-cni.
 #[derive(Debug)]
 struct Attached {
@@ -902,6 +915,8 @@ pub(crate) struct Stack {
     pod_netns: Vec<String>,
     /// Attachments still present.
     attached: Vec<Attached>,
+    /// What joins the two forwarders.
+    underlay: Underlay,
 }
 
 pub(crate) fn run_ok(cmd: &mut Command) -> anyhow::Result<String> {
@@ -927,10 +942,19 @@ impl Stack {
 
     /// A standalone stack.
     pub(crate) fn start() -> anyhow::Result<Stack> {
-        Self::start_in(Mode::Standalone)
+        Self::start_with(Mode::Standalone, Underlay::Veth)
     }
 
     pub(crate) fn start_in(mode: Mode) -> anyhow::Result<Stack> {
+        Self::start_with(mode, Underlay::Veth)
+    }
+
+    /// A standalone stack whose forwarders are joined by `underlay`.
+    pub(crate) fn start_on(underlay: Underlay) -> anyhow::Result<Stack> {
+        Self::start_with(Mode::Standalone, underlay)
+    }
+
+    fn start_with(mode: Mode, underlay: Underlay) -> anyhow::Result<Stack> {
         let bin = bin_dir()?;
         for b in ["lace-forwarder", "lace-control", "lace-cni"] {
             if !bin.join(b).is_file() {
@@ -973,6 +997,7 @@ impl Stack {
             procs: Vec::new(),
             pod_netns: Vec::new(),
             attached: Vec::new(),
+            underlay,
         };
         s.setup(&examples)?;
         Ok(s)
@@ -1021,12 +1046,20 @@ impl Stack {
 
         for (n, _) in NODES {
             let cfg = self.work.0.join(format!("forwarder-{n}.toml"));
+            let device = match self.underlay {
+                Underlay::Veth => format!("ul-{n}"),
+                Underlay::Memif => format!(
+                    "net_memif0,role={},id=0,socket={},socket-abstract=no,rsize=13",
+                    if n == "a" { "server" } else { "client" },
+                    self.work.0.join("underlay.memif").display()
+                ),
+            };
             std::fs::write(
                 &cfg,
                 format!(
                     "name = \"lace-bench-{tag}-{n}\"\ntables_dir = \"/dev/shm\"\n[eal]\n\
                      memory = \"no-huge\"\nmemory_mb = 256\n[uplink]\n\
-                     device = \"ul-{n}\"\naddress = \"fd00:100::{n}\"\n\
+                     device = \"{device}\"\naddress = \"fd00:100::{n}\"\n\
                      mtu = 1500\n[workers]\ncount = 1\npolling = \"adaptive\"\n",
                     tag = self.tag
                 ),
@@ -1056,6 +1089,20 @@ impl Stack {
                 .spawn()
                 .context("starting lace-forwarder")?;
             self.procs.push((format!("forwarder-{n}"), child));
+            if self.underlay == Underlay::Memif && n == "a" {
+                // The memif client (node b) connects at start: the server's socket first.
+                let socket = self.work.0.join("underlay.memif");
+                let t = std::time::Instant::now();
+                while !socket.exists() {
+                    if t.elapsed() > Duration::from_secs(20) {
+                        bail!(
+                            "node a's forwarder made no memif socket {} within 20 s",
+                            socket.display()
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             self.spawn_control(n)?;
         }
         let deadline = Instant::now() + Duration::from_secs(20);

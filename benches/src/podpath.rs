@@ -23,6 +23,10 @@
 //!   a lace-control per node namespace, underlay veth, pods created through lace-cni exactly as
 //!   kubelet would), one pod on each node, default configuration (packet-socket ports,
 //!   adaptive polling), underlay MTU 1500, pod MTU 1460.
+//! - **lace on memif** (`podpath.memif.*`): the same, with the two forwarders' underlay on
+//!   DPDK's `net_memif` instead of the veth pair ([`Underlay::Memif`]): shared-memory rings
+//!   between the processes, no system call and no kernel work per frame, as a NIC's descriptor
+//!   rings on a bare-metal node. Frames are still cut to the underlay MTU.
 //!
 //! Probes, each in the client pod's namespace toward the server pod on the other node:
 //! `iperf3` TCP, one stream and four, [`TCP_SECONDS`] each (receiver's rate; retransmitted ÷
@@ -43,7 +47,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use serde_json::Value;
 
-use crate::control::{ip, is_root, run_ok, Outcome, Stack};
+use crate::control::{ip, is_root, run_ok, Outcome, Stack, Underlay};
 use crate::report::{Direction, Figure, Target};
 use crate::rttsplit::{self, Points, Split, SEGMENTS};
 
@@ -55,12 +59,16 @@ pub const UDP_SECONDS: u32 = 4;
 pub const PINGS: u32 = 300;
 /// The first figure id, for "not measured" lines.
 pub const FIGURE: &str = "podpath.tcp_1stream.gbps";
+/// The first figure of the memif underlay's shape.
+pub const MEMIF_FIGURE: &str = "podpath.memif.tcp_1stream.gbps";
 
 /// Targets of the pod-path figures (report-only).
 pub fn targets() -> Vec<(String, Target)> {
     [
         ("podpath.tcp_1stream.gbps", Target::RatioAtLeast(1.0)),
         ("podpath.tcp_4stream.gbps", Target::RatioAtLeast(1.0)),
+        (MEMIF_FIGURE, Target::RatioAtLeast(1.0)),
+        ("podpath.memif.tcp_4stream.gbps", Target::RatioAtLeast(1.0)),
         ("podpath.udp64.mpps", Target::RatioAtLeast(2.0)),
         ("podpath.rtt.p50_us", Target::RatioAtMost(1.0)),
         (
@@ -263,22 +271,24 @@ fn rtt(ep: &Endpoints) -> anyhow::Result<(f64, f64)> {
 }
 
 /// Every probe, in order; `nodes`: the client's and the server's node namespaces (their
-/// underlay interfaces are `ul-a` and `ul-b`), where the round trip is split.
-fn measure(ep: &Endpoints, nodes: [String; 2]) -> anyhow::Result<Measured> {
+/// underlay interfaces are `ul-a` and `ul-b`), where the round trip is split — or why it is
+/// not (no kernel underlay interface to capture on).
+fn measure(ep: &Endpoints, nodes: Result<[String; 2], String>) -> anyhow::Result<Measured> {
     let (tcp1_gbps, tcp1_retransmit_ratio, tcp1_cpu_us_per_segment) =
         tcp(ep, 1).context("TCP, one stream")?;
     let (tcp4_gbps, _, _) = tcp(ep, 4).context("TCP, four streams")?;
     let udp64_mpps = udp64(ep).context("UDP, 64 B")?;
     let (rtt_p50_us, rtt_p99_us) = rtt(ep).context("ping")?;
-    let [client_node, server_node] = nodes;
-    let split = rttsplit::measure(&Points {
-        client_pod: ep.client.clone(),
-        server_pod: ep.server.clone(),
-        client_node: (client_node, "ul-a".to_owned()),
-        server_node: (server_node, "ul-b".to_owned()),
-        server_ip: ep.server_ip.clone(),
-    })
-    .map_err(|e| format!("{e:#}"));
+    let split = nodes.and_then(|[client_node, server_node]| {
+        rttsplit::measure(&Points {
+            client_pod: ep.client.clone(),
+            server_pod: ep.server.clone(),
+            client_node: (client_node, "ul-a".to_owned()),
+            server_node: (server_node, "ul-b".to_owned()),
+            server_ip: ep.server_ip.clone(),
+        })
+        .map_err(|e| format!("{e:#}"))
+    });
     Ok(Measured {
         tcp1_gbps,
         tcp1_retransmit_ratio,
@@ -759,15 +769,15 @@ fn kernel(tag: &str, peer: Peer) -> anyhow::Result<(Measured, f64)> {
         .with_context(|| format!("building the kernel's {} shape", peer.name()))?;
     let ep = k.endpoints();
     reachable(&ep)?;
-    let on = measure(&ep, [k.ns("a"), k.ns("b")])?;
+    let on = measure(&ep, Ok([k.ns("a"), k.ns("b")]))?;
     k.offloads(false)?;
     let (off_gbps, _, _) = tcp(&ep, 1).context("TCP, one stream, offloads off")?;
     Ok((on, off_gbps))
 }
 
-/// lace's figures, and the forwarders' counters afterwards.
-fn lace() -> anyhow::Result<(Measured, Vec<String>)> {
-    let mut stack = Stack::start()?;
+/// lace's figures on `underlay`, and the forwarders' counters afterwards.
+fn lace(underlay: Underlay) -> anyhow::Result<(Measured, Vec<String>)> {
+    let mut stack = Stack::start_on(underlay)?;
     let r = (|| {
         stack.launch(0, 0)?;
         let (target, _) = stack.add("b", "bench-target")?;
@@ -778,10 +788,20 @@ fn lace() -> anyhow::Result<(Measured, Vec<String>)> {
             server_ip: target,
         };
         reachable(&ep)?;
-        let m = measure(&ep, [stack.node_ns("a"), stack.node_ns("b")])?;
+        let nodes = match underlay {
+            Underlay::Veth => Ok([stack.node_ns("a"), stack.node_ns("b")]),
+            Underlay::Memif => {
+                Err("memif: no kernel interface on the underlay to capture on".into())
+            }
+        };
+        let m = measure(&ep, nodes)?;
+        let what = match underlay {
+            Underlay::Veth => "podpath",
+            Underlay::Memif => "podpath.memif",
+        };
         let mut notes = Vec::new();
         for n in ["a", "b"] {
-            notes.push(counters(&stack, n, "podpath")?);
+            notes.push(counters(&stack, n, what)?);
         }
         Ok((m, notes))
     })();
@@ -875,9 +895,11 @@ pub fn figures() -> Outcome {
     let Some(kernel) = out.step(FIGURE, "kernel shape", kernel(&tag, peer)) else {
         return out;
     };
-    let Some((lace, notes)) = out.step(FIGURE, "lace shape", lace()) else {
+    let Some((on_veth, notes)) = out.step(FIGURE, "lace shape", lace(Underlay::Veth)) else {
         return out;
     };
+    let memif = out.step(MEMIF_FIGURE, "lace shape on memif", lace(Underlay::Memif));
+    let lace = on_veth;
     let (k, k_off) = kernel;
     let anchor = |id: &str, v: f64, unit: &str| Figure::new(id, v, unit);
     let k1 = out.push(anchor(
@@ -949,6 +971,38 @@ pub fn figures() -> Outcome {
     ));
     split_figures(&mut out, &k.split, &lace.split);
     out.notes.extend(notes);
+    if let Some((m, notes)) = memif {
+        out.push(Figure::versus(MEMIF_FIGURE, m.tcp1_gbps, &k1));
+        out.push(Figure::versus(
+            "podpath.memif.tcp_4stream.gbps",
+            m.tcp4_gbps,
+            &k4,
+        ));
+        out.push(Figure::versus(
+            "podpath.memif.udp64.mpps",
+            m.udp64_mpps,
+            &ku,
+        ));
+        out.push(Figure::versus(
+            "podpath.memif.rtt.p50_us",
+            m.rtt_p50_us,
+            &kr50,
+        ));
+        out.push(Figure::versus(
+            "podpath.memif.tcp_1stream.cpu_us_per_segment",
+            m.tcp1_cpu_us_per_segment,
+            &kcpu,
+        ));
+        out.notes.push(
+            "podpath.memif: the same lace shape with the forwarders' underlay on DPDK's \
+             net_memif (shared-memory rings between the two processes, as a NIC's descriptor \
+             rings: no system call or kernel work per frame) instead of the veth pair; frames \
+             are still cut to the underlay MTU (1500); adaptive workers sleep on a timer with \
+             a DPDK uplink (no wake-up on readiness), which the round trip shows"
+                .to_owned(),
+        );
+        out.notes.extend(notes);
+    }
     if k.tcp1_retransmit_ratio == 0.0 {
         out.notes.push(
             "podpath: the kernel retransmitted nothing, so the retransmit ratio's target (≤ the \

@@ -91,6 +91,7 @@
 //! | `podpath.rtt.split.<segment>_us`, `podpath.rtt.split.rtt_us` | where the round trip goes: a second ping run captured at each pod's eth0 and each node's underlay interface, each echo cut into `request.client_node`, `request.server_node`, `server_pod`, `reply.server_node`, `reply.client_node`, `client_pod`; means, which add up to `split.rtt_us` (`lace_benches::rttsplit`) | `podpath.kernel.rtt.split.*` |
 //! | `podpath.tcp_1stream.retransmit_ratio` | RetransSegs / OutSegs | the kernel's |
 //! | `podpath.tcp_1stream.cpu_us_per_segment` | host CPU time per segment sent | the kernel's |
+//! | `podpath.memif.{tcp_1stream.gbps,tcp_4stream.gbps,udp64.mpps,rtt.p50_us,tcp_1stream.cpu_us_per_segment}` | lace's shape again with the forwarders' uplinks on `net_memif` (a NIC's rings: no system call per frame), ADR 0050 | the same kernel figures |
 //!
 //! `--service-path` (root, needs `nft`; not part of `--quick`) prints only the ClusterIP
 //! comparison (`lace_benches::servicepath`): the same two shapes, a pod on node a connecting to
