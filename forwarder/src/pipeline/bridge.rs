@@ -122,15 +122,13 @@ pub(super) fn forward_fresh<B: PacketBuf, I: Io<B>>(
                 continue;
             }
             Some(L2Hop::Remote(nh)) if rx != PortId::UPLINK => {
-                let plan = match way {
-                    Some((at, plan)) if at == nh => plan,
-                    _ => {
-                        let plan = L2Plan::new(n, nh);
-                        way = Some((nh, plan));
-                        plan
-                    }
-                };
-                if plan.is_some_and(|p| srv6::l2_encap_planned(&mut pkt, &p)) {
+                // The plan is used where it is kept: a copy per frame would cost as much as
+                // the header it writes.
+                if !matches!(way, Some((at, _)) if at == nh) {
+                    way = Some((nh, L2Plan::new(n, nh)));
+                }
+                let plan = way.as_ref().and_then(|(_, p)| p.as_ref());
+                if plan.is_some_and(|p| srv6::l2_encap_planned(&mut pkt, p)) {
                     n.io.send(PortId::UPLINK, pkt);
                     remote += 1;
                     continue;
