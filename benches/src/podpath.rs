@@ -19,14 +19,16 @@
 //!
 //!   Measured with the devices' default offloads, then once more with TSO/GSO/GRO (and checksum
 //!   offload) off on every veth and VXLAN device.
-//! - **lace**: the two-node stack of the demo ([`crate::control`]'s stack: a lace-forwarder and
-//!   a lace-control per node namespace, underlay veth, pods created through lace-cni exactly as
-//!   kubelet would), one pod on each node, default configuration (packet-socket ports,
-//!   adaptive polling), underlay MTU 1500, pod MTU 1460.
-//! - **lace on memif** (`podpath.memif.*`): the same, with the two forwarders' underlay on
-//!   DPDK's `net_memif` instead of the veth pair ([`Underlay::Memif`]): shared-memory rings
-//!   between the processes, no system call and no kernel work per frame, as a NIC's descriptor
-//!   rings on a bare-metal node. Frames are still cut to the underlay MTU.
+//! - **lace** (`podpath.*`, the figures the targets apply to): the two-node stack of the demo
+//!   ([`crate::control`]'s stack: a lace-forwarder and a lace-control per node namespace, pods
+//!   created through lace-cni exactly as kubelet would), one pod on each node, default
+//!   configuration (packet-socket pod ports, adaptive polling), underlay MTU 1500, pod MTU
+//!   1460, with the two forwarders' uplinks on DPDK's `net_memif` ([`Underlay::Memif`]):
+//!   shared-memory rings between the processes, no system call and no kernel work per frame,
+//!   as a bare-metal node's NIC (ADR 0050). Frames are still cut to the underlay MTU.
+//! - **lace on veth** (`podpath.veth.*`, reported): the same on the demo's underlay veth pair,
+//!   each end a kernel interface the forwarder takes with a packet socket. The round trip is
+//!   split on this shape (its underlay interfaces are where the captures are).
 //!
 //! Probes, each in the client pod's namespace toward the server pod on the other node:
 //! `iperf3` TCP, one stream and four, [`TCP_SECONDS`] each (receiver's rate; retransmitted ÷
@@ -57,18 +59,16 @@ pub const TCP_SECONDS: u32 = 6;
 pub const UDP_SECONDS: u32 = 4;
 /// Ping replies per RTT probe.
 pub const PINGS: u32 = 300;
-/// The first figure id, for "not measured" lines.
+/// The first figure id (the NIC-like memif underlay's), for "not measured" lines.
 pub const FIGURE: &str = "podpath.tcp_1stream.gbps";
-/// The first figure of the memif underlay's shape.
-pub const MEMIF_FIGURE: &str = "podpath.memif.tcp_1stream.gbps";
+/// The first figure of the veth underlay's shape (the demo's).
+pub const VETH_FIGURE: &str = "podpath.veth.tcp_1stream.gbps";
 
 /// Targets of the pod-path figures (report-only).
 pub fn targets() -> Vec<(String, Target)> {
     [
         ("podpath.tcp_1stream.gbps", Target::RatioAtLeast(1.0)),
         ("podpath.tcp_4stream.gbps", Target::RatioAtLeast(1.0)),
-        (MEMIF_FIGURE, Target::RatioAtLeast(1.0)),
-        ("podpath.memif.tcp_4stream.gbps", Target::RatioAtLeast(1.0)),
         ("podpath.udp64.mpps", Target::RatioAtLeast(2.0)),
         ("podpath.rtt.p50_us", Target::RatioAtMost(1.0)),
         (
@@ -796,8 +796,8 @@ fn lace(underlay: Underlay) -> anyhow::Result<(Measured, Vec<String>)> {
         };
         let m = measure(&ep, nodes)?;
         let what = match underlay {
-            Underlay::Veth => "podpath",
-            Underlay::Memif => "podpath.memif",
+            Underlay::Veth => "podpath.veth",
+            Underlay::Memif => "podpath",
         };
         let mut notes = Vec::new();
         for n in ["a", "b"] {
@@ -895,114 +895,70 @@ pub fn figures() -> Outcome {
     let Some(kernel) = out.step(FIGURE, "kernel shape", kernel(&tag, peer)) else {
         return out;
     };
-    let Some((on_veth, notes)) = out.step(FIGURE, "lace shape", lace(Underlay::Veth)) else {
-        return out;
-    };
-    let memif = out.step(MEMIF_FIGURE, "lace shape on memif", lace(Underlay::Memif));
-    let lace = on_veth;
+    let nic = out.step(FIGURE, "lace shape on memif", lace(Underlay::Memif));
+    let veth = out.step(VETH_FIGURE, "lace shape on veth", lace(Underlay::Veth));
     let (k, k_off) = kernel;
     let anchor = |id: &str, v: f64, unit: &str| Figure::new(id, v, unit);
-    let k1 = out.push(anchor(
-        "podpath.kernel.tcp_1stream.gbps",
-        k.tcp1_gbps,
-        "Gbit/s",
-    ));
-    let k1off = out.push(anchor(
-        "podpath.kernel_offloads_off.tcp_1stream.gbps",
-        k_off,
-        "Gbit/s",
-    ));
-    let k4 = out.push(anchor(
-        "podpath.kernel.tcp_4stream.gbps",
-        k.tcp4_gbps,
-        "Gbit/s",
-    ));
-    let ku = out.push(anchor("podpath.kernel.udp64.mpps", k.udp64_mpps, "Mpps"));
-    let kr50 = out.push(anchor("podpath.kernel.rtt.p50_us", k.rtt_p50_us, "µs"));
-    let kr99 = out.push(anchor("podpath.kernel.rtt.p99_us", k.rtt_p99_us, "µs"));
-    let kre = out.push(
-        anchor(
-            "podpath.kernel.tcp_1stream.retransmit_ratio",
-            k.tcp1_retransmit_ratio,
-            "retransmitted/sent",
-        )
-        .better(Direction::LowerIsBetter),
-    );
-    let kcpu = out.push(anchor(
-        "podpath.kernel.tcp_1stream.cpu_us_per_segment",
-        k.tcp1_cpu_us_per_segment,
-        "µs/segment",
-    ));
-    out.push(Figure::versus(FIGURE, lace.tcp1_gbps, &k1));
-    out.push(Figure::versus(
-        "podpath.tcp_1stream.gbps.vs_offloads_off",
-        lace.tcp1_gbps,
-        &k1off,
-    ));
-    out.push(Figure::versus(
-        "podpath.tcp_4stream.gbps",
-        lace.tcp4_gbps,
-        &k4,
-    ));
-    out.push(Figure::versus("podpath.udp64.mpps", lace.udp64_mpps, &ku));
-    out.push(Figure::versus("podpath.rtt.p50_us", lace.rtt_p50_us, &kr50));
-    out.push(Figure::versus("podpath.rtt.p99_us", lace.rtt_p99_us, &kr99));
-    out.push(Figure::versus(
-        "podpath.tcp_1stream.retransmit_ratio",
-        lace.tcp1_retransmit_ratio,
-        &kre,
-    ));
-    out.push(Figure::versus(
-        "podpath.tcp_1stream.cpu_us_per_segment",
-        lace.tcp1_cpu_us_per_segment,
-        &kcpu,
-    ));
+    let anchors = Anchors {
+        tcp1: out.push(anchor(
+            "podpath.kernel.tcp_1stream.gbps",
+            k.tcp1_gbps,
+            "Gbit/s",
+        )),
+        tcp1_off: out.push(anchor(
+            "podpath.kernel_offloads_off.tcp_1stream.gbps",
+            k_off,
+            "Gbit/s",
+        )),
+        tcp4: out.push(anchor(
+            "podpath.kernel.tcp_4stream.gbps",
+            k.tcp4_gbps,
+            "Gbit/s",
+        )),
+        udp64: out.push(anchor("podpath.kernel.udp64.mpps", k.udp64_mpps, "Mpps")),
+        rtt50: out.push(anchor("podpath.kernel.rtt.p50_us", k.rtt_p50_us, "µs")),
+        rtt99: out.push(anchor("podpath.kernel.rtt.p99_us", k.rtt_p99_us, "µs")),
+        retransmit: out.push(
+            anchor(
+                "podpath.kernel.tcp_1stream.retransmit_ratio",
+                k.tcp1_retransmit_ratio,
+                "retransmitted/sent",
+            )
+            .better(Direction::LowerIsBetter),
+        ),
+        cpu: out.push(anchor(
+            "podpath.kernel.tcp_1stream.cpu_us_per_segment",
+            k.tcp1_cpu_us_per_segment,
+            "µs/segment",
+        )),
+    };
     out.notes.push(format!(
-        "podpath: kernel {} shape then lace shape, back to back; iperf3 TCP {TCP_SECONDS} s (1 and \
-         4 streams, receiver's rate), UDP 64 B {UDP_SECONDS} s (server's received packets), \
-         ping -i 0.01 x{PINGS}; retransmit ratio = RetransSegs/OutSegs of the client pod; CPU \
-         per segment = host busy CPU time (all CPUs, /proc/stat) over the one-stream run / \
-         segments sent; load average at the start: {}",
+        "podpath: kernel {} shape, then lace's on memif (podpath.*: the underlay as a bare-metal \
+         node's NIC is, DPDK rings between the forwarders, no system call or kernel work per \
+         frame; frames still cut to the underlay MTU 1500; an adaptive worker with a DPDK port \
+         sleeps on a timer, which the round trip shows), then lace's on the veth pair \
+         (podpath.veth.*: the demo's, a packet socket on each end), back to back; iperf3 TCP \
+         {TCP_SECONDS} s (1 and 4 streams, receiver's rate), UDP 64 B {UDP_SECONDS} s \
+         (server's received packets), ping -i 0.01 x{PINGS}; retransmit ratio = \
+         RetransSegs/OutSegs of the client pod; CPU per segment = host busy CPU time (all CPUs, \
+         /proc/stat) over the one-stream run / segments sent; load average at the start: {}",
         peer.name(),
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
             .join(" ")
     ));
-    split_figures(&mut out, &k.split, &lace.split);
-    out.notes.extend(notes);
-    if let Some((m, notes)) = memif {
-        out.push(Figure::versus(MEMIF_FIGURE, m.tcp1_gbps, &k1));
-        out.push(Figure::versus(
-            "podpath.memif.tcp_4stream.gbps",
-            m.tcp4_gbps,
-            &k4,
-        ));
-        out.push(Figure::versus(
-            "podpath.memif.udp64.mpps",
-            m.udp64_mpps,
-            &ku,
-        ));
-        out.push(Figure::versus(
-            "podpath.memif.rtt.p50_us",
-            m.rtt_p50_us,
-            &kr50,
-        ));
-        out.push(Figure::versus(
-            "podpath.memif.tcp_1stream.cpu_us_per_segment",
-            m.tcp1_cpu_us_per_segment,
-            &kcpu,
-        ));
-        out.notes.push(
-            "podpath.memif: the same lace shape with the forwarders' underlay on DPDK's \
-             net_memif (shared-memory rings between the two processes, as a NIC's descriptor \
-             rings: no system call or kernel work per frame) instead of the veth pair; frames \
-             are still cut to the underlay MTU (1500); adaptive workers sleep on a timer with \
-             a DPDK uplink (no wake-up on readiness), which the round trip shows"
-                .to_owned(),
-        );
+    let mut veth_split = Err("the veth shape was not measured".to_owned());
+    for (prefix, shape) in [("podpath", nic), ("podpath.veth", veth)] {
+        let Some((m, notes)) = shape else { continue };
+        shape_figures(&mut out, prefix, &m, &anchors);
         out.notes.extend(notes);
+        if prefix == "podpath.veth" {
+            veth_split = m.split;
+        }
     }
+    // Where the round trip goes is cut at the underlay interfaces: the veth shape's.
+    split_figures(&mut out, &k.split, &veth_split);
     if k.tcp1_retransmit_ratio == 0.0 {
         out.notes.push(
             "podpath: the kernel retransmitted nothing, so the retransmit ratio's target (≤ the \
@@ -1011,6 +967,43 @@ pub fn figures() -> Outcome {
         );
     }
     out
+}
+
+/// The kernel's figures of one run, each lace figure's anchor.
+struct Anchors {
+    tcp1: Figure,
+    tcp1_off: Figure,
+    tcp4: Figure,
+    udp64: Figure,
+    rtt50: Figure,
+    rtt99: Figure,
+    retransmit: Figure,
+    cpu: Figure,
+}
+
+/// One lace shape's figures under `prefix` (`podpath`, `podpath.veth`), each beside the
+/// kernel's.
+fn shape_figures(out: &mut Outcome, prefix: &str, m: &Measured, a: &Anchors) {
+    for (id, v, anchor) in [
+        ("tcp_1stream.gbps", m.tcp1_gbps, &a.tcp1),
+        ("tcp_1stream.gbps.vs_offloads_off", m.tcp1_gbps, &a.tcp1_off),
+        ("tcp_4stream.gbps", m.tcp4_gbps, &a.tcp4),
+        ("udp64.mpps", m.udp64_mpps, &a.udp64),
+        ("rtt.p50_us", m.rtt_p50_us, &a.rtt50),
+        ("rtt.p99_us", m.rtt_p99_us, &a.rtt99),
+        (
+            "tcp_1stream.retransmit_ratio",
+            m.tcp1_retransmit_ratio,
+            &a.retransmit,
+        ),
+        (
+            "tcp_1stream.cpu_us_per_segment",
+            m.tcp1_cpu_us_per_segment,
+            &a.cpu,
+        ),
+    ] {
+        out.push(Figure::versus(format!("{prefix}.{id}"), v, anchor));
+    }
 }
 
 /// `podpath.rtt.split.*`: where lace's round trip goes beside where the kernel's does, segment

@@ -900,15 +900,11 @@ fn routing_policy_routes_between_l2_and_l3_networks() {
             )],
         ),
     );
-    step(
-        &mut c,
-        &mut w,
-        &world,
-        &[
-            Change::Service(svc_key("api")),
-            Change::Service(svc_key("vm")),
-        ],
-    );
+    let services = [
+        Change::Service(svc_key("api")),
+        Change::Service(svc_key("vm")),
+    ];
+    step(&mut c, &mut w, &world, &services);
     assert_eq!(
         v.hop4(L2, "10.96.0.10".parse().unwrap()),
         Some(NextHop::Service)
@@ -922,15 +918,7 @@ fn routing_policy_routes_between_l2_and_l3_networks() {
     assert_eq!(v.hop4(1, "10.96.0.20".parse().unwrap()), None);
     assert_eq!(c.last(), &desired(&world, &name(1), cfg()).unwrap().tables);
     world.services.clear();
-    step(
-        &mut c,
-        &mut w,
-        &world,
-        &[
-            Change::Service(svc_key("api")),
-            Change::Service(svc_key("vm")),
-        ],
-    );
+    step(&mut c, &mut w, &world, &services);
     assert_eq!(v.hop4(L2, "10.96.0.10".parse().unwrap()), None);
 
     // A VM's learned address goes where its MAC was last announced, and follows it.

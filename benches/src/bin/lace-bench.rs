@@ -77,21 +77,21 @@
 //! | `mobility.converge_ms.{p50,p99}` | two-node stack (root): a VM's RARP on one node → both nodes' tables place its MAC there | `mobility.local_ms.*`: the announcing node's tables alone |
 //!
 //! `--pod-path` (root; not part of `--quick`) prints only the pod-path comparison
-//! (`lace_benches::podpath`): two nodes with a pod each, lace's demo shape beside the kernel's
+//! (`lace_benches::podpath`): two nodes with a pod each, lace's shape (on memif, then veth) beside the kernel's
 //! own encapsulation built on the same machine, measured back to back: SRv6 (`seg6` encap.red,
 //! `seg6local End.DX4`) where the running kernel takes those routes, VXLAN over the IPv6
 //! underlay otherwise; the report's `podpath.peer = seg6|vxlan` note names the one that ran:
 //!
 //! | id | what | anchor |
 //! |---|---|---|
-//! | `podpath.tcp_1stream.gbps`, `podpath.tcp_4stream.gbps` | iperf3 TCP pod → remote pod | `podpath.kernel.*` (default offloads) |
+//! | `podpath.tcp_1stream.gbps`, `podpath.tcp_4stream.gbps` | iperf3 TCP pod → remote pod, the forwarders' underlay on `net_memif` (a bare-metal node's NIC rings, ADR 0050) | `podpath.kernel.*` (default offloads) |
 //! | `podpath.tcp_1stream.gbps.vs_offloads_off` | the same | `podpath.kernel_offloads_off.tcp_1stream.gbps` |
 //! | `podpath.udp64.mpps` | iperf3 UDP, 64 B payloads, received rate | `podpath.kernel.udp64.mpps` |
 //! | `podpath.rtt.{p50,p99}_us` | ping every 10 ms | `podpath.kernel.rtt.*` |
-//! | `podpath.rtt.split.<segment>_us`, `podpath.rtt.split.rtt_us` | where the round trip goes: a second ping run captured at each pod's eth0 and each node's underlay interface, each echo cut into `request.client_node`, `request.server_node`, `server_pod`, `reply.server_node`, `reply.client_node`, `client_pod`; means, which add up to `split.rtt_us` (`lace_benches::rttsplit`) | `podpath.kernel.rtt.split.*` |
 //! | `podpath.tcp_1stream.retransmit_ratio` | RetransSegs / OutSegs | the kernel's |
 //! | `podpath.tcp_1stream.cpu_us_per_segment` | host CPU time per segment sent | the kernel's |
-//! | `podpath.memif.{tcp_1stream.gbps,tcp_4stream.gbps,udp64.mpps,rtt.p50_us,tcp_1stream.cpu_us_per_segment}` | lace's shape again with the forwarders' uplinks on `net_memif` (a NIC's rings: no system call per frame), ADR 0050 | the same kernel figures |
+//! | `podpath.veth.*` (the same ids) | the same probes on the demo's veth underlay (a packet socket on each end), reported | the same kernel figures |
+//! | `podpath.rtt.split.<segment>_us`, `podpath.rtt.split.rtt_us` | where the round trip goes, on the veth shape: a second ping run captured at each pod's eth0 and each node's underlay interface, each echo cut into `request.client_node`, `request.server_node`, `server_pod`, `reply.server_node`, `reply.client_node`, `client_pod`; means, which add up to `split.rtt_us` (`lace_benches::rttsplit`) | `podpath.kernel.rtt.split.*` |
 //!
 //! `--service-path` (root, needs `nft`; not part of `--quick`) prints only the ClusterIP
 //! comparison (`lace_benches::servicepath`): the same two shapes, a pod on node a connecting to
