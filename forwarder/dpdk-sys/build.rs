@@ -73,6 +73,8 @@ const FUNCTIONS: &[&str] = &[
     "rte_eth_dev_default_mac_addr_set",
     "rte_eth_dev_get_mtu",
     "rte_eth_dev_set_mtu",
+    "rte_eth_dev_rx_intr_enable",
+    "rte_eth_dev_rx_intr_disable",
     // hot-plug
     "rte_dev_probe",
     "rte_dev_remove",

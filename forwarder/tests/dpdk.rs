@@ -13,10 +13,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use lace_forwarder::dpdk::{
-    lcore_id, Burst, Eal, Error, MacAddr, Mbuf, Mempool, Port, PortConfig, Ring, DPDK_VERSION,
-    WORKER_PANICKED,
+    lcore_id, Burst, Eal, Error, MacAddr, Mbuf, Mempool, Port, PortConfig, Ring, RxInterrupts,
+    DPDK_VERSION, WORKER_PANICKED,
 };
-use lace_prereq::{dpdk_null_pmd, file, root};
+use lace_prereq::{dpdk_null_pmd, file, program, root};
 
 /// The vdev the EAL creates at start, looked up with `Port::by_name`.
 const EAL_NULL: &str = "net_null_eal0";
@@ -59,7 +59,7 @@ const CHECKS: &[Check] = &[
         hotplug_null,
     ),
     (
-        "hot-plug net_tap: kernel interface appears and goes",
+        "hot-plug net_tap: kernel interface appears and goes; its RX interrupt",
         hotplug_tap,
     ),
     ("port errors: not found, bad vdev args, states", port_errors),
@@ -91,6 +91,7 @@ fn main() -> ExitCode {
         root(),
         dpdk_null_pmd(),
         file("/dev/net/tun", "the kernel's tun driver (CONFIG_TUN)"),
+        program("ip", "iproute2"),
     ]);
     if !missing.is_empty() {
         println!("FAILED: prerequisites missing: {}", missing.join("; "));
@@ -682,7 +683,11 @@ fn hotplug_null(eal: Eal) {
     assert_eq!(port.name(), "net_null_hp0");
     assert!(Port::names(&eal).contains(&"net_null_hp0".to_owned()));
     let info = port.info().unwrap();
-    port.configure(&small_config(2, 2), &p).unwrap();
+    let config = PortConfig {
+        rx_interrupts: true,
+        ..small_config(2, 2)
+    };
+    port.configure(&config, &p).unwrap();
     port.start().unwrap();
     let rss = port.rss_hash_functions().unwrap();
     assert_eq!(
@@ -693,6 +698,13 @@ fn hotplug_null(eal: Eal) {
     assert_ne!(rss, 0);
 
     let mut rx = [port.rx_queue(0).unwrap(), port.rx_queue(1).unwrap()];
+    // net_null has no RX interrupts: asked for them, its queues must be polled.
+    let set = RxInterrupts::new().unwrap();
+    assert!(
+        !rx[0].watch_interrupts(&set),
+        "net_null has no RX interrupts"
+    );
+    assert!(!rx[0].wakes() && !rx[0].arm());
     let mut tx = port.tx_queue(1).unwrap();
     let mut b: Burst = Burst::new();
     for q in &mut rx {
@@ -730,8 +742,48 @@ fn hotplug_tap(eal: Eal) {
     let info = port.info().unwrap();
     assert_eq!(info.driver, "net_tap");
     assert!(info.if_index.is_some());
-    port.configure(&small_config(1, 1), &p).unwrap();
+    let config = PortConfig {
+        rx_interrupts: true,
+        ..small_config(1, 1)
+    };
+    port.configure(&config, &p).unwrap();
     port.start().unwrap();
+
+    // Its RX interrupt (the queue's descriptor) makes the set readable for a frame the kernel
+    // sends while the queue is armed; draining the set consumes the wake-up, not the frame.
+    let set = RxInterrupts::new().unwrap();
+    let mut rxq = port.rx_queue(0).unwrap();
+    assert!(rxq.watch_interrupts(&set), "net_tap has RX interrupts");
+    assert!(rxq.arm());
+    assert_eq!(set.drain(), 0, "nothing arrived yet");
+    let ip = |args: &str| {
+        let out = std::process::Command::new("ip")
+            .args(args.split_whitespace())
+            .output()
+            .expect("run ip");
+        assert!(out.status.success(), "ip {args}: {out:?}");
+    };
+    ip(&format!("addr add 198.19.78.1/24 dev {iface}"));
+    let sock = std::net::UdpSocket::bind("198.19.78.1:0").unwrap();
+    sock.set_broadcast(true).unwrap();
+    sock.send_to(b"interrupt", "198.19.78.255:9").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut interrupts = 0;
+    while interrupts == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        interrupts = set.drain();
+    }
+    assert!(interrupts >= 1, "the frame raised the queue's interrupt");
+    rxq.disarm();
+    let mut got: Burst<32> = Burst::new();
+    while !got.iter().any(|m| m.data().ends_with(b"interrupt")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the frame is received"
+        );
+        rxq.rx_burst(&mut got);
+    }
+    drop((got, rxq));
     let mac = port.mac().unwrap();
     let kernel_mac = std::fs::read_to_string(sys.join("address")).unwrap();
     println!(

@@ -16,7 +16,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use lace_prereq::{dpdk_null_pmd, program, require, root};
+use lace_prereq::{dpdk_null_pmd, file, program, require, root};
 use lace_shared::status::{status_path, PortState, StatusReader};
 use lace_shared::tables::{TableWriter, TablesConfig};
 use lace_shared::types::PortKind;
@@ -795,21 +795,28 @@ struct IdleNode {
     /// Its status region.
     status: PathBuf,
     writer: TableWriter,
-    _uplink: VethPod,
+    _uplink: Option<VethPod>,
     _dir: Workdir,
 }
 
 impl IdleNode {
+    /// With its uplink on a veth (a packet socket).
     fn start() -> IdleNode {
-        let dir = Workdir::new("wake");
-        let name = unique("w");
         let uplink = VethPod::new();
         quiet(&uplink);
+        let device = uplink.host_if.clone();
+        IdleNode::start_on(&device, Some(uplink))
+    }
+
+    /// With `device` as its uplink (`uplink`: the veth it names, if any, removed on drop).
+    fn start_on(device: &str, uplink: Option<VethPod>) -> IdleNode {
+        let dir = Workdir::new("wake");
+        let name = unique("w");
         let mut writer = TableWriter::create(&tables_config(&dir.path, &name)).expect("tables");
         writer.set_network(NetworkId(1), &network_info()).unwrap();
         writer.publish().unwrap();
         let path = dir.path.join(format!("{name}.toml"));
-        let base = BASE.replace("net_null0,no-rx=1", &uplink.host_if).replace(
+        let base = BASE.replace("net_null0,no-rx=1", device).replace(
             "polling = \"adaptive\"",
             "polling = \"adaptive\"\nspin_us = 0",
         );
@@ -966,6 +973,59 @@ fn a_sleeping_adaptive_worker_wakes_for_a_port_change() {
         &node.cfg,
         "port 1 removed, by a command wake-up",
         |s| port_state(s, 1) == "absent" && wake(s, "wake_command") > commands,
+    );
+}
+
+#[test]
+#[ignore = "runs the forwarder: needs root, DPDK's PMDs, ip and /dev/net/tun; run with --include-ignored"]
+fn a_sleeping_adaptive_worker_wakes_for_a_frame_on_a_dpdk_port_by_its_rx_interrupt() {
+    require(&[
+        root(),
+        dpdk_null_pmd(),
+        program("ip", "iproute2"),
+        file("/dev/net/tun", "the kernel's tun driver (CONFIG_TUN)"),
+    ]);
+    // The uplink is a DPDK net_tap, which has RX interrupts (its queues' descriptors); the
+    // forwarder has no packet socket, so a readiness wake-up can only be the tap queue's
+    // interrupt. The tap goes when the forwarder exits.
+    let tap = unique("lt");
+    let mut node = IdleNode::start_on(&format!("net_tap_{tap},iface={tap}"), None);
+    let out = Command::new("sysctl")
+        .arg("-qw")
+        .arg(format!("net.ipv6.conf.{tap}.disable_ipv6=1"))
+        .output()
+        .expect("run sysctl");
+    assert!(out.status.success(), "sysctl: {}", text(&out.stderr));
+    ip_ok(&format!("addr add 198.19.77.1/24 dev {tap}"));
+
+    let s = node.asleep_after(&stats(&node.cfg).unwrap());
+    let (ready, received) = (
+        wake(&s, "wake_readiness"),
+        s["workers"][0]["rx_packets"].as_u64().unwrap_or(0),
+    );
+    // Three broadcasts out of the tap, 200 ms apart: each reaches the sleeping worker's queue.
+    let sock = std::net::UdpSocket::bind("198.19.77.1:0").expect("bind to the tap's address");
+    sock.set_broadcast(true).unwrap();
+    for _ in 0..3 {
+        sock.send_to(b"wake up", "198.19.77.255:9")
+            .expect("send a broadcast");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = wait_for(
+        &mut node.fwd,
+        &node.cfg,
+        "the frames received after an interrupt wake-up",
+        |s| {
+            s["workers"][0]["rx_packets"].as_u64() >= Some(received + 3)
+                && wake(s, "wake_readiness") > ready
+        },
+    );
+    assert!(
+        node.fwd
+            .log()
+            .contains("RX interrupt wakes its idle worker"),
+        "{s}\n{}",
+        node.fwd.log()
     );
 }
 

@@ -103,3 +103,39 @@ uint32_t lace_rte_hash_crc(const void *key, uint32_t key_len, uint32_t init_val)
 {
 	return rte_hash_crc(key, key_len, init_val);
 }
+
+int lace_rx_intr_watch(uint16_t port_id, uint16_t queue_id, int epfd)
+{
+	/* ethdev logs an error for a port without Rx interrupt vectors (memif, pcap, null, ...),
+	 * which is a normal answer here: ask with its log type quiet. */
+	int level = rte_log_get_level(rte_eth_dev_logtype);
+	int fd;
+
+	rte_log_set_level(rte_eth_dev_logtype, RTE_LOG_EMERG);
+	fd = rte_eth_dev_rx_intr_ctl_q_get_fd(port_id, queue_id);
+	if (level >= 0)
+		rte_log_set_level(rte_eth_dev_logtype, (uint32_t)level);
+	if (fd < 0)
+		return fd;
+	return rte_eth_dev_rx_intr_ctl_q(port_id, queue_id, epfd, RTE_INTR_EVENT_ADD, NULL);
+}
+
+int lace_rx_intr_unwatch(uint16_t port_id, uint16_t queue_id, int epfd)
+{
+	return rte_eth_dev_rx_intr_ctl_q(port_id, queue_id, epfd, RTE_INTR_EVENT_DEL, NULL);
+}
+
+int lace_rx_intr_drain(int epfd)
+{
+	struct rte_epoll_event events[16];
+	int total = 0;
+	int n;
+
+	do {
+		n = rte_epoll_wait(epfd, events, 16, 0);
+		if (n < 0)
+			return n;
+		total += n;
+	} while (n == 16);
+	return total;
+}

@@ -27,6 +27,8 @@
 #include <rte_fib6.h>
 #include <rte_hash.h>
 #include <rte_hash_crc.h>
+#include <rte_interrupts.h>
+#include <rte_log.h>
 #include <rte_malloc.h>
 
 /* ---- EAL: per-thread values behind macros ---- */
@@ -44,6 +46,18 @@ uint16_t lace_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_m
 			       uint16_t nb_pkts);
 uint16_t lace_rte_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
 			       uint16_t nb_pkts);
+
+/* ---- Rx queue interrupts (an adaptive worker's wake-up on a DPDK port) ---- */
+
+/* Adds the interrupt of (port, queue) to the epoll set `epfd` (rte_eth_dev_rx_intr_ctl_q), or
+ * returns a negative errno when the port has none (driver without Rx interrupts, or the port
+ * configured without intr_conf.rxq). Asking an unsupporting port does not log. */
+int lace_rx_intr_watch(uint16_t port_id, uint16_t queue_id, int epfd);
+/* Removes what lace_rx_intr_watch added. */
+int lace_rx_intr_unwatch(uint16_t port_id, uint16_t queue_id, int epfd);
+/* Consumes the ready interrupts of `epfd` without waiting (rte_epoll_wait, which reads each
+ * interrupt's counter as its kind needs); returns how many there were, or -1. */
+int lace_rx_intr_drain(int epfd);
 
 /* ---- mbuf (static inline) ---- */
 

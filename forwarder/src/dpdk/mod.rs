@@ -39,7 +39,9 @@ pub use eal::{lcore_id, socket_id, tsc, Eal, Worker, WORKER_PANICKED};
 pub use error::{Error, Result};
 pub use mbuf::{Burst, Drain, Mbuf, BURST_SIZE};
 pub use mempool::Mempool;
-pub use port::{Link, MacAddr, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue};
+pub use port::{
+    Link, MacAddr, Port, PortConfig, PortInfo, PortStats, RxInterrupts, RxQueue, TxQueue,
+};
 pub use ring::Ring;
 
 /// The DPDK version lace-dpdk-sys was generated from (`pkg-config --modversion libdpdk`).

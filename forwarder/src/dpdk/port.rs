@@ -4,10 +4,17 @@
 //! A port's life: [`Port::by_name`], [`Port::attach_vdev`] or [`Port::from_rings`] →
 //! [`Port::configure`] → [`Port::start`] → [`Port::rx_queue`] / [`Port::tx_queue`] handed to
 //! workers → handles dropped → [`Port::stop`] or [`Port::detach`].
+//!
+//! A port configured with [`PortConfig::rx_interrupts`] whose driver offers them (a NIC's MSI-X
+//! vectors through vfio-pci, `net_tap`'s queue descriptors, virtio) lets an idle worker sleep:
+//! [`RxQueue::watch_interrupts`] adds the queue to an [`RxInterrupts`] epoll set, which the
+//! worker adds to its own; [`RxQueue::arm`] before sleeping, [`RxQueue::disarm`] after.
 
 use std::collections::BTreeSet;
 use std::ffi::{c_char, c_uint, CStr};
 use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,6 +48,10 @@ pub struct PortConfig {
     pub mtu: Option<u16>,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
+    /// Ask the driver for RX queue interrupts (`intr_conf.rxq`), so that a sleeping worker can
+    /// be woken by a packet. Drivers without them ignore it (their queues are then polled);
+    /// a driver that fails to configure or start with it should be retried without it.
+    pub rx_interrupts: bool,
 }
 
 impl PortConfig {
@@ -59,6 +70,7 @@ impl Default for PortConfig {
             rss_hash_functions: Self::RSS_IP_TCP_UDP,
             mtu: None,
             promiscuous: false,
+            rx_interrupts: false,
         }
     }
 }
@@ -424,6 +436,7 @@ impl Port {
         if let Some(mtu) = config.mtu {
             conf.rxmode.mtu = u32::from(mtu);
         }
+        conf.intr_conf.set_rxq(u32::from(config.rx_interrupts));
         let id = inner.id;
         // SAFETY: the port is stopped and no queue handle exists (exclusive), so no thread
         // polls it; conf is a valid, zero-initialised rte_eth_conf DPDK copies.
@@ -513,6 +526,7 @@ impl Port {
             port: Arc::clone(&self.inner),
             port_id: self.inner.id,
             queue,
+            interrupts: None,
         })
     }
 
@@ -841,6 +855,8 @@ pub struct RxQueue {
     port: Arc<PortInner>,
     port_id: u16,
     queue: u16,
+    /// The set its interrupt is in, once [`RxQueue::watch_interrupts`] succeeded.
+    interrupts: Option<RxInterrupts>,
 }
 
 impl RxQueue {
@@ -871,10 +887,73 @@ impl RxQueue {
     pub fn queue_id(&self) -> u16 {
         self.queue
     }
+
+    /// Adds the queue's interrupt to `set`, so that a packet arriving while it is armed
+    /// ([`RxQueue::arm`]) makes `set` readable. False when the port has no RX interrupts (not
+    /// configured with [`PortConfig::rx_interrupts`], or a driver without them: memif, pcap,
+    /// null, ring, af_packet): the queue must then be polled.
+    pub fn watch_interrupts(&mut self, set: &RxInterrupts) -> bool {
+        if self.interrupts.is_some() {
+            return true;
+        }
+        // SAFETY: the port is started and this handle owns the queue; set's epoll fd is open
+        // (the Arc in `set`, cloned below, keeps it open until the unwatch in drop).
+        let ret = unsafe { sys::lace_rx_intr_watch(self.port_id, self.queue, set.as_raw_fd()) };
+        if ret != 0 {
+            return false;
+        }
+        self.interrupts = Some(set.clone());
+        true
+    }
+
+    /// Whether the queue's interrupt is watched (it can wake a sleeper).
+    pub fn wakes(&self) -> bool {
+        self.interrupts.is_some()
+    }
+
+    /// Enables the queue's interrupt before its poller sleeps. Drivers whose interrupt is
+    /// always on (a tap's queue descriptor) have nothing to enable. On a failure the queue is
+    /// unwatched (it is polled from then on) and false returned.
+    pub fn arm(&mut self) -> bool {
+        if self.interrupts.is_none() {
+            return false;
+        }
+        // SAFETY: the port is started and this handle owns the queue.
+        let ret = unsafe { sys::rte_eth_dev_rx_intr_enable(self.port_id, self.queue) };
+        if ret == 0 || ret == -libc::ENOTSUP {
+            return true;
+        }
+        tracing::warn!(port = %self.port.name, queue = self.queue,
+            "enabling the RX interrupt: {}; the queue is polled instead", strerror(-ret));
+        self.unwatch();
+        false
+    }
+
+    /// Disables the queue's interrupt once its poller is awake (a NIC would otherwise raise
+    /// one per packet burst while it polls).
+    pub fn disarm(&mut self) {
+        if self.interrupts.is_some() {
+            // SAFETY: the port is started and this handle owns the queue; ENOTSUP (nothing to
+            // disable) and other failures leave at worst a spurious wake-up.
+            unsafe { sys::rte_eth_dev_rx_intr_disable(self.port_id, self.queue) };
+        }
+    }
+
+    fn unwatch(&mut self) {
+        if let Some(set) = self.interrupts.take() {
+            // SAFETY: undoes the watch above on the same (port, queue, epoll fd); the port is
+            // still started (this handle keeps it so) and set's fd is still open.
+            unsafe {
+                sys::rte_eth_dev_rx_intr_disable(self.port_id, self.queue);
+                sys::lace_rx_intr_unwatch(self.port_id, self.queue, set.as_raw_fd());
+            }
+        }
+    }
 }
 
 impl Drop for RxQueue {
     fn drop(&mut self) {
+        self.unwatch();
         if let Some(flag) = self.port.rx_taken.get(usize::from(self.queue)) {
             flag.store(false, Ordering::Release);
         }
@@ -887,6 +966,42 @@ impl fmt::Debug for RxQueue {
             .field("port", &self.port.name)
             .field("queue", &self.queue)
             .finish()
+    }
+}
+
+/// An epoll set of RX queue interrupts ([`RxQueue::watch_interrupts`]). Readable when an armed
+/// queue in it received; add its fd to the sleeper's own epoll set and [`RxInterrupts::drain`]
+/// it after waking. Clones share the set; it closes with the last clone (watching queues hold
+/// one).
+#[derive(Debug, Clone)]
+pub struct RxInterrupts(Arc<OwnedFd>);
+
+impl RxInterrupts {
+    /// A new, empty set.
+    pub fn new() -> io::Result<RxInterrupts> {
+        // SAFETY: no pointers; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor owned by nobody else.
+        Ok(RxInterrupts(Arc::new(unsafe { OwnedFd::from_raw_fd(fd) })))
+    }
+
+    /// Consumes the interrupts that fired, each as its kind needs (a vfio or uio counter is
+    /// read; a tap's queue descriptor is left to `rx_burst`), without waiting. Returns how many
+    /// there were.
+    pub fn drain(&self) -> usize {
+        // SAFETY: the fd is an open epoll set whose entries DPDK added (each carries its own
+        // rte_epoll_event, owned by the port's interrupt handle while watched).
+        let n = unsafe { sys::lace_rx_intr_drain(self.0.as_raw_fd()) };
+        usize::try_from(n).unwrap_or(0)
+    }
+}
+
+impl AsRawFd for RxInterrupts {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
     }
 }
 

@@ -47,10 +47,11 @@ pub enum Polling {
     /// Never sleep: lowest latency, one CPU per worker at 100% (production).
     Busy,
     /// After spinning `spin_us` without packets (yielding the CPU to any other thread that
-    /// wants it), sleep until one arrives: on the packet sockets of kernel-interface ports
+    /// wants it), sleep until one arrives: on the packet sockets of kernel-interface ports and
+    /// the RX interrupts of DPDK ports whose driver has them (a NIC through vfio-pci, net_tap)
     /// (epoll, woken by the first frame, by commands such as a port added or removed, or after
-    /// 100 ms), with a backoff from 10 µs to 1 ms when a DPDK port without wake-ups is polled
-    /// too. For shared machines, tests, laptops.
+    /// 100 ms), with a backoff from 10 µs to 1 ms when a DPDK port without RX interrupts (memif,
+    /// af_packet, pcap) is polled too. For shared machines, tests, laptops.
     Adaptive,
 }
 

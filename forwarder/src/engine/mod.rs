@@ -256,7 +256,13 @@ fn run_with_eal(
             address = %config.uplink.address,
             "forwarding"
         );
-        let mut pods = PodPorts::new(eal, config.pods.mechanism, workers, pool.clone());
+        let mut pods = PodPorts::new(
+            eal,
+            config.pods.mechanism,
+            workers,
+            pool.clone(),
+            config.workers.polling == Polling::Adaptive,
+        );
         let r = main_loop(
             config,
             status,
@@ -322,12 +328,11 @@ fn open_uplink(
         mtu,
         // Neighbor discovery uses multicast; SRv6 arrives for our MAC.
         promiscuous: true,
+        rx_interrupts: config.workers.polling == Polling::Adaptive,
         ..PortConfig::default()
     };
-    port.configure(&pc, pool)
-        .with_context(|| format!("uplink.device {dev:?}: configuring {pc:?}"))?;
-    port.start()
-        .with_context(|| format!("uplink.device {dev:?}: starting"))?;
+    ports::start_port(&mut port, &pc, pool)
+        .with_context(|| format!("uplink.device {dev:?}: configuring {pc:?} and starting"))?;
     let mac = port.mac().context("reading the uplink's MAC")?;
     // Worker `i` gets TX queue `i` and the RX queues `q` with `q % workers == i`.
     let workers = config.workers.count;

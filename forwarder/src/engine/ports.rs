@@ -236,12 +236,39 @@ struct PodPort {
     plugged: Plugged,
 }
 
+/// Configures and starts `port`. A driver that fails with RX interrupts (at configure or at
+/// start: a NIC without enough interrupt vectors) is set up again without them; idle workers then
+/// poll its queues with backoff.
+pub(crate) fn start_port(
+    port: &mut Port,
+    config: &PortConfig,
+    pool: &Mempool,
+) -> crate::dpdk::Result<()> {
+    match port.configure(config, pool).and_then(|()| port.start()) {
+        Err(e) if config.rx_interrupts => {
+            tracing::warn!(
+                port = port.name(),
+                "with RX interrupts: {e}; setting it up without"
+            );
+            let plain = PortConfig {
+                rx_interrupts: false,
+                ..config.clone()
+            };
+            port.configure(&plain, pool)?;
+            port.start()
+        }
+        done => done,
+    }
+}
+
 /// The pod ports of this forwarder and how to plug more.
 pub struct PodPorts {
     eal: Eal,
     mechanism: Mechanism,
     workers: u16,
     pool: Mempool,
+    /// Ask DPDK pod ports for RX interrupts (adaptive workers sleep on them).
+    rx_interrupts: bool,
     next_vdev: u32,
     ports: BTreeMap<PortId, PodPort>,
 }
@@ -258,13 +285,21 @@ impl std::fmt::Debug for PodPorts {
 
 impl PodPorts {
     /// No ports yet; pods will be attached with `mechanism`, one queue pair per worker, their
-    /// RX queues filled from `pool`.
-    pub fn new(eal: Eal, mechanism: Mechanism, workers: u16, pool: Mempool) -> PodPorts {
+    /// RX queues filled from `pool`; a DPDK pod port asks for RX interrupts when
+    /// `rx_interrupts`.
+    pub fn new(
+        eal: Eal,
+        mechanism: Mechanism,
+        workers: u16,
+        pool: Mempool,
+        rx_interrupts: bool,
+    ) -> PodPorts {
         PodPorts {
             eal,
             mechanism,
             workers,
             pool,
+            rx_interrupts,
             next_vdev: 0,
             ports: BTreeMap::new(),
         }
@@ -441,10 +476,10 @@ impl PodPorts {
             tx_queues: self.workers,
             // Pods send to the gateway's MAC, not the interface's.
             promiscuous: true,
+            rx_interrupts: self.rx_interrupts,
             ..PortConfig::default()
         };
-        port.configure(&config, &self.pool).map_err(dpdk)?;
-        port.start().map_err(dpdk)?;
+        start_port(&mut port, &config, &self.pool).map_err(dpdk)?;
         // Take every handle before posting any, so a failure leaves no worker holding one.
         let mut queues = Vec::with_capacity(mailboxes.len());
         for q in 0..mailboxes.len() as u16 {

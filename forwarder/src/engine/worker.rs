@@ -8,9 +8,10 @@
 //!
 //! The poll loop takes one table snapshot per round and reports a QSBR quiescent point after
 //! it. An adaptive worker spins a configured time after its last packet, yielding the CPU each
-//! empty round, then goes offline and sleeps in epoll on its ports' sockets and its mailbox's
-//! eventfd (at most [`MAX_IDLE_SLEEP`]; with a port that cannot wake it, a 10 µs … 1 ms backoff)
-//! and counts what woke it (ADR 0044). Between rounds it checks its
+//! empty round, then goes offline and sleeps in epoll on its ports' sockets, the RX interrupts
+//! of its DPDK queues and its mailbox's eventfd (at most [`MAX_IDLE_SLEEP`]; with a queue that
+//! cannot wake it, a 10 µs … 1 ms backoff) and counts what woke it (ADRs 0044, 0051). A DPDK
+//! queue's interrupt is armed before the last poll ahead of a sleep and disarmed on waking. Between rounds it checks its
 //! [`Mailbox`] with one atomic load; only when the main thread has posted something does it
 //! take the mailbox lock, apply the commands and acknowledge them.
 
@@ -39,6 +40,8 @@ pub const IDLE_SPIN: Duration = Duration::from_micros(200);
 const RX_LIMIT: usize = 256;
 /// The epoll token of the mailbox's eventfd.
 const MAILBOX_TOKEN: u64 = u64::MAX;
+/// The epoll token of the DPDK queues' interrupt set.
+const INTERRUPTS_TOKEN: u64 = u64::MAX - 1;
 /// First sleep of an adaptive worker that polls a port without wake-ups.
 pub const MIN_SLEEP: Duration = Duration::from_micros(10);
 /// Longest sleep of an adaptive worker that polls a port without wake-ups (and of any worker
@@ -53,10 +56,21 @@ const COUNTER_FLUSH_ROUNDS: u64 = 1024;
 /// A receive queue a worker polls: a DPDK ethdev queue, or lace's own packet socket.
 #[derive(Debug)]
 pub enum PortRx {
-    /// An ethdev queue (`rte_eth_rx_burst`).
+    /// An ethdev queue (`rte_eth_rx_burst`), which wakes the worker when its port has RX
+    /// interrupts.
     Dpdk(dpdk::RxQueue),
     /// A packet socket (`recvmmsg`), which the worker can also sleep on.
     Kernel(Box<kernel::RxQueue>),
+}
+
+impl PortRx {
+    /// Whether a packet on this queue ends the worker's sleep.
+    fn wakes(&self) -> bool {
+        match self {
+            PortRx::Dpdk(q) => q.wakes(),
+            PortRx::Kernel(_) => true,
+        }
+    }
 }
 
 /// A transmit queue a worker sends on.
@@ -362,37 +376,66 @@ struct RxEntry {
     queue: PortRx,
 }
 
-/// The worker's epoll set and whether every port it polls can wake it.
+/// The worker's epoll set: its mailbox, its ports' sockets, and (adaptive) the set of its DPDK
+/// queues' RX interrupts.
 struct Sleeper {
     epoll: Option<Epoll>,
+    interrupts: Option<dpdk::RxInterrupts>,
 }
 
 impl Sleeper {
-    fn new(mailbox: &Mailbox) -> Sleeper {
+    fn new(mailbox: &Mailbox, polling: Polling) -> Sleeper {
         let epoll = Epoll::new().ok().filter(|e| match &mailbox.wake {
             Some(w) => e.add(w.as_raw_fd(), MAILBOX_TOKEN).is_ok(),
             None => false,
         });
-        Sleeper { epoll }
+        let interrupts = match (&epoll, polling) {
+            (Some(e), Polling::Adaptive) => dpdk::RxInterrupts::new()
+                .and_then(|set| e.add(set.as_raw_fd(), INTERRUPTS_TOKEN).map(|()| set))
+                .map_err(|err| tracing::warn!("DPDK queues cannot wake this worker: {err}"))
+                .ok(),
+            _ => None,
+        };
+        Sleeper { epoll, interrupts }
     }
 
-    fn watch(&self, q: &PortRx, port: PortId) {
-        if let (Some(e), PortRx::Kernel(k)) = (&self.epoll, q) {
-            if let Err(err) = e.add(k.socket().as_raw_fd(), u64::from(port.0)) {
-                tracing::warn!(port = port.0, "cannot sleep on the port's socket: {err}");
+    fn watch(&self, q: &mut PortRx, port: PortId) {
+        match (&self.epoll, q) {
+            (Some(e), PortRx::Kernel(k)) => {
+                if let Err(err) = e.add(k.socket().as_raw_fd(), u64::from(port.0)) {
+                    tracing::warn!(port = port.0, "cannot sleep on the port's socket: {err}");
+                }
             }
+            (Some(_), PortRx::Dpdk(d)) => {
+                let Some(set) = &self.interrupts else { return };
+                if d.watch_interrupts(set) {
+                    tracing::info!(
+                        port = port.0,
+                        queue = d.queue_id(),
+                        "the queue's RX interrupt wakes its idle worker"
+                    );
+                } else {
+                    tracing::info!(
+                        port = port.0,
+                        queue = d.queue_id(),
+                        "the port has no RX interrupts: an idle worker polls it with backoff"
+                    );
+                }
+            }
+            (None, _) => {}
         }
     }
 
     fn unwatch(&self, q: &PortRx) {
+        // A DPDK queue leaves the interrupt set when its handle drops.
         if let (Some(e), PortRx::Kernel(k)) = (&self.epoll, q) {
             e.remove(k.socket().as_raw_fd());
         }
     }
 
-    /// Sleeps until a watched socket is readable or the mailbox is written, at most `timeout`;
-    /// without an epoll set (nothing can wake it), for `timeout` but at most [`MAX_SLEEP`].
-    /// Says what ended the sleep.
+    /// Sleeps until a watched socket is readable, an armed queue interrupts or the mailbox is
+    /// written, at most `timeout`; without an epoll set (nothing can wake it), for `timeout`
+    /// but at most [`MAX_SLEEP`]. Says what ended the sleep.
     fn sleep(&mut self, timeout: Duration, mailbox: &Mailbox) -> Wake {
         let Some(e) = &mut self.epoll else {
             std::thread::sleep(timeout.min(MAX_SLEEP));
@@ -400,6 +443,7 @@ impl Sleeper {
         };
         let events = e.wait(Some(timeout));
         let port_ready = events.iter().any(|ev| ev.u64 != MAILBOX_TOKEN);
+        let interrupted = events.iter().any(|ev| ev.u64 == INTERRUPTS_TOKEN);
         let wake = if port_ready {
             Wake::Readiness
         } else if events.is_empty() {
@@ -407,6 +451,9 @@ impl Sleeper {
         } else {
             Wake::Command
         };
+        if let (true, Some(set)) = (interrupted, &self.interrupts) {
+            set.drain();
+        }
         if let Some(w) = &mailbox.wake {
             w.clear();
         }
@@ -414,10 +461,33 @@ impl Sleeper {
     }
 }
 
+/// Arms every DPDK queue's interrupt ahead of a sleep; false when one could not be armed (it is
+/// polled from then on).
+fn arm(rx: &mut [RxEntry]) -> bool {
+    let mut all = true;
+    for e in rx.iter_mut() {
+        if let PortRx::Dpdk(q) = &mut e.queue {
+            if q.wakes() {
+                all &= q.arm();
+            }
+        }
+    }
+    all
+}
+
+/// Disarms every DPDK queue's interrupt once the worker polls again.
+fn disarm(rx: &mut [RxEntry]) {
+    for e in rx.iter_mut() {
+        if let PortRx::Dpdk(q) = &mut e.queue {
+            q.disarm();
+        }
+    }
+}
+
 /// What ended a worker's sleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
-    /// A port's socket became readable.
+    /// A port's socket became readable or a DPDK queue interrupted.
     Readiness,
     /// Only the mailbox was written (commands or a stop request).
     Command,
@@ -451,7 +521,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
     let (Some(wc), Some(mut ring)) = (status.worker(index), status.learn_writer(index)) else {
         return -1;
     };
-    let mut sleeper = Sleeper::new(&mailbox);
+    let mut sleeper = Sleeper::new(&mailbox, polling);
     let mut tables: Option<ReaderHandle> = None;
     let mut rx: Vec<RxEntry> = Vec::with_capacity(64);
     let mut tx: Vec<Option<TxSlot>> = Vec::new();
@@ -463,6 +533,9 @@ pub fn run(setup: WorkerSetup) -> i32 {
     let mut last_generation = u64::MAX;
     let mut last_busy_ns = 0u64;
     let mut sleep = MIN_SLEEP;
+    // The DPDK queues' interrupts are enabled (the round after arming is the last poll before
+    // the sleep).
+    let mut armed = false;
     let tsc_hz = u128::from(tsc_hz.max(1));
 
     while !mailbox.stop.load(Ordering::Relaxed) {
@@ -556,6 +629,10 @@ pub fn run(setup: WorkerSetup) -> i32 {
             flush_pipeline(&mut pipeline, &wc);
             last_busy_ns = now_ns;
             sleep = MIN_SLEEP;
+            if armed {
+                disarm(&mut rx);
+                armed = false;
+            }
             continue;
         }
         match polling {
@@ -573,16 +650,31 @@ pub fn run(setup: WorkerSetup) -> i32 {
                     std::thread::yield_now();
                     continue;
                 }
+                // Every port wakes the worker: sleep until traffic, a command or the idle limit.
+                // A queue without wake-ups (a DPDK driver without RX interrupts) is polled with
+                // backoff.
+                let all_wake = rx.iter().all(|e| e.queue.wakes());
+                if all_wake && !armed {
+                    // A packet that arrived before its queue was armed raised no interrupt:
+                    // poll once more, armed, before sleeping.
+                    armed = true;
+                    if !arm(&mut rx) {
+                        disarm(&mut rx);
+                        armed = false;
+                    }
+                    continue;
+                }
                 local.sleeps += 1;
                 local.flush(&wc);
                 flush_pipeline(&mut pipeline, &wc);
                 handle.offline();
-                // Every port wakes the worker: sleep until traffic, a command or the idle limit.
-                // A port without wake-ups (a DPDK driver) is polled with backoff.
-                let all_wake = rx.iter().all(|e| matches!(e.queue, PortRx::Kernel(_)));
                 let timeout = if all_wake { MAX_IDLE_SLEEP } else { sleep };
                 let wake = sleeper.sleep(timeout, &mailbox);
                 local.wakes[wake as usize] += 1;
+                if armed {
+                    disarm(&mut rx);
+                    armed = false;
+                }
                 if !all_wake {
                     sleep = (sleep * 2).min(MAX_SLEEP);
                 }
@@ -629,8 +721,8 @@ fn apply(
             tx: queue,
         } => {
             remove_rx(rx, port, sleeper);
-            for q in queues {
-                sleeper.watch(&q, port);
+            for mut q in queues {
+                sleeper.watch(&mut q, port);
                 rx.push(RxEntry { port, queue: q });
             }
             let i = port.0 as usize;
