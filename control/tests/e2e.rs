@@ -352,6 +352,50 @@ fn two_nodes_end_to_end() {
     ])
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(ttl.contains("ttl=63"), "one routed hop: {ttl}");
+    // A datagram that fits backend's MTU but not storage's (an l2 network leaves room for the
+    // bridged Ethernet header) is refused with storage's MTU by storage-2's node, and the
+    // sender learns it (ICMP "fragmentation needed"), instead of being lost at storage-2's
+    // interface.
+    let mtu = |p: &Pod| -> usize {
+        let m = sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &p.ns,
+            "cat",
+            "/sys/class/net/eth0/mtu",
+        ]);
+        m.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{}'s MTU {m:?}: {e}", p.ns))
+    };
+    let (big, small) = (mtu(&backend1), mtu(&storage2));
+    assert!(big > small, "backend's MTU {big}, storage's {small}");
+    let size = (big - 28).to_string();
+    let target = storage2.v4.to_string();
+    let out = run_capture(&[
+        "ip",
+        "netns",
+        "exec",
+        &backend1.ns,
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.5",
+        "-W",
+        "2",
+        "-M",
+        "do",
+        "-s",
+        &size,
+        &target,
+    ])
+    .unwrap_or_else(|e| e);
+    assert!(
+        out.contains(&format!("mtu = {small}")) || out.contains(&format!("mtu={small}")),
+        "a {big}-byte datagram to storage-2 is refused with its MTU {small}: {out}"
+    );
     // No other network gains a path: not blue, not frontend (which reaches backend).
     assert!(!ping(&tools1, storage2.v4, 2), "blue reached storage");
     assert!(

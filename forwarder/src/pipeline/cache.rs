@@ -100,6 +100,9 @@ pub(super) struct Memo {
     underlay: [Option<(Ipv6Addr, MacAddr, u64)>; 2],
 }
 
+/// A local destination port's record and whether its network is connection-tracked.
+type Dst<'a> = Option<(&'a PortRec, bool)>;
+
 /// The cache of one call: the [`Memo`] (moved in for the call), and the references into the
 /// snapshot resolved in this call.
 pub(super) struct Cx<'s, 'a> {
@@ -109,8 +112,9 @@ pub(super) struct Cx<'s, 'a> {
     /// The last two remote next hops' rewrites, the latest first (a frame flooded to two
     /// nodes alternates between them).
     encap: [Option<(u32, Option<&'a EncapRec>)>; 2],
-    /// The last destination port: its record and whether its network is stateful.
-    dst: Option<(PortId, Option<(&'a PortRec, bool)>)>,
+    /// The last destination port: its record and whether its network is stateful, and the
+    /// largest IP packet its network takes (its MTU).
+    dst: Option<(PortId, Dst<'a>, u16)>,
 }
 
 impl<'s, 'a> Cx<'s, 'a> {
@@ -148,24 +152,35 @@ impl<'s, 'a> Cx<'s, 'a> {
 
     /// A local destination port's record, and whether its network is connection-tracked.
     #[inline(always)]
-    pub(super) fn dst_port(&mut self, id: PortId) -> Option<(&'a PortRec, bool)> {
+    pub(super) fn dst_port(&mut self, id: PortId) -> Dst<'a> {
         match self.dst {
-            Some((p, v)) if p == id => v,
-            _ => self.dst_miss(id),
+            Some((p, v, _)) if p == id => v,
+            _ => self.dst_miss(id).0,
+        }
+    }
+
+    /// The MTU of a local destination port's network: the largest IP packet delivered to it
+    /// (`u16::MAX` when the port or its network is unknown, or the network sets none).
+    #[inline(always)]
+    pub(super) fn dst_mtu(&mut self, id: PortId) -> u16 {
+        match self.dst {
+            Some((p, _, mtu)) if p == id => mtu,
+            _ => self.dst_miss(id).1,
         }
     }
 
     #[inline(never)]
-    fn dst_miss(&mut self, id: PortId) -> Option<(&'a PortRec, bool)> {
+    fn dst_miss(&mut self, id: PortId) -> (Dst<'a>, u16) {
+        let mut mtu = u16::MAX;
         let v = self.snap.port_rec(id).map(|rec| {
-            let stateful = self
-                .snap
-                .network(rec.network())
-                .is_some_and(|n| n.stateful());
-            (rec, stateful)
+            let net = self.snap.network(rec.network());
+            if let Some(m) = net.and_then(|n| n.info()).map(|i| i.mtu) {
+                mtu = if m == 0 { u16::MAX } else { m };
+            }
+            (rec, net.is_some_and(|n| n.stateful()))
         });
-        self.dst = Some((id, v));
-        v
+        self.dst = Some((id, v, mtu));
+        (v, mtu)
     }
 
     /// A port's record.

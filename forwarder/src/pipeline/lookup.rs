@@ -294,7 +294,7 @@ fn fused<B: PacketBuf, I: Io<B>>(
             None => 0,
         },
         Route::Forward(hop @ Hop::Local { port, mac }) if n.io.port_up(port) => {
-            let plan = Delivery::new(port, mac, gw_mac);
+            let plan = Delivery::new(port, mac, gw_mac, n.cx.dst_mtu(port));
             let miss = Meta { hop, ..fresh };
             match n.cx.dst_port(port) {
                 Some((_, false)) => {
@@ -400,12 +400,18 @@ fn route<B: PacketBuf, I: Io<B>>(
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Delivery {
     port: PortId,
+    /// The pod network's MTU: a longer IP packet is too big for the pod (a routed packet from
+    /// a network with a larger MTU: an l3 network's into an l2 one, ADR 0049).
+    mtu: u16,
+    /// The longest frame delivered: the MTU and the Ethernet header.
+    max_frame: usize,
     eth4: [u8; L3],
     eth6: [u8; L3],
 }
 
 impl Delivery {
-    pub(super) fn new(port: PortId, mac: MacAddr, gw_mac: MacAddr) -> Delivery {
+    /// Delivery to `port` (`mac`), from `gw_mac`, of IP packets up to `mtu` bytes.
+    pub(super) fn new(port: PortId, mac: MacAddr, gw_mac: MacAddr, mtu: u16) -> Delivery {
         let header = |ethertype| {
             let mut h = [0u8; L3];
             ethernet::Repr {
@@ -419,6 +425,8 @@ impl Delivery {
         };
         Delivery {
             port,
+            mtu,
+            max_frame: L3 + usize::from(mtu),
             eth4: header(EtherType::Ipv4),
             eth6: header(EtherType::Ipv6),
         }
@@ -426,11 +434,20 @@ impl Delivery {
 }
 
 /// The delivery of one packet to a pod on this node: TTL decremented (unless generated), the
-/// Ethernet header from the network's gateway to the pod. `false`: too short to be IP.
+/// Ethernet header from the network's gateway to the pod. Refused as malformed when too short
+/// to be IP, as too big when longer than the pod's MTU.
 #[inline(always)]
-fn deliver_one<B: PacketBuf>(pkt: &mut B, generated: bool, plan: &Delivery) -> bool {
-    let Some(&version) = pkt.data().get(L3) else {
-        return false;
+fn deliver_one<B: PacketBuf>(
+    pkt: &mut B,
+    generated: bool,
+    plan: &Delivery,
+) -> Result<(), DropReason> {
+    let data = pkt.data();
+    if data.len() > plan.max_frame {
+        return Err(DropReason::TooBig);
+    }
+    let Some(&version) = data.get(L3) else {
+        return Err(DropReason::Malformed);
     };
     let eth = if version >> 4 == 4 {
         if let (false, Some(h)) = (generated, pkt.head_mut::<{ L3 + ipv4::HEADER_LEN }>()) {
@@ -446,9 +463,23 @@ fn deliver_one<B: PacketBuf>(pkt: &mut B, generated: bool, plan: &Delivery) -> b
     match pkt.head_mut::<L3>() {
         Some(h) => {
             *h = *eth;
-            true
+            Ok(())
         }
-        None => false,
+        None => Err(DropReason::Malformed),
+    }
+}
+
+/// The drop of a packet delivery refused: too big gets the ICMP error naming the pod's MTU.
+#[inline(never)]
+fn refused<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    i: u8,
+    why: DropReason,
+    plan: &Delivery,
+) -> Stage {
+    match why {
+        DropReason::TooBig => n.icmp_for(i, why, u32::from(plan.mtu)),
+        _ => n.drop_for(i, why),
     }
 }
 
@@ -480,7 +511,7 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
             Some((net, hop, p)) if net == m.net && hop == m.hop => p,
             _ => match n.cx.net_ctx(m.net) {
                 Some(ctx) => {
-                    let p = Delivery::new(port, mac, ctx.gw_mac);
+                    let p = Delivery::new(port, mac, ctx.gw_mac, n.cx.dst_mtu(port));
                     plan = Some((m.net, m.hop, p));
                     p
                 }
@@ -494,8 +525,8 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
             to[k] = n.gone(i);
             continue;
         };
-        if !deliver_one(pkt, m.is(Meta::GENERATED), &p) {
-            to[k] = n.drop_for(i, DropReason::Malformed);
+        if let Err(why) = deliver_one(pkt, m.is(Meta::GENERATED), &p) {
+            to[k] = refused(n, i, why, &p);
             continue;
         }
         n.meta[slot].tx = port;
@@ -525,7 +556,7 @@ fn deliver_uniform<B: PacketBuf, I: Io<B>>(
         return None;
     }
     let ctx = n.cx.net_ctx(net)?;
-    let plan = Delivery::new(port, mac, ctx.gw_mac);
+    let plan = Delivery::new(port, mac, ctx.gw_mac, n.cx.dst_mtu(port));
     deliver_run(n, frame, &plan, None);
     Some(())
 }
@@ -550,16 +581,19 @@ pub(super) fn deliver_run<B: PacketBuf, I: Io<B>>(
         let Some(mut pkt) = n.bufs[slot].take() else {
             continue;
         };
-        if deliver_one(&mut pkt, generated, plan) {
-            n.io.send(plan.port, pkt);
-            sent += 1;
-        } else {
-            n.bufs[slot] = Some(pkt);
-            if let Some(m) = fresh {
-                n.meta[slot] = m;
+        match deliver_one(&mut pkt, generated, plan) {
+            Ok(()) => {
+                n.io.send(plan.port, pkt);
+                sent += 1;
             }
-            let to = n.drop_for(i, DropReason::Malformed);
-            n.send_on(i, to);
+            Err(why) => {
+                n.bufs[slot] = Some(pkt);
+                if let Some(m) = fresh {
+                    n.meta[slot] = m;
+                }
+                let to = refused(n, i, why, plan);
+                n.send_on(i, to);
+            }
         }
     }
     n.through(&[Stage::LocalRewrite, Stage::Tx], sent);

@@ -265,7 +265,7 @@ impl Stage {
                 Drop,
             ],
             IcmpError => &[Ip4Lookup, Ip6Lookup, Drop],
-            LocalRewrite => &[Tx, Drop],
+            LocalRewrite => &[Tx, IcmpError, Drop],
             Srv6Encap => &[UnderlayOut, IcmpError, Drop],
             L2Encap => &[UnderlayOut, Drop],
             UnderlayOut => &[Tx, Drop],

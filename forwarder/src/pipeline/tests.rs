@@ -1521,6 +1521,11 @@ fn corpus() -> Vec<(PortId, Vec<u8>)> {
             ),
         ),
     ]);
+    // A routed packet too big for its pod's network (local-rewrite → icmp-error).
+    frames.push((
+        HOST,
+        from_host4(NODE4, L2_4, &udp(40000, 8080, &[0x5a; 1447 - 28])),
+    ));
     // Last: it teaches the MAC of the next hop the neighbor-unresolved case needs unresolved.
     frames.push((PortId::UPLINK, eth(UPLINK_MAC, peer3_mac, 0x86dd, &na)));
     frames
@@ -2438,6 +2443,41 @@ fn the_host_reaches_every_local_pod_from_any_of_its_addresses() {
             &ipv6(NODE6, A6, 17, 64, 0, &data),
         ),
     );
+    assert_eq!(r.one().0, A);
+}
+
+#[test]
+fn a_routed_packet_longer_than_the_pods_mtu_is_too_big() {
+    // The destination pod's network limits a delivery: an l2 network's MTU (1446) leaves room
+    // for the bridged Ethernet header in the underlay, an l3 network's (1460) does not need
+    // to, so a packet routed from an l3 network may fit its sender's MTU and not the pod's. It
+    // is refused with the pod's MTU (the host here: every pod is one hop from it), not lost at
+    // the pod's interface.
+    let fits = udp(40000, 8080, &vec![0x5a; 1446 - 28]);
+    let r = run(HOST, from_host4(NODE4, L2_4, &fits));
+    let (out, f) = r.one();
+    assert_eq!(
+        (out, f.len()),
+        (L2POD, 14 + 1446),
+        "a packet of the pod's MTU is delivered"
+    );
+
+    let big = udp(40000, 8080, &vec![0x5a; 1447 - 28]);
+    let frame = from_host4(NODE4, L2_4, &big);
+    let r = run(HOST, frame.clone());
+    let (out, f) = r.one();
+    assert_eq!(out, HOST, "the error goes back to the sender");
+    let ip = &f[14..];
+    assert_eq!(ip[9], 1, "ICMP");
+    assert_eq!(&ip[12..16], &HOST_GW4.octets(), "from the sender's gateway");
+    assert_eq!(&ip[16..20], &NODE4.octets());
+    assert_eq!((ip[20], ip[21]), (3, 4), "fragmentation needed");
+    assert_eq!(&ip[26..28], &1446u16.to_be_bytes(), "the pod's MTU");
+    assert_eq!(&ip[28..48], &frame[14..34], "the packet's header quoted");
+    assert_eq!(r.counters.drop(DropReason::TooBig), 1);
+
+    // An l3 pod's MTU (1460) takes what the l2 pod's refuses.
+    let r = run(HOST, from_host4(NODE4, A4, &big));
     assert_eq!(r.one().0, A);
 }
 
