@@ -1,7 +1,9 @@
-//! Pod-interface mechanisms for the forwarder, measured (ADR 0005).
+//! Pod-interface mechanisms for the forwarder, measured (ADRs 0005, 0013).
 //!
 //! A pod is a network namespace with one interface. The forwarder hot-plugs the host side of
-//! that interface as a DPDK port. For each candidate — `net_af_packet` and `net_af_xdp` on the
+//! that interface. For each candidate — lace's own packet socket (the default: `recvmmsg` /
+//! `sendmmsg` with the virtio-net header, ADR 0013), and as DPDK ports `net_af_packet`
+//! (`PACKET_MMAP` TPACKET_V2 rings, one kick per transmitted burst) and `net_af_xdp` on the
 //! host end of a veth pair, and `net_tap` (DPDK creates a tap, which is then moved into the
 //! pod's namespace) — this binary:
 //!
@@ -36,7 +38,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lace_forwarder::dpdk::{Burst, Eal, MacAddr, Mempool, Port, PortConfig, DPDK_VERSION};
+use lace_forwarder::dpdk::{
+    self, Burst, Eal, MacAddr, Mbuf, Mempool, Port, PortConfig, PortStats, DPDK_VERSION,
+};
+use lace_forwarder::kernel::{self, PacketSocket};
 use lace_forwarder::wire::ethernet::{self, EtherType};
 use lace_forwarder::wire::{icmpv4, ipv4, udp, EthernetAddress, IpProtocol};
 
@@ -50,6 +55,8 @@ const POOL_MBUFS: u32 = 16383;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
+    /// lace's own packet socket (not a DPDK port).
+    Lace,
     AfPacket,
     AfXdp,
     Tap,
@@ -64,6 +71,11 @@ struct Mech {
 }
 
 const MECHS: &[Mech] = &[
+    Mech {
+        label: "lace packet socket",
+        kind: Kind::Lace,
+        extra: "",
+    },
     Mech {
         label: "af_packet",
         kind: Kind::AfPacket,
@@ -99,6 +111,7 @@ const MECHS: &[Mech] = &[
 /// The devargs the forwarder would use for `mech` on host interface `iface`.
 fn devargs(mech: &Mech, index: u32, iface: &str) -> String {
     match mech.kind {
+        Kind::Lace => format!("lace packet socket on {iface}"),
         Kind::AfPacket => format!("net_af_packet{index},iface={iface}{}", mech.extra),
         Kind::AfXdp => format!(
             "net_af_xdp{index},iface={iface},start_queue=0,queue_count=1{}",
@@ -330,6 +343,102 @@ impl Row {
     }
 }
 
+/// A pod interface under test: a DPDK port, or lace's packet socket on the interface (one
+/// socket: the forwarder opens one per worker when it attaches the pod, and closes them when it
+/// detaches it).
+enum Dev {
+    Dpdk(Port),
+    Lace(String, Arc<PacketSocket>),
+}
+
+impl Dev {
+    fn name(&self) -> String {
+        match self {
+            Dev::Dpdk(p) => p.name().to_owned(),
+            Dev::Lace(iface, _) => format!("lace packet socket on {iface}"),
+        }
+    }
+
+    /// The receive and transmit queue a worker would take.
+    fn queues(&self, pool: &Mempool) -> Result<(RxQ, TxQ), String> {
+        match self {
+            Dev::Dpdk(p) => Ok((
+                RxQ::Dpdk(p.rx_queue(0).map_err(|e| e.to_string())?),
+                TxQ::Dpdk(p.tx_queue(0).map_err(|e| e.to_string())?),
+            )),
+            Dev::Lace(_, s) => Ok((
+                RxQ::Lace(
+                    Box::new(kernel::RxQueue::new(Arc::clone(s), pool.clone())),
+                    Vec::with_capacity(2 * dpdk::BURST_SIZE),
+                ),
+                TxQ::Lace(Box::new(kernel::TxQueue::new(Arc::clone(s), false))),
+            )),
+        }
+    }
+
+    /// The device's counters (DPDK ports).
+    fn stats(&self) -> Option<PortStats> {
+        match self {
+            Dev::Dpdk(p) => p.stats().ok(),
+            Dev::Lace(..) => None,
+        }
+    }
+
+    fn detach(self) -> Result<(), String> {
+        match self {
+            Dev::Dpdk(p) => p.detach().map_err(|e| e.to_string()),
+            // The socket closes with its last queue (the queues are dropped by now).
+            Dev::Lace(_, s) => {
+                drop(s);
+                Ok(())
+            }
+        }
+    }
+}
+
+enum RxQ {
+    Dpdk(dpdk::RxQueue),
+    /// The queue and the vector it receives into.
+    Lace(Box<kernel::RxQueue>, Vec<Mbuf>),
+}
+
+impl RxQ {
+    /// Receives into `b`'s free room; returns how many packets arrived.
+    fn rx(&mut self, b: &mut Burst) -> usize {
+        match self {
+            RxQ::Dpdk(q) => q.rx_burst(b),
+            RxQ::Lace(q, v) => {
+                let room = b.capacity() - b.len();
+                if room == 0 {
+                    return 0;
+                }
+                q.rx_burst(v, room);
+                let n = v.len();
+                for m in v.drain(..) {
+                    // A frame beyond the room (a cut large segment) is freed.
+                    let _ = b.push(m);
+                }
+                n
+            }
+        }
+    }
+}
+
+enum TxQ {
+    Dpdk(dpdk::TxQueue),
+    Lace(Box<kernel::TxQueue>),
+}
+
+impl TxQ {
+    /// Sends from the front of `b`; returns how many were taken.
+    fn tx(&mut self, b: &mut Burst) -> usize {
+        match self {
+            TxQ::Dpdk(q) => q.tx_burst(b),
+            TxQ::Lace(q) => q.tx_burst(b).0,
+        }
+    }
+}
+
 fn run_mech(ctx: &mut Ctx, mech: &Mech) -> Result<Row, String> {
     let mut row = Row {
         label: mech.label,
@@ -356,13 +465,15 @@ fn run_mech(ctx: &mut Ctx, mech: &Mech) -> Result<Row, String> {
         ..PortConfig::default()
     };
     let (port, pod_if) = match mech.kind {
-        Kind::AfPacket | Kind::AfXdp => {
+        Kind::Lace | Kind::AfPacket | Kind::AfXdp => {
             make_veth(&ns.0, &host_a, &pod_a)?;
             pod_addressing(&ns.0, &pod_a)?;
             let t = Instant::now();
             let port = attach(ctx, mech, &host_a, &config)?;
             row.attach_ms = ms(t.elapsed());
-            port.reset_stats().map_err(|e| e.to_string())?;
+            if let Dev::Dpdk(p) = &port {
+                p.reset_stats().map_err(|e| e.to_string())?;
+            }
             (port, pod_a.clone())
         }
         Kind::Tap => {
@@ -378,7 +489,7 @@ fn run_mech(ctx: &mut Ctx, mech: &Mech) -> Result<Row, String> {
     };
     let pod_mac = pod_mac(&ns.0, &pod_if)?;
     println!(
-        "   port {} on {pod_if} (pod MAC {pod_mac}), attached in {:.1} ms",
+        "   {} on {pod_if} (pod MAC {pod_mac}), attached in {:.1} ms",
         port.name(),
         row.attach_ms
     );
@@ -389,18 +500,19 @@ fn run_mech(ctx: &mut Ctx, mech: &Mech) -> Result<Row, String> {
     row.sent_mpps = rx.sent_mpps;
     row.kernel_ns_per_pkt = rx.kernel_ns_per_pkt;
     row.poller_sys_pct = rx.poller_sys_pct;
-    let st = port.stats().map_err(|e| e.to_string())?;
-    if rx.rx_mpps == 0.0 && st.rx_packets > 0 {
-        row.notes.push(format!(
-            "RX stalled after {} packets ({} missed): the kernel found no usable fill-ring \
-             buffers",
-            st.rx_packets, st.rx_missed
-        ));
+    if let Some(st) = port.stats() {
+        if rx.rx_mpps == 0.0 && st.rx_packets > 0 {
+            row.notes.push(format!(
+                "RX stalled after {} packets ({} missed): the kernel found no usable fill-ring \
+                 buffers",
+                st.rx_packets, st.rx_missed
+            ));
+        }
+        println!(
+            "   port counters after pod->fwd: rx {} missed {} no_mbuf {} errors {}",
+            st.rx_packets, st.rx_missed, st.rx_no_mbuf, st.rx_errors
+        );
     }
-    println!(
-        "   port counters after pod->fwd: rx {} missed {} no_mbuf {} errors {}",
-        st.rx_packets, st.rx_missed, st.rx_no_mbuf, st.rx_errors
-    );
     println!(
         "   pod->fwd: {:.3} Mpps received, {:.3} Mpps accepted by the pod's socket, {:.0} ns \
          kernel CPU/pkt, poller {:.0}% in the kernel",
@@ -475,13 +587,17 @@ fn run_mech(ctx: &mut Ctx, mech: &Mech) -> Result<Row, String> {
     Ok(row)
 }
 
-fn attach(ctx: &mut Ctx, mech: &Mech, iface: &str, config: &PortConfig) -> Result<Port, String> {
+fn attach(ctx: &mut Ctx, mech: &Mech, iface: &str, config: &PortConfig) -> Result<Dev, String> {
+    if mech.kind == Kind::Lace {
+        let s = PacketSocket::open(iface, true, None).map_err(|e| format!("{iface}: {e}"))?;
+        return Ok(Dev::Lace(iface.to_owned(), s));
+    }
     let args = devargs(mech, ctx.next_index(), iface);
     let mut port = Port::attach_vdev(&ctx.eal, &args).map_err(|e| format!("attach {args}: {e}"))?;
     port.configure(config, &ctx.pool)
         .map_err(|e| format!("configure {args}: {e}"))?;
     port.start().map_err(|e| format!("start {args}: {e}"))?;
-    Ok(port)
+    Ok(Dev::Dpdk(port))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -494,11 +610,12 @@ struct RxResult {
     poller_sys_pct: f64,
 }
 
-fn rx_phase(ctx: &Ctx, port: &Port, ns: &str) -> Result<RxResult, String> {
+fn rx_phase(ctx: &Ctx, port: &Dev, ns: &str) -> Result<RxResult, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
-    let mut rxq = port.rx_queue(0).map_err(|e| e.to_string())?;
+    let (mut rxq, txq) = port.queues(&ctx.pool)?;
+    drop(txq);
     let poller = {
         let (stop, received, cpu) = (stop.clone(), received.clone(), ctx.poller_cpu);
         thread::spawn(move || {
@@ -509,7 +626,7 @@ fn rx_phase(ctx: &Ctx, port: &Port, ns: &str) -> Result<RxResult, String> {
             let mut b: Burst = Burst::new();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let k = rxq.rx_burst(&mut b);
+                let k = rxq.rx(&mut b);
                 if k > 0 {
                     n += k as u64;
                     b.clear();
@@ -602,7 +719,7 @@ struct TxResult {
 
 fn tx_phase(
     ctx: &Ctx,
-    port: &Port,
+    port: &Dev,
     ns: &str,
     pod_if: &str,
     pod_mac: MacAddr,
@@ -610,9 +727,8 @@ fn tx_phase(
     let frame = udp_frame(pod_mac);
     let stop = Arc::new(AtomicBool::new(false));
     let taken = Arc::new(AtomicU64::new(0));
-    let mut txq = port.tx_queue(0).map_err(|e| e.to_string())?;
     // Drain what the pod sends back (ICMP port unreachable) so the RX side never backs up.
-    let mut rxq = port.rx_queue(0).map_err(|e| e.to_string())?;
+    let (mut rxq, mut txq) = port.queues(&ctx.pool)?;
     let poller = {
         let (stop, taken, cpu, pool) = (
             stop.clone(),
@@ -627,7 +743,7 @@ fn tx_phase(
             let mut junk: Burst = Burst::new();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                if rxq.rx_burst(&mut junk) > 0 {
+                if rxq.rx(&mut junk) > 0 {
                     junk.clear();
                 }
                 let room = b.capacity() - b.len();
@@ -637,7 +753,7 @@ fn tx_phase(
                         m.extend_from_slice(&frame);
                     }
                 }
-                let k = txq.tx_burst(&mut b);
+                let k = txq.tx(&mut b);
                 if k > 0 {
                     n += k as u64;
                     taken.store(n, Ordering::Relaxed);
@@ -732,9 +848,8 @@ struct Responder {
 
 impl Responder {
     /// Answers ICMP echo requests to the gateway address on `port` from a pinned thread.
-    fn start(ctx: &Ctx, port: &Port) -> Result<Responder, String> {
-        let mut rxq = port.rx_queue(0).map_err(|e| e.to_string())?;
-        let mut txq = port.tx_queue(0).map_err(|e| e.to_string())?;
+    fn start(ctx: &Ctx, port: &Dev) -> Result<Responder, String> {
+        let (mut rxq, mut txq) = port.queues(&ctx.pool)?;
         let stop = Arc::new(AtomicBool::new(false));
         let cpu = ctx.poller_cpu;
         let handle = {
@@ -746,7 +861,7 @@ impl Responder {
                 let mut out: Burst = Burst::new();
                 let mut answered = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    if rxq.rx_burst(&mut b) == 0 {
+                    if rxq.rx(&mut b) == 0 {
                         continue;
                     }
                     for mut m in b.drain() {
@@ -755,7 +870,7 @@ impl Responder {
                             let _ = out.push(m);
                         }
                     }
-                    answered += txq.tx_burst(&mut out) as u64;
+                    answered += txq.tx(&mut out) as u64;
                     out.clear();
                 }
                 answered
@@ -817,7 +932,7 @@ struct Latency {
 
 fn latency_phase(
     ctx: &Ctx,
-    port: &Port,
+    port: &Dev,
     ns: &str,
     count: usize,
     interval: Duration,
@@ -983,7 +1098,7 @@ struct Hotplug {
 fn hotplug_phase(
     ctx: &mut Ctx,
     mech: &Mech,
-    port: &Port,
+    port: &Dev,
     ns: &str,
     config: &PortConfig,
     host_b: &str,
@@ -1101,17 +1216,10 @@ fn hotplug_phase(
     })
 }
 
-fn attach_one(
-    ctx: &mut Ctx,
-    mech: &Mech,
-    iface: &str,
-    config: &PortConfig,
-) -> Result<Port, String> {
+fn attach_one(ctx: &mut Ctx, mech: &Mech, iface: &str, config: &PortConfig) -> Result<Dev, String> {
     let p = attach(ctx, mech, iface, config)?;
     // A worker would take the queues now; take and return them as it would at pod deletion.
-    let rxq = p.rx_queue(0).map_err(|e| e.to_string())?;
-    let txq = p.tx_queue(0).map_err(|e| e.to_string())?;
-    drop((rxq, txq));
+    drop(p.queues(&ctx.pool)?);
     Ok(p)
 }
 
