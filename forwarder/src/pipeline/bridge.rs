@@ -13,7 +13,7 @@ use lace_shared::status::DropReason;
 use lace_shared::types::{L2Hop, MacAddr, PortId};
 
 use super::cache::Hop;
-use super::srv6::{self, l2_send_remote, L2Plan};
+use super::srv6::{self, l2_label, l2_send_remote, L2Plan};
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
 use crate::wire::ethernet;
 
@@ -186,7 +186,10 @@ pub(super) fn flood<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, f
             L2Hop::Port(p) => p != m.rx,
             L2Hop::Remote(_) => !from_uplink,
         };
-        // Each member but the last gets a copy; the last gets the frame itself.
+        // Each member but the last gets a copy; the last gets the frame itself. The copies to
+        // other nodes share one outer flow label, computed for the first of them.
+        let rss = pkt.rss_hash();
+        let mut label = None;
         let mut members = view.flood().filter(eligible).peekable();
         let mut pkt = Some(pkt);
         while let Some(to) = members.next() {
@@ -204,7 +207,7 @@ pub(super) fn flood<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, f
                     None => break,
                 }
             };
-            send_copy(n, copy, to);
+            send_copy(n, copy, to, rss, &mut label);
         }
     }
 }
@@ -221,26 +224,38 @@ fn copy_of<B: PacketBuf, I: Io<B>>(io: &mut I, pkt: Option<&B>) -> Option<B> {
     Some(c)
 }
 
-/// Transmits one flooded copy to `to`, counted in the nodes it passes (or as a drop).
+/// Transmits one flooded copy to `to`, counted in the nodes it passes (or as a drop); a copy to
+/// another node gets `label` (computed from the copy, with the original's RSS hash `rss`, if
+/// not yet known).
 #[inline]
-fn send_copy<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, copy: B, to: L2Hop) {
+fn send_copy<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    copy: B,
+    to: L2Hop,
+    rss: Option<u32>,
+    label: &mut Option<u32>,
+) {
     match to {
         L2Hop::Port(p) if n.io.port_up(p) => {
             n.io.send(p, copy);
             n.through(&[Stage::L2Flood, Stage::Tx], 1);
         }
         L2Hop::Port(_) => n.drops[DropReason::PortDown as usize] += 1,
-        L2Hop::Remote(nh) => match l2_send_remote(n, copy, nh) {
-            Ok(()) => n.through(
-                &[
-                    Stage::L2Flood,
-                    Stage::L2Encap,
-                    Stage::UnderlayOut,
-                    Stage::Tx,
-                ],
-                1,
-            ),
-            Err(r) => n.drops[r as usize] += 1,
-        },
+        L2Hop::Remote(nh) => {
+            let seed = n.cfg.flow_seed;
+            let l = *label.get_or_insert_with(|| l2_label(copy.data(), rss, seed));
+            match l2_send_remote(n, copy, nh, Some(l)) {
+                Ok(()) => n.through(
+                    &[
+                        Stage::L2Flood,
+                        Stage::L2Encap,
+                        Stage::UnderlayOut,
+                        Stage::Tx,
+                    ],
+                    1,
+                ),
+                Err(r) => n.drops[r as usize] += 1,
+            }
+        }
     }
 }

@@ -442,31 +442,30 @@ fn deliver_one<B: PacketBuf>(
     generated: bool,
     plan: &Delivery,
 ) -> Result<(), DropReason> {
-    let data = pkt.data();
-    if data.len() > plan.max_frame {
+    // One view of the frame for every check and write (the header's address computed once).
+    let d = pkt.data_mut();
+    if d.len() > plan.max_frame {
         return Err(DropReason::TooBig);
     }
-    let Some(&version) = data.get(L3) else {
+    let Some((h, ip)) = d.split_first_chunk_mut::<L3>() else {
+        return Err(DropReason::Malformed);
+    };
+    let Some(&version) = ip.first() else {
         return Err(DropReason::Malformed);
     };
     let eth = if version >> 4 == 4 {
-        if let (false, Some(h)) = (generated, pkt.head_mut::<{ L3 + ipv4::HEADER_LEN }>()) {
-            ipv4::Packet::new_unchecked(&mut h[L3..]).decrement_ttl();
+        if let (false, Some(v4)) = (generated, ip.first_chunk_mut::<{ ipv4::HEADER_LEN }>()) {
+            ipv4::Packet::new_unchecked(&mut v4[..]).decrement_ttl();
         }
         &plan.eth4
     } else {
-        if let (false, Some(h)) = (generated, pkt.head_mut::<{ L3 + ipv6::HEADER_LEN }>()) {
-            ipv6::Packet::new_unchecked(&mut h[L3..]).decrement_hop_limit();
+        if let (false, Some(v6)) = (generated, ip.first_chunk_mut::<{ ipv6::HEADER_LEN }>()) {
+            ipv6::Packet::new_unchecked(&mut v6[..]).decrement_hop_limit();
         }
         &plan.eth6
     };
-    match pkt.head_mut::<L3>() {
-        Some(h) => {
-            *h = *eth;
-            Ok(())
-        }
-        None => Err(DropReason::Malformed),
-    }
+    *h = *eth;
+    Ok(())
 }
 
 /// The drop of a packet delivery refused: too big gets the ICMP error naming the pod's MTU.

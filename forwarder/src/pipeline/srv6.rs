@@ -217,10 +217,9 @@ pub(super) fn l2_encap_one<B: PacketBuf>(pkt: &mut B, e: Encap<'_>) -> Result<()
     }
     const INNER: usize = L3 + ENCAP_LEN;
     let d = pkt.data_mut();
-    let label = match rss {
-        Some(h) => flow::label_of(h),
-        None => l2_flow_label(&d[INNER..], e.seed),
-    };
+    let label = e
+        .label
+        .unwrap_or_else(|| l2_label(&d[INNER..], rss, e.seed));
     let Some(h) = d.first_chunk_mut::<INNER>() else {
         return Err(Miss::NoHeadroom);
     };
@@ -233,6 +232,16 @@ pub(super) fn l2_encap_one<B: PacketBuf>(pkt: &mut B, e: Encap<'_>) -> Result<()
     ip.set_next_header(IpProtocol::Ethernet);
     ip.set_hop_limit(e.hop_limit);
     Ok(())
+}
+
+/// The outer flow label of a bridged frame: from the NIC's RSS hash when it gave one, else from
+/// the frame ([`l2_flow_label`]).
+#[inline(always)]
+pub(super) fn l2_label(frame: &[u8], rss: Option<u32>, seed: u64) -> u32 {
+    match rss {
+        Some(h) => flow::label_of(h),
+        None => l2_flow_label(frame, seed),
+    }
 }
 
 /// The outer flow label of a bridged frame: the inner IP flow's when it carries IPv4 or IPv6
@@ -300,6 +309,7 @@ pub(super) fn l2_encap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>
             max_inner,
             seed,
             hop_limit,
+            label: None,
         };
         to[k] = match l2_encap_one(pkt, e) {
             Ok(()) => Stage::UnderlayOut,
@@ -317,6 +327,7 @@ pub(super) fn l2_send_remote<B: PacketBuf, I: Io<B>>(
     n: &mut NodeCtx<'_, '_, '_, B, I>,
     mut pkt: B,
     nh: u32,
+    label: Option<u32>,
 ) -> Result<(), DropReason> {
     let rewrite = match n.cx.encap(nh) {
         Some(e) if e.usable() => e,
@@ -328,6 +339,7 @@ pub(super) fn l2_send_remote<B: PacketBuf, I: Io<B>>(
         max_inner: usize::from(n.cfg.underlay_mtu).saturating_sub(ENCAP_LEN),
         seed: n.cfg.flow_seed,
         hop_limit: n.cfg.hop_limit,
+        label,
     };
     match l2_encap_one(&mut pkt, e) {
         Ok(()) => {}
@@ -360,6 +372,9 @@ pub(super) struct Encap<'a> {
     pub(super) max_inner: usize,
     pub(super) seed: u64,
     pub(super) hop_limit: u8,
+    /// The outer flow label when the caller has it (a flooded frame's copies share one);
+    /// `None`: from the frame.
+    pub(super) label: Option<u32>,
 }
 
 /// The encapsulation toward one remote next hop, resolved once per vector (or per run of
