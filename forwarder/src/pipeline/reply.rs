@@ -455,7 +455,7 @@ const ND_LEN: usize = ipv6::HEADER_LEN + 32;
 /// Every sum is taken straight from the packet's bytes: the addresses of the IPv6 header are
 /// followed by the ICMPv6 message, so the pseudo-header's addresses and the message are one
 /// run of 64 bytes, and the answer's sum is made of the asker's and the target's sums.
-#[inline(always)]
+#[inline(never)]
 fn fast_nd_reply<B: PacketBuf>(pkt: &mut B, a: &mut Asker<'_>) -> bool {
     const ICMP: usize = L3 + ipv6::HEADER_LEN;
     const SRC: usize = L3 + 8;
