@@ -385,8 +385,39 @@ fn flock_for(kind: libc::c_int, start: u64, len: u64) -> libc::flock {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // Release this description's locks (the writer's, a reader's slot) before the fd closes.
+        // Closing alone is not enough while another thread forks: the child holds a copy of the
+        // fd, and so of the open file description and its locks, until it execs, and a writer
+        // reopened meanwhile would find itself busy. An unlock acts on the description itself.
+        self.unlock(0, 0);
         // SAFETY: base/len are exactly what mmap returned; nothing borrows the mapping any more
         // (borrows of `Mem` are tied to `&self`).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_region_releases_its_locks_while_a_copy_of_its_fd_lives() {
+        let path = std::env::temp_dir().join(format!("lace-region-lock-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let first = Region::create(&path, RegionKind::Tables, 0, [0; 4]).unwrap();
+        assert!(first.try_lock(0, HEADER_SIZE).unwrap());
+        // What a child forked by another thread holds until it execs: the same open file
+        // description, and so the same lock.
+        let copy = first.file.try_clone().unwrap();
+        drop(first);
+        let second = Region::open_rw(&path, RegionKind::Tables).unwrap();
+        let relocked = second.try_lock(0, HEADER_SIZE).unwrap();
+        drop(copy);
+        drop(second);
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            relocked,
+            "the dropped region's lock outlived it in the fd's copy"
+        );
     }
 }
