@@ -401,6 +401,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore = "file mappings are not supported by miri")]
     fn a_dropped_region_releases_its_locks_while_a_copy_of_its_fd_lives() {
         let path = std::env::temp_dir().join(format!("lace-region-lock-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
