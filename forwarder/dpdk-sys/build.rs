@@ -166,6 +166,8 @@ const VARS: &[&str] = &[
     "RTE_ETH_SPEED_NUM_NONE",
     "RTE_ETH_SPEED_NUM_UNKNOWN",
     "RTE_MBUF_F_RX_RSS_HASH",
+    "RTE_MBUF_F_TX_TCP_SEG",
+    "RTE_MBUF_F_TX_UDP_SEG",
     "RING_F_SP_ENQ",
     "RING_F_SC_DEQ",
     "RING_F_EXACT_SZ",

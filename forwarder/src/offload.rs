@@ -31,6 +31,7 @@ const PROTO_IPV4: u8 = 4;
 const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
 const PROTO_IPV6: u8 = 41;
+const PROTO_ETHERNET: u8 = 143;
 const TCP_FIN: u8 = 0x01;
 const TCP_SYN: u8 = 0x02;
 const TCP_RST: u8 = 0x04;
@@ -110,6 +111,103 @@ impl VnetHdr {
     }
 }
 
+/// A large segment carried whole through the pipeline: what the forwarder keeps of the
+/// `virtio_net_hdr` it arrived with. Its transport checksum field holds the pseudo-header sum
+/// over its whole length (partial), as the kernel hands it over; the rest is found again from
+/// the headers wherever it is needed ([`Layout::of`]), so encapsulating, decapsulating or
+/// rewriting the packet never leaves it stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gso {
+    /// TCP segments or UDP datagrams.
+    pub proto: GsoProto,
+    /// Payload bytes per piece.
+    pub size: u16,
+}
+
+/// The transport a [`Gso`] segment is cut by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GsoProto {
+    /// `GSO_TCPV4`, `GSO_TCPV6`.
+    Tcp,
+    /// `GSO_UDP_L4`.
+    Udp,
+}
+
+impl Gso {
+    /// The large segment a received header describes; `None` for an ordinary frame or a GSO
+    /// type the forwarder does not carry whole.
+    pub fn of(hdr: &VnetHdr) -> Option<Gso> {
+        let proto = match hdr.gso_type & !VnetHdr::GSO_ECN {
+            VnetHdr::GSO_TCPV4 | VnetHdr::GSO_TCPV6 => GsoProto::Tcp,
+            VnetHdr::GSO_UDP_L4 => GsoProto::Udp,
+            _ => return None,
+        };
+        (hdr.gso_size != 0 && hdr.flags & VnetHdr::NEEDS_CSUM != 0).then_some(Gso {
+            proto,
+            size: hdr.gso_size,
+        })
+    }
+
+    /// The `virtio_net_hdr` that hands `frame`, this large segment, to the kernel whole:
+    /// partial checksum from the transport header on, GSO type from its IP version, with the
+    /// ECN flag when the segment carries CWR. An encapsulated segment has none (the header has
+    /// no tunnel types the forwarder's encapsulation would match).
+    pub fn vnet_hdr(&self, frame: &[u8]) -> Result<VnetHdr, OffloadError> {
+        let lay = Layout::of(frame)?;
+        let (gso_type, csum_offset, proto) = match self.proto {
+            GsoProto::Tcp if lay.v4 => (VnetHdr::GSO_TCPV4, 16, PROTO_TCP),
+            GsoProto::Tcp => (VnetHdr::GSO_TCPV6, 16, PROTO_TCP),
+            GsoProto::Udp => (VnetHdr::GSO_UDP_L4, 6, PROTO_UDP),
+        };
+        if lay.proto != proto || self.size == 0 {
+            return Err(OffloadError::Malformed);
+        }
+        if lay.outer.is_some() {
+            return Err(OffloadError::Unsupported);
+        }
+        let ecn = if proto == PROTO_TCP && frame[lay.l4 + 13] & TCP_CWR != 0 {
+            VnetHdr::GSO_ECN
+        } else {
+            0
+        };
+        Ok(VnetHdr {
+            flags: VnetHdr::NEEDS_CSUM,
+            gso_type: gso_type | ecn,
+            hdr_len: lay.payload as u16,
+            gso_size: self.size,
+            csum_start: lay.l4 as u16,
+            csum_offset,
+        })
+    }
+
+    /// The length of the longest frame cutting `frame` gives: its headers and one piece.
+    pub fn piece_len(&self, frame: &[u8]) -> Result<usize, OffloadError> {
+        let lay = Layout::of(frame)?;
+        Ok(frame.len().min(lay.payload + usize::from(self.size)))
+    }
+
+    /// Cuts `frame`, this large segment (possibly encapsulated since it arrived), into frames
+    /// of `size` payload bytes, as [`segment`] does.
+    pub fn cut<B: PacketBuf>(
+        &self,
+        frame: &[u8],
+        alloc: impl FnMut() -> Option<B>,
+        out: impl FnMut(B),
+    ) -> Result<usize, OffloadError> {
+        // `segment` takes the transport from the type; the IP version from the headers.
+        let gso_type = match self.proto {
+            GsoProto::Tcp => VnetHdr::GSO_TCPV4,
+            GsoProto::Udp => VnetHdr::GSO_UDP_L4,
+        };
+        let hdr = VnetHdr {
+            gso_type,
+            gso_size: self.size,
+            ..VnetHdr::default()
+        };
+        segment(frame, &hdr, alloc, out)
+    }
+}
+
 /// Why a frame's offload metadata could not be honoured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum OffloadError {
@@ -164,7 +262,8 @@ pub fn complete_checksum(
 /// Where the headers of a TCP or UDP packet (possibly inside one outer IPv6 header) lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
-    /// Offset of the outer IPv6 header of an encapsulated packet.
+    /// Offset of the outer IPv6 header of an encapsulated packet (carrying an IP packet, or a
+    /// bridged Ethernet frame).
     pub outer: Option<usize>,
     /// Offset of the (inner) IP header.
     pub ip: usize,
@@ -179,8 +278,9 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Finds the headers of `frame` (Ethernet, an optional outer IPv6 header carrying IPv4 or
-    /// IPv6, IPv4 or IPv6 without extension headers, TCP or UDP), checking every length.
+    /// Finds the headers of `frame` (Ethernet, an optional outer IPv6 header carrying IPv4,
+    /// IPv6 or an Ethernet frame, IPv4 or IPv6 without extension headers, TCP or UDP),
+    /// checking every length.
     pub fn of(frame: &[u8]) -> Result<Layout, OffloadError> {
         if frame.len() < ETH {
             return Err(OffloadError::Malformed);
@@ -194,6 +294,18 @@ impl Layout {
                 match frame[ETH + 6] {
                     PROTO_IPV4 => (true, ETH + 40, Some(ETH)),
                     PROTO_IPV6 => (false, ETH + 40, Some(ETH)),
+                    PROTO_ETHERNET => {
+                        // A bridged frame behind the outer header (H.Encaps.L2.Red).
+                        let inner = ETH + 40;
+                        if frame.len() < inner + ETH {
+                            return Err(OffloadError::Malformed);
+                        }
+                        match be16(frame, inner + 12) {
+                            ETH_IPV4 => (true, inner + ETH, Some(ETH)),
+                            ETH_IPV6 => (false, inner + ETH, Some(ETH)),
+                            _ => return Err(OffloadError::Unsupported),
+                        }
+                    }
                     _ => (false, ETH, None),
                 }
             }
@@ -278,7 +390,7 @@ fn fix_ip(frame: &mut [u8], lay: &Layout, l4_len: usize) {
         put16(frame, ip + 4, l4_len as u16);
     }
     if let Some(o) = lay.outer {
-        put16(frame, o + 4, (lay.l4 - ip + l4_len) as u16);
+        put16(frame, o + 4, (lay.l4 - (o + 40) + l4_len) as u16);
     }
 }
 
@@ -456,12 +568,18 @@ pub fn coalesce<B: PacketBuf>(pkts: &mut [B], runs: &mut [Run]) -> (usize, usize
     let mut i = 0;
     while i < pkts.len() && n < runs.len() {
         let first = i;
-        let key = tcp_key(pkts[i].data());
+        // A large segment (taken whole) is a run of its own.
+        let key = pkts[i]
+            .gso()
+            .map_or_else(|| tcp_key(pkts[i].data()), |_| None);
         let mut count = 1;
         let mut total = pkts[i].len();
         if let Some(fk) = key {
             let mut prev = fk;
             while first + count < pkts.len() {
+                if pkts[first + count].gso().is_some() {
+                    break;
+                }
                 let next = pkts[first + count].data();
                 let Some(nk) = tcp_key(next) else { break };
                 if total + nk.len > MAX_COALESCED
@@ -681,6 +799,83 @@ mod tests {
                 "outer payload length"
             );
             assert_eq!(usize::from(be16(d, ETH + 40 + 4)), inner_len - 40);
+        }
+    }
+
+    #[test]
+    fn a_large_segment_carried_whole_gets_its_header_back_and_is_cut_inside_either_encapsulation() {
+        let payload = data(6000);
+        let orig = tcp4(77, &payload, TCP_ACK | TCP_CWR);
+        let big = large(&orig);
+        let got = VnetHdr {
+            flags: VnetHdr::NEEDS_CSUM,
+            gso_type: VnetHdr::GSO_TCPV4 | VnetHdr::GSO_ECN,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let gso = Gso::of(&got).unwrap();
+        assert_eq!(
+            gso,
+            Gso {
+                proto: GsoProto::Tcp,
+                size: 1448
+            }
+        );
+        // What the pod's kernel said is what the pod's kernel is told.
+        assert_eq!(gso.vnet_hdr(&big), Ok(got));
+        assert_eq!(gso.piece_len(&big), Ok(66 + 1448));
+        assert_eq!(
+            Gso::of(&VnetHdr { flags: 0, ..got }),
+            None,
+            "no partial checksum"
+        );
+        assert_eq!(Gso::of(&VnetHdr::default()), None);
+
+        // Behind an outer IPv6 header carrying the packet (l3) or its Ethernet frame (l2).
+        for next in [PROTO_IPV4, PROTO_ETHERNET] {
+            let mut f = big[..ETH].to_vec();
+            f[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
+            let mut outer = [0u8; 40];
+            outer[0] = 0x60;
+            outer[6] = next;
+            outer[7] = 64;
+            f.extend_from_slice(&outer);
+            let inner = if next == PROTO_ETHERNET {
+                &big[..]
+            } else {
+                &big[ETH..]
+            };
+            f.extend_from_slice(inner);
+            let head = f.len() - payload.len();
+            assert_eq!(
+                gso.vnet_hdr(&f),
+                Err(OffloadError::Unsupported),
+                "encapsulated"
+            );
+            assert_eq!(gso.piece_len(&f), Ok(head + 1448));
+            let mut pieces: Vec<VecBuf> = Vec::new();
+            assert_eq!(
+                gso.cut(&f, || Some(VecBuf::new()), |b| pieces.push(b)),
+                Ok(5)
+            );
+            let mut joined = Vec::new();
+            for (i, p) in pieces.iter().enumerate() {
+                let d = p.data();
+                checksums_ok(d);
+                assert_eq!(
+                    usize::from(be16(d, ETH + 4)),
+                    d.len() - ETH - 40,
+                    "outer length"
+                );
+                assert_eq!(d[..ETH + 4], f[..ETH + 4], "outer headers");
+                assert_eq!(d[ETH + 6..ETH + 40], f[ETH + 6..ETH + 40], "outer headers");
+                let cwr = d[head - 32 + 13] & TCP_CWR != 0;
+                assert_eq!(cwr, i == 0, "CWR on the first piece only");
+                joined.extend_from_slice(&d[head..]);
+            }
+            assert_eq!(joined, payload);
         }
     }
 

@@ -336,9 +336,10 @@ pub enum PortCounter {
     /// The kernel interface's own transmit drops (`tx_dropped`; on a veth: frames its peer's
     /// queue refused).
     IfaceTxDropped = 11,
-    /// Large segments (GSO) received and cut into frames.
+    /// Large segments (GSO) received: taken whole, or cut into frames on arrival.
     RxLargeSegments = 12,
-    /// Runs of segments sent as one large segment (GRO-like coalescing).
+    /// Large segments sent: runs of segments sent as one (GRO-like coalescing), segments taken
+    /// whole and handed over whole, or cut into frames for a port that takes none.
     TxLargeSegments = 13,
 }
 

@@ -1,9 +1,11 @@
 //! Software offloads: any frame and any virtio-net header through `segment` (every segment it
-//! produces has correct checksums and fits), `complete_checksum` and `coalesce` (never panics;
-//! a coalesced run's first packet still parses).
+//! produces has correct checksums and fits), the large segment the header describes (its
+//! header back, its pieces' length, its cut: every piece parses and is no longer than said),
+//! `complete_checksum` and `coalesce` (never panics; a coalesced run's first packet still
+//! parses).
 #![no_main]
 
-use lace_forwarder::offload::{self, Layout, Run, VnetHdr};
+use lace_forwarder::offload::{self, Gso, Layout, Run, VnetHdr};
 use lace_forwarder::pipeline::{PacketBuf, VecBuf};
 use libfuzzer_sys::fuzz_target;
 
@@ -22,6 +24,18 @@ fuzz_target!(|data: &[u8]| {
         let _ = offload::segment(frame, &hdr, || Some(VecBuf::new()), |b| segs.push(b));
         for s in &segs {
             assert!(Layout::of(s.data()).is_ok(), "a segment parses");
+        }
+    }
+    if let Some(gso) = Gso::of(&hdr).filter(|g| g.size >= 64) {
+        let _ = gso.vnet_hdr(frame);
+        let longest = gso.piece_len(frame);
+        let mut pieces: Vec<VecBuf> = Vec::new();
+        if gso.cut(frame, || Some(VecBuf::new()), |b| pieces.push(b)).is_ok() {
+            let longest = longest.expect("a frame that was cut has a piece length");
+            for p in &pieces {
+                assert!(Layout::of(p.data()).is_ok(), "a piece parses");
+                assert!(p.len() <= longest, "a piece is no longer than said");
+            }
         }
     }
     let mut copy = frame.to_vec();

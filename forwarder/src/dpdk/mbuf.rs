@@ -7,6 +7,8 @@ use std::slice;
 
 use lace_dpdk_sys as sys;
 
+use crate::offload::{Gso, GsoProto};
+
 /// The burst size the forwarder polls and sends with (DPDK's customary 32).
 pub const BURST_SIZE: usize = 32;
 
@@ -101,6 +103,52 @@ impl Mbuf {
         // SAFETY: RTE_MBUF_F_RX_RSS_HASH says the driver wrote the `rss` member of the union;
         // any u32 bit pattern is valid.
         Some(unsafe { m.__bindgen_anon_2.hash.rss })
+    }
+
+    /// The large segment this packet is, if it is one: set by [`Mbuf::set_gso`], kept in
+    /// DPDK's own TSO fields (`RTE_MBUF_F_TX_TCP_SEG` or `RTE_MBUF_F_TX_UDP_SEG`, `tso_segsz`).
+    #[inline]
+    pub fn gso(&self) -> Option<Gso> {
+        let m = self.raw();
+        let proto = if m.ol_flags & sys::RTE_MBUF_F_TX_TCP_SEG != 0 {
+            GsoProto::Tcp
+        } else if m.ol_flags & sys::RTE_MBUF_F_TX_UDP_SEG != 0 {
+            GsoProto::Udp
+        } else {
+            return None;
+        };
+        // SAFETY: `tx_offload` and its bit-field view are two views of one u64 with no invalid
+        // bit patterns; the pool's constructor zeroes it and only `set_gso` writes it here.
+        let size = unsafe { m.__bindgen_anon_3.__bindgen_anon_1.tso_segsz() } as u16;
+        Some(Gso { proto, size })
+    }
+
+    /// Marks the packet as a large segment to be cut into pieces of `gso.size` payload bytes
+    /// (or as an ordinary packet, `None`).
+    #[inline]
+    pub fn set_gso(&mut self, gso: Option<Gso>) {
+        // SAFETY: we own a valid mbuf exclusively (`&mut self`).
+        let m = unsafe { self.0.as_mut() };
+        m.ol_flags &= !(sys::RTE_MBUF_F_TX_TCP_SEG | sys::RTE_MBUF_F_TX_UDP_SEG);
+        let (flag, size) = match gso {
+            Some(Gso {
+                proto: GsoProto::Tcp,
+                size,
+            }) => (sys::RTE_MBUF_F_TX_TCP_SEG, size),
+            Some(Gso {
+                proto: GsoProto::Udp,
+                size,
+            }) => (sys::RTE_MBUF_F_TX_UDP_SEG, size),
+            None => (0, 0),
+        };
+        m.ol_flags |= flag;
+        // SAFETY: writing a bit-field of the `tx_offload` union through its view; every u64
+        // is a valid value of either view.
+        unsafe {
+            m.__bindgen_anon_3
+                .__bindgen_anon_1
+                .set_tso_segsz(u64::from(size))
+        };
     }
 
     /// The first segment's data.

@@ -149,6 +149,24 @@ fn data_room(config: &Config) -> u16 {
     u16::try_from(room.div_ceil(1024) * 1024).unwrap_or(u16::MAX)
 }
 
+/// The pool large segments from pods are taken into whole (ADR 0053): buffers of the largest
+/// room an mbuf has, enough for the bursts in flight. Without it (memory too short) segments
+/// are cut on arrival, as before, and the forwarder says so.
+fn large_pool(config: &Config, eal: &Eal) -> Option<Mempool> {
+    let n = (256 * u32::from(config.workers.count)).next_power_of_two() - 1;
+    match Mempool::new(eal, "lace-large", n, 32, u16::MAX, None) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::warn!(
+                "no pool for large segments ({e}; raise eal.memory_mb by {} MiB): pods' large \
+                 segments are cut on arrival",
+                (u64::from(n) * (u64::from(u16::MAX) + 256)) >> 20
+            );
+            None
+        }
+    }
+}
+
 fn run_with_eal(
     config: &Config,
     eal: Eal,
@@ -174,6 +192,7 @@ fn run_with_eal(
     )
     .context("creating the packet buffer pool (raise eal.memory_mb)")?;
 
+    let large = large_pool(config, &eal);
     let (mut uplink, uplink_queues, uplink_mac) = open_uplink(config, &eal, &pool)?;
     status.set_port(PortId::UPLINK, 0, PortState::Up);
 
@@ -261,6 +280,7 @@ fn run_with_eal(
             config.pods.mechanism,
             workers,
             pool.clone(),
+            large,
             config.workers.polling == Polling::Adaptive,
         );
         let r = main_loop(
@@ -300,7 +320,7 @@ fn open_uplink(
 ) -> anyhow::Result<(Attached, WorkerQueues, lace_shared::types::MacAddr)> {
     let dev = &config.uplink.device;
     if config.uplink.is_kernel_interface() {
-        let (k, queues) = KernelPort::open(dev, config.workers.count, pool, false)
+        let (k, queues) = KernelPort::open(dev, config.workers.count, pool, false, None)
             .with_context(|| format!("uplink.device {dev:?}"))?;
         let mac = k.sockets[0]
             .mac()

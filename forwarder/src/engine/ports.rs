@@ -100,20 +100,26 @@ pub struct KernelPort {
 
 impl KernelPort {
     /// Opens one socket per worker on `iface` (sharing its flows when there are several) and
-    /// builds each worker's queues; `coalesce`: merge TCP runs toward this interface.
+    /// builds each worker's queues; `coalesce`: merge TCP runs toward this interface; `large`:
+    /// take large segments from it whole into that pool's buffers.
     pub fn open(
         iface: &str,
         workers: u16,
         pool: &Mempool,
         coalesce: bool,
+        large: Option<&Mempool>,
     ) -> Result<(KernelPort, Vec<(PortRx, PortTx)>), KernelError> {
         let fanout = (workers > 1).then(kernel::fanout_group);
         let mut sockets = Vec::with_capacity(usize::from(workers));
         let mut queues = Vec::with_capacity(usize::from(workers));
         for _ in 0..workers {
             let s = PacketSocket::open(iface, true, fanout)?;
+            let mut rx = kernel::RxQueue::new(Arc::clone(&s), pool.clone());
+            if let Some(large) = large {
+                rx = rx.take_large_into(large.clone());
+            }
             queues.push((
-                PortRx::Kernel(Box::new(kernel::RxQueue::new(Arc::clone(&s), pool.clone()))),
+                PortRx::Kernel(Box::new(rx)),
                 PortTx::Kernel(Box::new(kernel::TxQueue::new(Arc::clone(&s), coalesce))),
             ));
             sockets.push(s);
@@ -267,6 +273,8 @@ pub struct PodPorts {
     mechanism: Mechanism,
     workers: u16,
     pool: Mempool,
+    /// Buffers large segments from pods are taken into whole (packet-socket pod ports).
+    large: Option<Mempool>,
     /// Ask DPDK pod ports for RX interrupts (adaptive workers sleep on them).
     rx_interrupts: bool,
     next_vdev: u32,
@@ -285,13 +293,14 @@ impl std::fmt::Debug for PodPorts {
 
 impl PodPorts {
     /// No ports yet; pods will be attached with `mechanism`, one queue pair per worker, their
-    /// RX queues filled from `pool`; a DPDK pod port asks for RX interrupts when
-    /// `rx_interrupts`.
+    /// RX queues filled from `pool` (large segments whole from `large`, when given); a DPDK
+    /// pod port asks for RX interrupts when `rx_interrupts`.
     pub fn new(
         eal: Eal,
         mechanism: Mechanism,
         workers: u16,
         pool: Mempool,
+        large: Option<Mempool>,
         rx_interrupts: bool,
     ) -> PodPorts {
         PodPorts {
@@ -299,6 +308,7 @@ impl PodPorts {
             mechanism,
             workers,
             pool,
+            large,
             rx_interrupts,
             next_vdev: 0,
             ports: BTreeMap::new(),
@@ -457,12 +467,11 @@ impl PodPorts {
         self.next_vdev = self.next_vdev.wrapping_add(1);
         if self.mechanism == Mechanism::PacketSocket {
             let (k, queues) =
-                KernelPort::open(iface, self.workers, &self.pool, true).map_err(|e| {
-                    AttachError {
+                KernelPort::open(iface, self.workers, &self.pool, true, self.large.as_ref())
+                    .map_err(|e| AttachError {
                         errno: e.errno(),
                         message: e.to_string(),
-                    }
-                })?;
+                    })?;
             hand_out(id, queues, mailboxes, &devargs)?;
             return Ok(Attached::Kernel(k));
         }

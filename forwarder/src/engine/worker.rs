@@ -30,6 +30,7 @@ use lace_shared::types::PortId;
 use super::config::Polling;
 use crate::dpdk::{self, tsc, Burst, Mbuf, Mempool, BURST_SIZE};
 use crate::kernel::{self, Epoll, EventFd, PortCounts};
+use crate::offload::OffloadError;
 use crate::pipeline::{Io, Pipeline, Stage};
 
 /// How long an adaptive worker keeps polling after its last packet before it sleeps, unless
@@ -83,6 +84,15 @@ pub enum PortTx {
 }
 
 impl PortTx {
+    /// Whether a large segment may be handed to this queue whole; if not, it is cut first.
+    #[inline]
+    fn takes_large(&self) -> bool {
+        match self {
+            PortTx::Dpdk(_) => false,
+            PortTx::Kernel(q) => q.takes_large(),
+        }
+    }
+
     /// Sends from the front of `burst`; what is left was refused. Returns (sent, counts).
     #[inline]
     fn tx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> (usize, PortCounts) {
@@ -263,6 +273,9 @@ struct RoundIo<'a, 's> {
     refused: u64,
     /// Packets sent to a port this worker has no queue on.
     down: u64,
+    /// Large segments lost, wholly or in part, in cutting them: for want of a buffer, and
+    /// because their headers could not be cut by.
+    uncut: [u64; 2],
 }
 
 impl Io<Mbuf> for RoundIo<'_, '_> {
@@ -277,13 +290,11 @@ impl Io<Mbuf> for RoundIo<'_, '_> {
             slot.dirty = true;
             self.dirty.push(port.0);
         }
-        if let Err(pkt) = slot.buf.push(pkt) {
-            self.refused += flush(slot, port, self.status);
-            slot.dirty = true;
-            if slot.buf.push(pkt).is_err() {
-                self.refused += 1;
-            }
+        if pkt.gso().is_some() && !slot.queue.takes_large() {
+            self.cut(port, pkt);
+            return;
         }
+        self.refused += buffer(slot, port, self.status, pkt);
     }
 
     #[inline]
@@ -304,6 +315,48 @@ impl Io<Mbuf> for RoundIo<'_, '_> {
     #[inline]
     fn learn(&mut self, event: &LearnEvent) {
         self.learn.push(event);
+    }
+}
+
+impl RoundIo<'_, '_> {
+    /// Buffers the pieces of large segment `pkt` for `port`, whose queue takes none whole.
+    #[cold]
+    #[inline(never)]
+    fn cut(&mut self, port: PortId, pkt: Mbuf) {
+        let (Some(gso), Some(Some(slot))) = (pkt.gso(), self.tx.get_mut(port.0 as usize)) else {
+            return;
+        };
+        let (status, pool) = (self.status, self.pool);
+        let mut refused = 0;
+        let cut = gso.cut(
+            pkt.data(),
+            || pool.alloc(),
+            |piece| refused += buffer(slot, port, status, piece),
+        );
+        self.refused += refused;
+        match cut {
+            Ok(_) => {
+                if let Some(c) = status.port_counters(port) {
+                    c.add(PortCounter::TxLargeSegments, 1);
+                }
+            }
+            Err(OffloadError::NoBuffer) => self.uncut[0] += 1,
+            Err(_) => self.uncut[1] += 1,
+        }
+    }
+}
+
+/// Buffers `pkt` for `slot`, sending what it holds first when it is full. Returns the packets
+/// refused.
+#[inline(always)]
+fn buffer(slot: &mut TxSlot, port: PortId, status: &StatusWriter, pkt: Mbuf) -> u64 {
+    match slot.buf.push(pkt) {
+        Ok(()) => 0,
+        Err(pkt) => {
+            let refused = flush(slot, port, status);
+            slot.dirty = true;
+            refused + u64::from(slot.buf.push(pkt).is_err())
+        }
     }
 }
 
@@ -566,6 +619,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
             learn: &mut ring,
             now_ns,
             refused: 0,
+            uncut: [0; 2],
             down: 0,
         };
         {
@@ -623,6 +677,8 @@ pub fn run(setup: WorkerSetup) -> i32 {
         if received > 0 || refused > 0 || down > 0 {
             pipeline.count_drop(DropReason::TxRefused, refused);
             pipeline.count_drop(DropReason::PortDown, down);
+            pipeline.count_drop(DropReason::NoBuffer, io.uncut[0]);
+            pipeline.count_drop(DropReason::Malformed, io.uncut[1]);
             local.busy_polls += 1;
             local.rx_packets += received;
             local.flush(&wc);

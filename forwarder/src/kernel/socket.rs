@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::KernelError;
 use crate::dpdk::{Burst, Mbuf, Mempool};
-use crate::offload::{self, OffloadError, Run, VnetHdr};
+use crate::offload::{self, Gso, OffloadError, Run, VnetHdr};
 
 /// Most frames one `recvmmsg` takes (and mbufs a queue keeps ready).
 pub const MAX_RX_BURST: usize = 32;
@@ -317,6 +317,9 @@ pub struct PortCounts {
 pub struct RxQueue {
     sock: Arc<PacketSocket>,
     pool: Mempool,
+    /// Buffers a large segment is taken into whole ([`RxQueue::take_large_into`]); without
+    /// one (none given, none free, or a segment longer) it is cut into `pool`'s.
+    large: Option<Mempool>,
     /// A buffer per message slot, appended to its full room.
     slots: [Option<Mbuf>; MAX_RX_BURST],
     /// Overflow space per slot for frames longer than an mbuf's room.
@@ -364,6 +367,7 @@ impl RxQueue {
         RxQueue {
             sock,
             pool,
+            large: None,
             slots: [const { None }; MAX_RX_BURST],
             big: (0..MAX_RX_BURST)
                 .map(|_| vec![0u8; MAX_FRAME].into_boxed_slice())
@@ -373,6 +377,32 @@ impl RxQueue {
             pending_head: 0,
             pending_len: 0,
         }
+    }
+
+    /// Takes large segments whole into buffers from `large` (a pool with room for them), each
+    /// one packet marked with its segment size, instead of cutting them on arrival: the
+    /// pipeline then handles a 64 KiB segment once, and it is cut only on its way out through
+    /// a port that cannot take it whole.
+    pub fn take_large_into(mut self, large: Mempool) -> RxQueue {
+        self.large = Some(large);
+        self
+    }
+
+    /// A large segment `len` bytes long, its first `room` bytes in `head` and the rest in
+    /// `tail` after as many bytes, in one buffer from the large pool; `None` when there is no
+    /// such buffer or the segment is not one the forwarder carries whole.
+    fn whole(&self, hdr: &VnetHdr, head: &[u8], tail: &[u8], len: usize) -> Option<Mbuf> {
+        let large = self.large.as_ref()?;
+        let gso = Gso::of(hdr)?;
+        let mut m = large.alloc()?;
+        let d = m.append(len)?;
+        let split = head.len().min(len);
+        d[..split].copy_from_slice(&head[..split]);
+        d[split..].copy_from_slice(tail.get(split..len)?);
+        // Only a layout whose pieces the forwarder can cut later is taken whole.
+        gso.vnet_hdr(d).ok()?;
+        m.set_gso(Some(gso));
+        Some(m)
     }
 
     /// The socket (for the worker's epoll set).
@@ -510,8 +540,14 @@ impl RxQueue {
                 c.malformed += 1;
                 continue;
             }
-            // A large segment: make it contiguous in the overflow buffer and cut it later.
+            // A large segment: whole in a large buffer, or contiguous in the overflow buffer
+            // and cut later.
             if let Some(m) = self.slots[i].as_ref() {
+                if let Some(whole) = self.whole(&hdr, &m.data()[..room], &self.big[i], len) {
+                    c.large += 1;
+                    out.push(whole);
+                    continue;
+                }
                 let head = len.min(room);
                 self.big[i][..head].copy_from_slice(&m.data()[..head]);
             }
@@ -554,10 +590,17 @@ impl TxQueue {
         }
     }
 
+    /// Whether a large segment may be handed over whole: the queue is toward a pod (it
+    /// coalesces, so it speaks the virtio-net header) and the interface takes large segments
+    /// now. An uplink's never does: the header cannot describe an encapsulated segment.
+    pub fn takes_large(&self) -> bool {
+        self.coalesce && self.sock.takes_large()
+    }
+
     /// Sends the burst's packets from the front (one `sendmmsg`, more only to step over a
     /// frame the kernel rejects) and frees them. Packets the socket had no room for stay in
     /// the burst, in order. `c.frames` counts frames handed to the kernel, `c.large` those that
-    /// were runs of several packets, `c.malformed` packets the kernel rejected (freed).
+    /// were large segments (runs of several packets, or one taken whole), `c.malformed` packets the kernel rejected (freed).
     pub fn tx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> (usize, PortCounts) {
         let mut c = PortCounts::default();
         let pkts = burst.as_mut_slice();
@@ -579,6 +622,12 @@ impl TxQueue {
             (n, n)
         };
         let vnet = self.sock.vnet;
+        // A large segment taken whole from a pod leaves as one, described by its header.
+        for run in &mut self.runs[..nruns] {
+            if let (1, Some(gso)) = (run.count, pkts[run.first].gso()) {
+                run.hdr = gso.vnet_hdr(pkts[run.first].data()).unwrap_or_default();
+            }
+        }
         // SAFETY: plain data; zero is valid.
         let mut iovs: [libc::iovec; TX_IOVS] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -635,7 +684,7 @@ impl TxQueue {
                 }
                 for run in &self.runs[done..done + r as usize] {
                     c.frames += 1;
-                    c.large += u64::from(run.count > 1);
+                    c.large += u64::from(run.hdr.is_gso());
                 }
                 done += r as usize;
                 continue;

@@ -2,6 +2,7 @@
 //! packet tests and fuzzing. Stages are generic over [`PacketBuf`], so both run the same code.
 
 use crate::dpdk::Mbuf;
+use crate::offload::Gso;
 
 /// A packet buffer with headroom, edited in place. Length-changing calls return `false`
 /// (buffer unchanged) when there is no room.
@@ -55,12 +56,27 @@ pub trait PacketBuf {
     fn rx_ipv4_checksum(&self) -> Option<bool> {
         None
     }
+    /// The large segment this packet is (taken whole from a pod), if it is one.
+    fn gso(&self) -> Option<Gso>;
+    /// Marks the packet as a large segment, or as an ordinary packet (`None`).
+    fn set_gso(&mut self, gso: Option<Gso>);
+    /// Whether the packet is at most `max` bytes long, or is a large segment each of whose
+    /// pieces will be: what a length limit (an MTU) means for a packet cut on its way out.
+    #[inline(always)]
+    fn fits(&self, max: usize) -> bool {
+        self.len() <= max || self.gso().is_some_and(|g| pieces_fit(self.data(), g, max))
+    }
     /// Sets the length by trimming (never grows).
     #[inline]
     fn truncate(&mut self, len: usize) -> bool {
         let cur = self.len();
         cur <= len || self.trim(cur - len)
     }
+}
+
+#[cold]
+fn pieces_fit(frame: &[u8], gso: Gso, max: usize) -> bool {
+    gso.piece_len(frame).is_ok_and(|len| len <= max)
 }
 
 impl PacketBuf for Mbuf {
@@ -100,6 +116,14 @@ impl PacketBuf for Mbuf {
     fn rss_hash(&self) -> Option<u32> {
         Mbuf::rss_hash(self)
     }
+    #[inline]
+    fn gso(&self) -> Option<Gso> {
+        Mbuf::gso(self)
+    }
+    #[inline]
+    fn set_gso(&mut self, gso: Option<Gso>) {
+        Mbuf::set_gso(self, gso);
+    }
 }
 
 /// Headroom of a [`VecBuf`], as DPDK's default `RTE_PKTMBUF_HEADROOM`.
@@ -114,25 +138,36 @@ pub struct VecBuf {
     storage: Vec<u8>,
     start: usize,
     end: usize,
+    gso: Option<Gso>,
 }
 
 impl VecBuf {
     /// An empty buffer.
     pub fn new() -> VecBuf {
+        VecBuf::with_room(VEC_CAPACITY - VEC_HEADROOM)
+    }
+    /// An empty buffer with `room` bytes after the headroom (a large segment's buffer).
+    pub fn with_room(room: usize) -> VecBuf {
         VecBuf {
-            storage: vec![0; VEC_CAPACITY],
+            storage: vec![0; VEC_HEADROOM + room],
             start: VEC_HEADROOM,
             end: VEC_HEADROOM,
+            gso: None,
         }
     }
     /// Empties the buffer and restores the full headroom (as a recycled mbuf has).
     pub fn reset(&mut self) {
         self.start = VEC_HEADROOM;
         self.end = VEC_HEADROOM;
+        self.gso = None;
     }
     /// A buffer holding `bytes` after the headroom; `None` if they do not fit.
     pub fn from_slice(bytes: &[u8]) -> Option<VecBuf> {
-        let mut b = VecBuf::new();
+        Self::from_slice_in(VecBuf::new(), bytes)
+    }
+    /// `bytes` in `b` (emptied first); `None` if they do not fit.
+    pub fn from_slice_in(mut b: VecBuf, bytes: &[u8]) -> Option<VecBuf> {
+        b.reset();
         if !b.append(bytes.len()) {
             return None;
         }
@@ -187,6 +222,12 @@ impl PacketBuf for VecBuf {
         }
         self.end += n;
         true
+    }
+    fn gso(&self) -> Option<Gso> {
+        self.gso
+    }
+    fn set_gso(&mut self, gso: Option<Gso>) {
+        self.gso = gso;
     }
 }
 

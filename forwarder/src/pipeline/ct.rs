@@ -48,6 +48,7 @@ use super::input::L3;
 use super::lookup::{deliver_run, Delivery, UNREACH_PORT};
 use super::srv6;
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
+use crate::offload::Gso;
 use crate::wire::checksum;
 
 /// How long a connection lives without packets, per state (seconds). Kubernetes users know
@@ -414,8 +415,10 @@ fn write16(d: &mut [u8], at: usize, v: u16) {
 
 /// Rewrites one end (source or destination) of the packet `p` describes to `addr`/`port`, with
 /// every checksum the change touches (IPv4 header, TCP/UDP pseudo-header and port, ICMPv6
-/// pseudo-header, SCTP's CRC when the port changes).
+/// pseudo-header, SCTP's CRC when the port changes). A large segment's transport checksum is
+/// partial, the pseudo-header's sum alone: only the address enters it, uncomplemented.
 fn rewrite<B: PacketBuf>(pkt: &mut B, p: &Pkt, dst: bool, addr: [u8; 16], port: u16) -> bool {
+    let partial = pkt.gso().is_some();
     let d = pkt.data_mut();
     let (old_addr, at_addr, alen) = match (p.v6, dst) {
         (false, false) => (&p.src[12..], p.l3 + 12, 4),
@@ -440,7 +443,9 @@ fn rewrite<B: PacketBuf>(pkt: &mut B, p: &Pkt, dst: bool, addr: [u8; 16], port: 
         _ => None,
     };
     if let Some(at) = csum_at {
-        if d.len() >= at + 2 {
+        if d.len() >= at + 2 && partial {
+            write16(d, at, !adjust(!read16(d, at), old_addr, new_addr));
+        } else if d.len() >= at + 2 {
             let mut c = adjust(read16(d, at), old_addr, new_addr);
             if matches!(p.proto, PROTO_TCP | PROTO_UDP) && old_port != port {
                 c = checksum::update_u16(c, old_port, port);
@@ -553,6 +558,11 @@ impl PacketBuf for QuoteBuf<'_> {
     fn append(&mut self, _: usize) -> bool {
         false
     }
+    fn gso(&self) -> Option<Gso> {
+        // A quoted packet is a few bytes of another's, never a segment to cut.
+        None
+    }
+    fn set_gso(&mut self, _: Option<Gso>) {}
 }
 
 // ---- states ---------------------------------------------------------------------------------
@@ -898,7 +908,8 @@ pub(super) fn established4<B: PacketBuf, I: Io<B>>(
         let (proto, nat) = (r.seg.proto, r.nat);
         srv6::encap_run(n, &slots[r.start..end], &plan, Some(miss), |pkt: &mut B| {
             if let Some(t) = &nat {
-                dnat4(pkt.data_mut(), proto, t);
+                let partial = pkt.gso().is_some();
+                dnat4(pkt.data_mut(), proto, t, partial);
             }
         });
     }
@@ -1087,9 +1098,11 @@ fn flow_hit<B: PacketBuf, I: Io<B>>(
 }
 
 /// [`rewrite`] of the destination of a plain TCP or UDP segment in IPv4 ([`Seg4`]), at fixed
-/// offsets with the flow's summed checksum changes: the same bytes.
+/// offsets with the flow's summed checksum changes: the same bytes. `partial`: a large
+/// segment's transport checksum, which holds only the pseudo-header's sum (so only the
+/// address change enters it, uncomplemented).
 #[inline(always)]
-fn dnat4(d: &mut [u8], proto: u8, t: &Dnat) {
+fn dnat4(d: &mut [u8], proto: u8, t: &Dnat, partial: bool) {
     let Some(h) = d.first_chunk_mut::<{ L4 + 8 }>() else {
         return;
     };
@@ -1104,6 +1117,10 @@ fn dnat4(d: &mut [u8], proto: u8, t: &Dnat) {
         return;
     };
     let old = u16::from_be_bytes([c[0], c[1]]);
+    if partial {
+        c.copy_from_slice(&(!checksum::update_by(!old, t.ip_delta)).to_be_bytes());
+        return;
+    }
     let sum = match checksum::update_by(old, t.l4_delta) {
         // UDP without a checksum keeps none; one that sums to zero is sent as all ones.
         _ if proto == PROTO_UDP && old == 0 => return,

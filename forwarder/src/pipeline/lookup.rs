@@ -442,10 +442,14 @@ fn deliver_one<B: PacketBuf>(
     generated: bool,
     plan: &Delivery,
 ) -> Result<(), DropReason> {
-    // One view of the frame for every check and write (the header's address computed once).
-    let d = pkt.data_mut();
+    // One view of the frame for every check and write (the header's address computed once);
+    // a large segment's pieces are measured only when the whole is longer.
+    let mut d = pkt.data_mut();
     if d.len() > plan.max_frame {
-        return Err(DropReason::TooBig);
+        if !pkt.fits(plan.max_frame) {
+            return Err(DropReason::TooBig);
+        }
+        d = pkt.data_mut();
     }
     let Some((h, ip)) = d.split_first_chunk_mut::<L3>() else {
         return Err(DropReason::Malformed);

@@ -872,6 +872,8 @@ fn error4<B: PacketBuf>(
     if !pkt.truncate(L3 + q) || !pkt.prepend(ICMP4_HEADERS) {
         return Err(DropReason::NoHeadroom);
     }
+    // The error is an ordinary packet, whatever the one it quotes was.
+    pkt.set_gso(None);
     let d = pkt.data_mut();
     own_ipv4(gw, src, repr.buffer_len(), DSCP_CS6)
         .emit(&mut ipv4::Packet::new_unchecked(&mut d[L3..]));
@@ -925,6 +927,8 @@ fn error6<B: PacketBuf>(
     if !pkt.truncate(L3 + q) || !pkt.prepend(ICMP6_HEADERS) {
         return Err(DropReason::NoHeadroom);
     }
+    // The error is an ordinary packet, whatever the one it quotes was.
+    pkt.set_gso(None);
     let d = pkt.data_mut();
     let len = repr.buffer_len();
     own_ipv6(gw, src, len, OWN_TTL).emit(&mut ipv6::Packet::new_unchecked(&mut d[L3..]));

@@ -208,7 +208,7 @@ pub(super) fn l2_decap<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>
 #[inline(always)]
 pub(super) fn l2_encap_one<B: PacketBuf>(pkt: &mut B, e: Encap<'_>) -> Result<(), Miss> {
     let inner_len = pkt.len();
-    if inner_len > e.max_inner {
+    if inner_len > e.max_inner && !pkt.fits(e.max_inner) {
         return Err(Miss::TooBig);
     }
     let rss = pkt.rss_hash();
@@ -463,7 +463,7 @@ impl L2Plan {
 pub(super) fn l2_encap_planned<B: PacketBuf>(pkt: &mut B, plan: &L2Plan) -> bool {
     const INNER: usize = L3 + ENCAP_LEN;
     let inner_len = pkt.len();
-    if inner_len > plan.max_inner {
+    if inner_len > plan.max_inner && !pkt.fits(plan.max_inner) {
         return false;
     }
     let rss = pkt.rss_hash();
@@ -492,7 +492,7 @@ pub(super) fn l2_encap_planned<B: PacketBuf>(pkt: &mut B, plan: &L2Plan) -> bool
 #[inline(always)]
 fn encap_one<B: PacketBuf>(pkt: &mut B, generated: bool, plan: &EncapPlan) -> Result<(), Miss> {
     let inner_len = pkt.len().saturating_sub(L3);
-    if inner_len > plan.max_inner {
+    if inner_len > plan.max_inner && !pkt.fits(L3 + plan.max_inner) {
         return Err(Miss::TooBig);
     }
     let rss = pkt.rss_hash();

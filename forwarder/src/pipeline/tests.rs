@@ -12,6 +12,7 @@ use lace_shared::types::*;
 use super::fixture::*;
 use super::sim::*;
 use super::*;
+use crate::offload::{Gso, GsoProto};
 use crate::wire::checksum;
 use crate::wire::flow::FiveTuple;
 
@@ -2479,6 +2480,99 @@ fn a_routed_packet_longer_than_the_pods_mtu_is_too_big() {
     // An l3 pod's MTU (1460) takes what the l2 pod's refuses.
     let r = run(HOST, from_host4(NODE4, A4, &big));
     assert_eq!(r.one().0, A);
+}
+
+/// A TCP/IPv4 segment of `len` payload bytes from `mac`/`src` to `dst` as a pod's kernel hands
+/// it over large: lengths for the whole, the checksum field holding the pseudo-header's sum.
+fn large4(mac: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr, ports: (u16, u16), len: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 255) as u8).collect();
+    let mut t = tcp4(src, dst, ports.0, ports.1, tcp_flags::ACK, &data);
+    let partial = checksum::pseudo_header_v4(&src, &dst, 6.into(), t.len() as u16);
+    t[16..18].copy_from_slice(&partial.to_be_bytes());
+    eth(GW_MAC, mac, 0x0800, &ipv4(src, dst, 6, 64, 0, true, &t))
+}
+
+/// `frame` taken whole as a large segment of `size`-byte TCP pieces, through the pipeline: what
+/// left (each still marked with its segment size, or not) and the counters.
+fn run_large(
+    node: &mut Node,
+    pipe: &mut Pipeline<VecBuf>,
+    io: &mut TestIo,
+    rx: PortId,
+    frame: &[u8],
+    size: u16,
+) -> (Vec<(PortId, VecBuf)>, Counters) {
+    let snap = node.reader.snapshot();
+    let mut b = VecBuf::from_slice_in(VecBuf::with_room(65_000), frame).unwrap();
+    b.set_gso(Some(Gso {
+        proto: GsoProto::Tcp,
+        size,
+    }));
+    let mut v = vec![b];
+    pipe.process(&snap, rx, &mut v, io);
+    (io.sent.drain(..).collect(), pipe.take_counters())
+}
+
+/// Cuts a large segment that left the pipeline; its pieces' payloads joined, after checking
+/// each piece's checksums (inner ones behind `outer` bytes of encapsulation) and length.
+fn cut_and_join(out: &VecBuf, outer: usize, max_frame: usize) -> Vec<u8> {
+    let gso = out.gso().expect("still a large segment");
+    let mut pieces: Vec<VecBuf> = Vec::new();
+    let n = gso.cut(out.data(), || Some(VecBuf::new()), |p| pieces.push(p));
+    assert!(n.is_ok_and(|n| n > 1), "{n:?}");
+    let mut joined = Vec::new();
+    for p in &pieces {
+        let d = p.data();
+        assert!(d.len() <= max_frame, "a piece of {} bytes", d.len());
+        assert!(checksums_valid(&d[14 + outer..]), "a piece's checksums");
+        joined.extend_from_slice(&d[14 + outer + 40..]);
+    }
+    joined
+}
+
+#[test]
+fn a_large_segment_crosses_once_and_is_too_big_only_when_its_pieces_are() {
+    let mut node = node();
+    let mut pipe = Pipeline::new(cfg(), Arc::new(UnderlayNeighbors::new(64)));
+    let mut io = test_io();
+    let payload = |f: &[u8]| f[14 + 40..].to_vec();
+
+    // To another node: encapsulated whole, still a large segment, cut into pieces that each
+    // fit the underlay in their own encapsulation and carry the pod's bytes.
+    let frame = large4(MAC_A, A4, REMOTE4, (40000, 5201), 20_000);
+    let (sent, c) = run_large(&mut node, &mut pipe, &mut io, A, &frame, 1400);
+    assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
+    let [(port, out)] = &sent[..] else {
+        panic!("{} packets out", sent.len())
+    };
+    assert_eq!((*port, out.len()), (PortId::UPLINK, frame.len() + 40));
+    assert_eq!(cut_and_join(out, 40, 14 + 1500), payload(&frame));
+
+    // To a pod on this node: delivered whole, the partial checksum as it was.
+    let frame = large4(MAC_A, A4, B4, (40000, 5201), 20_000);
+    let (sent, _) = run_large(&mut node, &mut pipe, &mut io, A, &frame, 1400);
+    let [(port, out)] = &sent[..] else {
+        panic!("{} packets out", sent.len())
+    };
+    assert_eq!((*port, out.len()), (B, frame.len()));
+    assert_eq!(out.data()[14 + 36..14 + 38], frame[14 + 36..14 + 38]);
+    assert_eq!(cut_and_join(out, 0, 14 + 1460), payload(&frame));
+
+    // Pieces of 1448 bytes do not fit 1460 bytes with their headers, in the underlay or in the
+    // pod's network: too big, as a packet of that size would be, and the error is an
+    // ordinary packet.
+    for (dst, mtu) in [(REMOTE4, 1460u16), (B4, 1460)] {
+        let frame = large4(MAC_A, A4, dst, (40000, 5201), 20_000);
+        let (sent, c) = run_large(&mut node, &mut pipe, &mut io, A, &frame, 1448);
+        let [(port, out)] = &sent[..] else {
+            panic!("{} packets out", sent.len())
+        };
+        assert_eq!((*port, out.gso()), (A, None));
+        let ip = &out.data()[14..];
+        assert_eq!((ip[9], ip[20], ip[21]), (1, 3, 4), "fragmentation needed");
+        assert_eq!(ip[26..28], mtu.to_be_bytes());
+        assert_eq!(c.drop(DropReason::TooBig), 1);
+    }
 }
 
 #[test]

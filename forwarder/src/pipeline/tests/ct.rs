@@ -302,6 +302,52 @@ fn the_node_reaches_an_isolated_pod_through_the_host_port() {
 }
 
 #[test]
+fn a_large_segment_to_a_cluster_ip_keeps_a_partial_checksum_of_its_new_addresses() {
+    let mut t = Ct::new();
+    t.deliver(S2, seg4(S2, S2_4, VIP4, 43000, 80, SYN), S3);
+    t.deliver(S3, seg4(S3, S3_4, S2_4, 8080, 43000, SYNACK), S2);
+    let frame = large4(MAC_S2, S2_4, VIP4, (43000, 80), 30_000);
+    let (sent, c) = run_large(&mut t.node, &mut t.pipe, &mut t.io, S2, &frame, 1400);
+    assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
+    let [(port, out)] = &sent[..] else {
+        panic!("{} packets out", sent.len())
+    };
+    assert_eq!(*port, S3);
+    let ip = &out.data()[14..];
+    assert_eq!(checksum::data(&ip[..20]), 0xffff, "IPv4 header checksum");
+    assert_eq!(&ip[16..20], &S3_4.octets());
+    assert_eq!(u16::from_be_bytes([ip[22], ip[23]]), 8080);
+    // The field the pod's kernel completes: the pseudo-header over the backend's address and
+    // the whole length (the port is not in it: the kernel sums the header itself).
+    let partial = checksum::pseudo_header_v4(&S2_4, &S3_4, 6.into(), (ip.len() - 20) as u16);
+    assert_eq!(u16::from_be_bytes([ip[36], ip[37]]), partial);
+    assert_eq!(cut_and_join(out, 0, 14 + 1460), frame[14 + 40..]);
+
+    // To a Service whose backends are on other nodes, the connection established: translated
+    // on the fused encapsulating path.
+    let r = t.send(S2, seg4(S2, S2_4, VIP_SPREAD4, 46000, 80, SYN));
+    let ip = &r.one().1[14 + 40..];
+    let backend = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+    let synack = under4(backend, S2_4, 8080, 46000, SYNACK);
+    assert_eq!(t.send(PortId::UPLINK, synack).one().0, S2);
+    t.send(S2, seg4(S2, S2_4, VIP_SPREAD4, 46000, 80, ACK));
+    let frame = large4(MAC_S2, S2_4, VIP_SPREAD4, (46000, 80), 30_000);
+    let fused = t.pipe.fused_hits();
+    let (sent, c) = run_large(&mut t.node, &mut t.pipe, &mut t.io, S2, &frame, 1400);
+    assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
+    assert_eq!(t.pipe.fused_hits(), fused + 1, "the fused hit took it");
+    let [(port, out)] = &sent[..] else {
+        panic!("{} packets out", sent.len())
+    };
+    assert_eq!(*port, PortId::UPLINK);
+    let ip = &out.data()[14 + 40..];
+    assert_eq!(&ip[16..20], &backend.octets());
+    let partial = checksum::pseudo_header_v4(&S2_4, &backend, 6.into(), (ip.len() - 20) as u16);
+    assert_eq!(u16::from_be_bytes([ip[36], ip[37]]), partial);
+    assert_eq!(cut_and_join(out, 40, 14 + 1500), frame[14 + 40..]);
+}
+
+#[test]
 fn a_cluster_ip_is_translated_to_its_backend_and_back() {
     let mut t = Ct::new();
     // S2 → VIP:80 → S3:8080 (S3's ingress allows S2 on 8080: the client's own address).
