@@ -85,6 +85,7 @@ pub(crate) fn node_config() -> Config {
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x1ace,
+        uplink_hosts: lace_forwarder::pipeline::UplinkHosts::NONE,
     }
 }
 

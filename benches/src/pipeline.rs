@@ -210,6 +210,7 @@ fn config() -> Config {
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x1ace,
+        uplink_hosts: lace_forwarder::pipeline::UplinkHosts::NONE,
     }
 }
 

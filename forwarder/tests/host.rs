@@ -491,6 +491,46 @@ fn same_node_tcp_large_segments_cross_whole() {
     nothing_lost(&lab, &[(1, a1.port), (1, a2.port)]);
 }
 
+/// A forwarder node with addresses on an external network reached through its uplink (ADR
+/// 0054): a Linux router on the uplink's segment (the underlay bridge) resolves them by ARP and
+/// NDP and pings them; the forwarder answers, from the uplink's MAC, and nothing else on that
+/// segment does.
+#[test]
+#[ignore = "host test: needs root, ip, tshark, ping, python3, ethtool; run with --include-ignored"]
+fn the_uplink_answers_for_the_nodes_external_addresses() {
+    let _serial = serial();
+    prerequisites([]);
+    let mut lab = Lab::new("uplink_external");
+    lab.external = vec![(1, "192.0.2.10/24"), (1, "2001:db8:e::10/64")];
+    lab.add_fwd_node(1);
+    lab.start(1);
+    let u = lab.underlay_ns.clone();
+    // The router: the bridge itself (the lab keeps IPv6 off it otherwise).
+    sysctl(&u, &["net.ipv6.conf.br0.disable_ipv6=0"]);
+    ipn(&u, "addr add 192.0.2.1/24 dev br0");
+    ipn(&u, "addr add 2001:db8:e::1/64 dev br0 nodad");
+    ping_ok(&u, "192.0.2.10".parse().unwrap(), 3, || lab.diagnose());
+    ping_ok(&u, "2001:db8:e::10".parse().unwrap(), 3, || lab.diagnose());
+    // The uplink (a kernel interface with lace's socket here) answers with its own MAC.
+    let link = ipn(&lab.node(1).ns, "-br link show dev ul");
+    let want = link
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_else(|| panic!("no MAC in {link:?}"))
+        .to_owned();
+    for addr in ["192.0.2.10", "2001:db8:e::10"] {
+        let neigh = ipn(&u, &format!("neigh show {addr} dev br0"));
+        assert!(
+            neigh.contains(&format!("lladdr {want}")),
+            "{addr} resolved to the uplink's MAC {want}: {neigh}\n{}",
+            lab.diagnose()
+        );
+    }
+    // An address of the subnet that is not the node's stays unanswered.
+    let r = ping(&u, "192.0.2.99".parse().unwrap(), 1, None);
+    assert_eq!(r.received, 0, "192.0.2.99 answered: {}", r.output);
+}
+
 /// MTU with large segments: the pods' MTU raised above what the underlay carries, offloads on.
 /// A 64 KiB segment cut to the pod's 1500-byte MSS does not fit the 1460 bytes an inner packet
 /// may have, so the sender's node answers with frag-needed / packet-too-big (counted as

@@ -4,10 +4,12 @@
 //! Every error names the field and what is accepted ("uplink.address: \"fd00::zz\" is not an
 //! IPv6 address"). Unknown keys are refused, so a typo never silently falls back to a default.
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::pipeline::UplinkHosts;
 
 /// How the EAL gets its memory (`[eal] memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -142,6 +144,30 @@ pub struct UplinkConfig {
     pub mtu: u16,
     /// RX queues (RSS); 0 = one per worker.
     pub queues: u16,
+    /// The node's own addresses on external networks reached through the uplink
+    /// (`[[uplink.external]]`, ADR 0054): the forwarder answers ARP / NDP and echo for them.
+    pub external: Vec<UplinkAddress>,
+}
+
+/// One of the node's addresses on an external network, with its subnet's prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UplinkAddress {
+    /// The address.
+    pub addr: IpAddr,
+    /// Its subnet's prefix length.
+    pub prefix_len: u8,
+}
+
+impl std::fmt::Display for UplinkAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+impl Serialize for UplinkAddress {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 impl UplinkConfig {
@@ -355,6 +381,14 @@ struct FileUplink {
     address: Option<String>,
     mtu: Option<u16>,
     queues: Option<u16>,
+    #[serde(default)]
+    external: Vec<FileExternal>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileExternal {
+    addresses: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -566,6 +600,8 @@ impl Config {
             });
         }
 
+        let external = external_addresses(&f.uplink.external, address)?;
+
         let hop_limit = f.srv6.hop_limit.unwrap_or(64);
         if hop_limit == 0 {
             return Err(ConfigError::Invalid {
@@ -640,6 +676,7 @@ impl Config {
                 address,
                 mtu,
                 queues,
+                external,
             },
             srv6: Srv6Config {
                 hop_limit,
@@ -809,6 +846,71 @@ fn parse_v6(field: &'static str, s: &str) -> Result<Ipv6Addr, ConfigError> {
     })
 }
 
+/// `[[uplink.external]]`'s addresses: each `address/prefix-length`, unicast, not the underlay
+/// address, none twice, at most [`UplinkHosts::MAX`] per address family.
+fn external_addresses(
+    entries: &[FileExternal],
+    underlay: Ipv6Addr,
+) -> Result<Vec<UplinkAddress>, ConfigError> {
+    const FIELD: &str = "uplink.external.addresses";
+    let invalid = |value: &str, why: &str| ConfigError::Invalid {
+        field: FIELD,
+        value: value.to_owned(),
+        why: why.to_owned(),
+    };
+    let mut out: Vec<UplinkAddress> = Vec::new();
+    for text in entries.iter().flat_map(|e| &e.addresses) {
+        let (a, len) = text.split_once('/').ok_or_else(|| {
+            invalid(
+                text,
+                "needs its subnet's prefix length, e.g. \"192.0.2.10/24\" or \"2001:db8::10/64\"",
+            )
+        })?;
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| invalid(text, "is not an IPv4 or IPv6 address with a prefix length"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix_len = len
+            .parse::<u8>()
+            .ok()
+            .filter(|&l| l <= max)
+            .ok_or_else(|| invalid(text, &format!("has a prefix length outside 0..={max}")))?;
+        let unicast = match addr {
+            IpAddr::V4(v4) => {
+                !(v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast() || v4.is_loopback())
+            }
+            IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_multicast() || v6.is_loopback()),
+        };
+        if !unicast {
+            return Err(invalid(text, "must be a unicast address of this node"));
+        }
+        if addr == IpAddr::V6(underlay) {
+            return Err(invalid(
+                text,
+                "is the underlay address (uplink.address): give the node's address on the \
+                 external network",
+            ));
+        }
+        if out.iter().any(|o| o.addr == addr) {
+            return Err(invalid(text, "is listed twice"));
+        }
+        out.push(UplinkAddress { addr, prefix_len });
+    }
+    for v4 in [true, false] {
+        if out.iter().filter(|a| a.addr.is_ipv4() == v4).count() > UplinkHosts::MAX {
+            return Err(ConfigError::Invalid {
+                field: FIELD,
+                value: format!("{} addresses", out.len()),
+                why: format!(
+                    "are too many: at most {} per address family",
+                    UplinkHosts::MAX
+                ),
+            });
+        }
+    }
+    Ok(out)
+}
+
 fn check_unicast(field: &'static str, a: Ipv6Addr) -> Result<(), ConfigError> {
     if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
         return Err(ConfigError::Invalid {
@@ -834,6 +936,44 @@ mod tests {
 
     fn load(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(Path::new("test.toml"), text, &Overrides::default())
+    }
+
+    #[test]
+    fn external_addresses_on_the_uplink() {
+        let c = load(&format!(
+            "{MINIMAL}\n[[uplink.external]]\naddresses = [\"192.0.2.10/24\", \"2001:db8::10/64\"]\n\
+             [[uplink.external]]\naddresses = [\"198.51.100.7/25\"]"
+        ))
+        .unwrap();
+        let shown: Vec<String> = c.uplink.external.iter().map(|a| a.to_string()).collect();
+        assert_eq!(
+            shown,
+            ["192.0.2.10/24", "2001:db8::10/64", "198.51.100.7/25"]
+        );
+        assert!(load(MINIMAL).unwrap().uplink.external.is_empty());
+        let err = |addrs: &str| {
+            load(&format!(
+                "{MINIMAL}\n[[uplink.external]]\naddresses = [{addrs}]"
+            ))
+            .unwrap_err()
+            .to_string()
+        };
+        for (addrs, why) in [
+            ("\"192.0.2.10\"", "prefix length"),
+            ("\"192.0.2.10/33\"", "outside 0..=32"),
+            ("\"fd00::a/64\"", "underlay address"),
+            ("\"224.0.0.1/4\"", "unicast"),
+            ("\"192.0.2.10/24\", \"192.0.2.10/25\"", "twice"),
+            ("\"eth0/24\"", "not an IPv4 or IPv6"),
+        ] {
+            let e = err(addrs);
+            assert!(
+                e.contains("uplink.external.addresses") && e.contains(why),
+                "{e}"
+            );
+        }
+        let nine: Vec<String> = (1..=9).map(|i| format!("\"192.0.2.{i}/24\"")).collect();
+        assert!(err(&nine.join(", ")).contains("at most 8"));
     }
 
     #[test]

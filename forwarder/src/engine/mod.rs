@@ -197,12 +197,16 @@ fn run_with_eal(
     status.set_port(PortId::UPLINK, 0, PortState::Up);
 
     let flow_seed = config.srv6.flow_seed.unwrap_or_else(random_seed);
+    let hosts: Vec<std::net::IpAddr> = config.uplink.external.iter().map(|a| a.addr).collect();
+    let uplink_hosts = pipeline::UplinkHosts::new(&hosts)
+        .context("uplink.external.addresses: too many per address family")?;
     let pipeline_config = pipeline::Config {
         uplink_mac,
         underlay_addr: config.uplink.address,
         hop_limit: config.srv6.hop_limit,
         underlay_mtu: config.uplink.mtu,
         flow_seed,
+        uplink_hosts,
     };
     let neighbors = Arc::new(UnderlayNeighbors::new(1024));
     let (flows, kept) = lace_shared::flow::FlowTable::open_or_create(

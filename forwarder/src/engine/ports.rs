@@ -254,7 +254,7 @@ pub(crate) fn start_port(
         Err(e) if config.rx_interrupts => {
             tracing::warn!(
                 port = port.name(),
-                "with RX interrupts: {e}; setting it up without"
+                "setting the port up with RX interrupts failed ({e}); trying again without them"
             );
             let plain = PortConfig {
                 rx_interrupts: false,

@@ -11,9 +11,10 @@
 //! empty round, then goes offline and sleeps in epoll on its ports' sockets, the RX interrupts
 //! of its DPDK queues and its mailbox's eventfd (at most [`MAX_IDLE_SLEEP`]; with a queue that
 //! cannot wake it, a 10 µs … 1 ms backoff) and counts what woke it (ADRs 0044, 0051). A DPDK
-//! queue's interrupt is armed before the last poll ahead of a sleep and disarmed on waking. Between rounds it checks its
-//! [`Mailbox`] with one atomic load; only when the main thread has posted something does it
-//! take the mailbox lock, apply the commands and acknowledge them.
+//! queue's interrupt is armed before the last poll ahead of a sleep and disarmed on waking.
+//! Between rounds it checks its [`Mailbox`] with one atomic load; only when the main thread
+//! has posted something does it take the mailbox lock, apply the commands and acknowledge
+//! them.
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -16,7 +16,7 @@ use lace_shared::policy::*;
 use lace_shared::tables::{ReaderHandle, TableReader, TableWriter, TablesConfig};
 use lace_shared::types::*;
 
-use super::Config;
+use super::{Config, UplinkHosts};
 
 // ---- the node under test ------------------------------------------------------------------
 
@@ -88,6 +88,13 @@ pub const REMOTE4: Ipv4Addr = Ipv4Addr::new(10, 7, 2, 5);
 pub const REMOTE6: Ipv6Addr = Ipv6Addr::new(0xfd07, 2, 0, 0, 0, 0, 0, 5);
 pub const UNRESOLVED4: Ipv4Addr = Ipv4Addr::new(10, 7, 3, 5);
 pub const UPLINK_MAC: [u8; 6] = [2, 0xaa, 0, 0, 0, 1];
+/// The node's own addresses on an external network through the uplink.
+pub const EXT_ME4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+pub const EXT_ME6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+/// A router on that external network.
+pub const EXT_ROUTER4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+pub const EXT_ROUTER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+pub const EXT_ROUTER_MAC: [u8; 6] = [2, 0xee, 0, 0, 0, 1];
 pub const PEER_MAC: [u8; 6] = [2, 0xbb, 0, 0, 0, 2];
 pub const ME: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xa);
 pub const PEER: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xb);
@@ -364,6 +371,7 @@ pub fn cfg() -> Config {
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x5eed,
+        uplink_hosts: UplinkHosts::new(&[EXT_ME4.into(), EXT_ME6.into()]).expect("two addresses"),
     }
 }
 

@@ -12,7 +12,7 @@ use super::cache::{Cx, NetCtx};
 use super::lookup;
 use super::reply::{self, own_address};
 use super::srv6;
-use super::{Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
+use super::{Io, Meta, NodeCtx, PacketBuf, Stage, UplinkHosts, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{icmpv6, ipv4, ipv6, EthernetAddress, IpProtocol};
 
@@ -559,6 +559,20 @@ fn is_ndp(d: &[u8]) -> bool {
 /// packets for one SID's network, it goes on to the decapsulation and the lookup in one call
 /// chain ([`srv6::decap_fresh`], or l2-decap and [`bridge::forward_fresh`]). Every other packet
 /// takes the general checks.
+/// An IPv4 packet on the uplink, which carries IPv4 only for the node's own addresses there
+/// (ADR 0054): an echo request to one of them is answered; nothing else is taken yet.
+fn uplink_ipv4<B: PacketBuf>(pkt: &mut B, hosts: &UplinkHosts, multicast: bool) -> Verdict {
+    check_ipv4(pkt, true)?;
+    let ip = ipv4::Packet::new_unchecked(&pkt.data()[L3..]);
+    if multicast || !hosts.has4(ip.dst_addr()) {
+        return Err(DropReason::NotForUs);
+    }
+    match ip.protocol() {
+        IpProtocol::Icmp => Ok(Stage::IcmpEcho),
+        _ => Err(DropReason::ReceiveUnsupported),
+    }
+}
+
 pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
     n: &mut NodeCtx<'_, '_, '_, B, I>,
     frame: &[u8],
@@ -637,8 +651,13 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
             if !multicast && eth.dst_addr() != uplink_mac {
                 return Err(DropReason::NotForUs);
             }
-            if eth.ethertype() != EtherType::Ipv6 {
-                return Err(DropReason::UnsupportedEthertype);
+            let hosts = &n.cfg.uplink_hosts;
+            match eth.ethertype() {
+                EtherType::Ipv6 => {}
+                // The node's own IPv4 addresses on the uplink (ADR 0054).
+                EtherType::Arp if hosts.any4() => return Ok(Stage::ArpReply),
+                EtherType::Ipv4 if hosts.any4() => return uplink_ipv4(pkt, hosts, multicast),
+                _ => return Err(DropReason::UnsupportedEthertype),
             }
             check_ipv6(pkt)?;
             let ip = ipv6::Packet::new_unchecked(&pkt.data()[L3..]);
@@ -648,7 +667,7 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
                 icmp,
                 Some(icmpv6::Message::NeighborSolicit | icmpv6::Message::NeighborAdvert)
             );
-            if dst == underlay {
+            if dst == underlay || hosts.has6(dst) {
                 return match icmp {
                     Some(icmpv6::Message::EchoRequest) => Ok(Stage::IcmpEcho),
                     _ if nd => Ok(Stage::NdReply),

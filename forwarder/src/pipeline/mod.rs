@@ -80,7 +80,7 @@ mod srv6;
 #[cfg(test)]
 mod tests;
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use lace_shared::learn::LearnEvent;
@@ -108,6 +108,67 @@ pub struct Config {
     pub underlay_mtu: u16,
     /// Seed of the outer flow-label hash.
     pub flow_seed: u64,
+    /// The node's own addresses on external networks it reaches through the uplink: answered
+    /// for ARP / NDP and echo there, as the underlay address is (ADR 0054).
+    pub uplink_hosts: UplinkHosts,
+}
+
+/// The node's own addresses on the uplink besides its underlay address (ADR 0054), at most
+/// [`UplinkHosts::MAX`] per address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UplinkHosts {
+    v4: [Ipv4Addr; UplinkHosts::MAX],
+    n4: usize,
+    v6: [Ipv6Addr; UplinkHosts::MAX],
+    n6: usize,
+}
+
+impl UplinkHosts {
+    /// Addresses per address family.
+    pub const MAX: usize = 8;
+    /// No address: the uplink carries the underlay only.
+    pub const NONE: UplinkHosts = UplinkHosts {
+        v4: [Ipv4Addr::UNSPECIFIED; UplinkHosts::MAX],
+        n4: 0,
+        v6: [Ipv6Addr::UNSPECIFIED; UplinkHosts::MAX],
+        n6: 0,
+    };
+
+    /// `addrs`; `None` when one family has more than [`UplinkHosts::MAX`].
+    pub fn new(addrs: &[IpAddr]) -> Option<UplinkHosts> {
+        let mut h = UplinkHosts::NONE;
+        for a in addrs {
+            match *a {
+                IpAddr::V4(a) => {
+                    *h.v4.get_mut(h.n4)? = a;
+                    h.n4 += 1;
+                }
+                IpAddr::V6(a) => {
+                    *h.v6.get_mut(h.n6)? = a;
+                    h.n6 += 1;
+                }
+            }
+        }
+        Some(h)
+    }
+
+    /// Whether the node has IPv4 addresses on the uplink (ARP and IPv4 are taken there).
+    #[inline]
+    pub fn any4(&self) -> bool {
+        self.n4 != 0
+    }
+
+    /// Whether `a` is one of the node's IPv4 addresses on the uplink.
+    #[inline]
+    pub fn has4(&self, a: Ipv4Addr) -> bool {
+        self.v4[..self.n4].contains(&a)
+    }
+
+    /// Whether `a` is one of the node's IPv6 addresses on the uplink, besides the underlay's.
+    #[inline]
+    pub fn has6(&self, a: Ipv6Addr) -> bool {
+        self.v6[..self.n6].contains(&a)
+    }
 }
 
 /// What the pipeline asks of the worker that runs it.
@@ -240,7 +301,7 @@ impl Stage {
                 ArpReply, NdReply, IcmpEcho, L2Learn, L2Flood, L2Forward, Ip4Lookup, Ip6Lookup,
                 Drop,
             ],
-            UplinkInput => &[NdReply, IcmpEcho, Srv6Decap, L2Decap, Drop],
+            UplinkInput => &[ArpReply, NdReply, IcmpEcho, Srv6Decap, L2Decap, Drop],
             ArpReply | NdReply => &[L2Learn, Tx, Drop],
             L2Learn => &[Drop],
             IcmpEcho => &[Ip4Lookup, Ip6Lookup, Tx, Drop],

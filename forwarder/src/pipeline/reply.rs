@@ -140,7 +140,13 @@ fn arp_reply_of<B: PacketBuf, I: Io<B>>(
         Stage::ArpReply,
         fresh,
         |pkt| asking.as_mut().is_some_and(|a| fast_arp_reply(pkt, a)),
-        |_, _, pkt, m, cx| arp_one(pkt, m, cx),
+        |cfg, _, pkt, m, cx| {
+            if m.rx == PortId::UPLINK {
+                uplink_arp(cfg, pkt, m)
+            } else {
+                arp_one(pkt, m, cx)
+            }
+        },
     );
 }
 
@@ -343,6 +349,42 @@ fn fast_arp_reply<B: PacketBuf>(pkt: &mut B, a: &mut Asker<'_>) -> bool {
 /// One ARP packet from a pod, every case: answered with the gateway's MAC or, on an l2
 /// network, another endpoint's (synthetic replies), handed to `l2-learn` (a gratuitous ARP on
 /// an l2 network), or dropped for its reason.
+/// An ARP request on the uplink for one of the node's own IPv4 addresses there (ADR 0054),
+/// answered with the uplink's MAC; anything else is not for the node.
+fn uplink_arp<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta) -> Verdict {
+    let d = pkt.data_mut();
+    let frame_src = ethernet::Frame::new_unchecked(&d[..]).src_addr();
+    let view = d
+        .get(L3..)
+        .and_then(|b| arp::Packet::new_checked(b).ok())
+        .ok_or(DropReason::Malformed)?;
+    let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
+    if req.sender_hardware_addr != frame_src {
+        return Err(DropReason::SpoofedMac);
+    }
+    let (sender, target) = (req.sender_protocol_addr, req.target_protocol_addr);
+    if req.operation != arp::Operation::Request
+        || target == sender
+        || !cfg.uplink_hosts.has4(target)
+    {
+        return Err(DropReason::NotForUs);
+    }
+    let answer = EthernetAddress(cfg.uplink_mac.0);
+    arp::Repr {
+        operation: arp::Operation::Reply,
+        sender_hardware_addr: answer,
+        sender_protocol_addr: target,
+        target_hardware_addr: req.sender_hardware_addr,
+        target_protocol_addr: sender,
+    }
+    .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
+    let mut eth = ethernet::Frame::new_unchecked(d);
+    eth.set_dst_addr(req.sender_hardware_addr);
+    eth.set_src_addr(answer);
+    m.tx = PortId::UPLINK;
+    Ok(Stage::Tx)
+}
+
 fn arp_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
     let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
     let (net, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
@@ -558,7 +600,7 @@ fn nd_one<B: PacketBuf>(
             source_lladdr,
         } => {
             if uplink {
-                if target_addr != cfg.underlay_addr {
+                if target_addr != cfg.underlay_addr && !cfg.uplink_hosts.has6(target_addr) {
                     return Err(DropReason::NotGateway);
                 }
                 // A solicitation carries the sender's MAC: learn it, as the reverse path.
@@ -692,14 +734,14 @@ fn own_ipv4(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, dscp: u8) -> ipv4:
 pub(super) fn icmp_echo<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
     each(n, frame, |cfg, _, pkt, m, cx| {
         if pkt.data().get(L3).is_some_and(|v| v >> 4 == 4) {
-            echo4(pkt, m, cx)
+            echo4(cfg, pkt, m, cx)
         } else {
             echo6(cfg, pkt, m, cx)
         }
     });
 }
 
-fn echo4<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+fn echo4<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
     let d = pkt.data_mut();
     // Every way here (pod-input, a Receive route) checked the header.
     let ip = ipv4::Packet::new_unchecked(&d[L3..]);
@@ -715,9 +757,13 @@ fn echo4<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdic
     if !icmp.verify_checksum() {
         return Err(DropReason::Malformed);
     }
-    let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-    if ctx.gw4 != Some(me) {
-        return Err(DropReason::ReceiveUnsupported);
+    // The node's own address on the uplink (uplink-input checked it), else a gateway.
+    let uplink = m.rx == PortId::UPLINK && cfg.uplink_hosts.has4(me);
+    if !uplink {
+        let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+        if ctx.gw4 != Some(me) {
+            return Err(DropReason::ReceiveUnsupported);
+        }
     }
     let payload = ip.payload().len();
     let mut icmp = icmpv4::Packet::new_unchecked(&mut d[L3 + ihl..L3 + ihl + payload]);
@@ -731,8 +777,22 @@ fn echo4<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdic
     }
     let d = pkt.data_mut();
     own_ipv4(me, src, payload, 0).emit(&mut ipv4::Packet::new_unchecked(&mut d[L3..]));
+    if uplink {
+        return Ok(straight_back(cfg, d, m));
+    }
     m.flags |= Meta::GENERATED;
     Ok(Stage::Ip4Lookup)
+}
+
+/// An answer to a request on the uplink goes straight back to the sender's MAC, from the
+/// uplink's.
+fn straight_back(cfg: &Config, d: &mut [u8], m: &mut Meta) -> Stage {
+    let mut eth = ethernet::Frame::new_unchecked(d);
+    let sender = eth.src_addr();
+    eth.set_dst_addr(sender);
+    eth.set_src_addr(EthernetAddress(cfg.uplink_mac.0));
+    m.tx = PortId::UPLINK;
+    Stage::Tx
 }
 
 fn echo6<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
@@ -750,7 +810,7 @@ fn echo6<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, 
     if !icmp.verify_checksum(&src, &me) {
         return Err(DropReason::Malformed);
     }
-    let underlay = m.rx == PortId::UPLINK && me == cfg.underlay_addr;
+    let underlay = m.rx == PortId::UPLINK && (me == cfg.underlay_addr || cfg.uplink_hosts.has6(me));
     if !underlay {
         let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
         if ctx.gw6 != Some(me) {
@@ -766,13 +826,8 @@ fn echo6<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, 
     // Swapping source and destination leaves the pseudo-header sum unchanged.
     icmp.set_checksum(checksum::update_u16(icmp.checksum(), 128 << 8, 129 << 8));
     if underlay {
-        // The underlay's own echo: straight back to the sender's MAC.
-        let mut eth = ethernet::Frame::new_unchecked(d);
-        let sender = eth.src_addr();
-        eth.set_dst_addr(sender);
-        eth.set_src_addr(EthernetAddress(cfg.uplink_mac.0));
-        m.tx = PortId::UPLINK;
-        return Ok(Stage::Tx);
+        // The node's own echo on the uplink.
+        return Ok(straight_back(cfg, d, m));
     }
     m.flags |= Meta::GENERATED;
     Ok(Stage::Ip6Lookup)

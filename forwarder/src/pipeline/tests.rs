@@ -592,6 +592,129 @@ fn the_underlay_address_answers_solicitations_and_echo() {
 }
 
 #[test]
+fn the_nodes_external_addresses_answer_arp_solicitations_and_echo_on_the_uplink() {
+    // ARP for the node's address on the external network: the uplink's MAC.
+    let ask = |target| {
+        eth(
+            [0xff; 6],
+            EXT_ROUTER_MAC,
+            0x0806,
+            &arp(1, EXT_ROUTER_MAC, EXT_ROUTER4, [0; 6], target),
+        )
+    };
+    let r = run(PortId::UPLINK, ask(EXT_ME4));
+    let (port, out) = r.one();
+    assert_eq!(port, PortId::UPLINK);
+    assert_eq!(
+        out,
+        eth(
+            EXT_ROUTER_MAC,
+            UPLINK_MAC,
+            0x0806,
+            &arp(2, UPLINK_MAC, EXT_ME4, EXT_ROUTER_MAC, EXT_ROUTER4)
+        )
+    );
+    // Another address on that subnet is somebody else's.
+    run(PortId::UPLINK, ask(Ipv4Addr::new(192, 0, 2, 99))).dropped(DropReason::NotForUs);
+
+    // Echo to it: answered straight back, from it.
+    let echo = icmp4(8, 0, [0, 7, 0, 1], b"external");
+    let from_router = |dst, payload: &[u8], proto| {
+        eth(
+            UPLINK_MAC,
+            EXT_ROUTER_MAC,
+            0x0800,
+            &ipv4(EXT_ROUTER4, dst, proto, 64, 0, true, payload),
+        )
+    };
+    let r = run(PortId::UPLINK, from_router(EXT_ME4, &echo, 1));
+    let (port, out) = r.one();
+    assert_eq!(port, PortId::UPLINK);
+    assert_eq!(
+        (&out[..6], &out[6..12]),
+        (&EXT_ROUTER_MAC[..], &UPLINK_MAC[..])
+    );
+    let ip = &out[14..];
+    assert!(checksums_valid(ip), "checksums of the reply");
+    assert_eq!(
+        (&ip[12..16], &ip[16..20]),
+        (&EXT_ME4.octets()[..], &EXT_ROUTER4.octets()[..])
+    );
+    assert_eq!(ip[20..], icmp4(0, 0, [0, 7, 0, 1], b"external"));
+    // Nothing else is taken yet, and nothing for other addresses.
+    let r = run(PortId::UPLINK, from_router(EXT_ME4, &udp(1, 2, b"x"), 17));
+    r.dropped(DropReason::ReceiveUnsupported);
+    let r = run(
+        PortId::UPLINK,
+        from_router(Ipv4Addr::new(192, 0, 2, 99), &echo, 1),
+    );
+    r.dropped(DropReason::NotForUs);
+
+    // IPv6: the solicitation for its address, and echo.
+    let r = run(
+        PortId::UPLINK,
+        eth(
+            [0x33, 0x33, 0xff, 0, 0, 0x10],
+            EXT_ROUTER_MAC,
+            0x86dd,
+            &ns(EXT_ROUTER6, snm(EXT_ME6), EXT_ME6, Some(EXT_ROUTER_MAC)),
+        ),
+    );
+    let (rest, body) = na_body(0x60, EXT_ME6, UPLINK_MAC);
+    let na = ipv6(
+        EXT_ME6,
+        EXT_ROUTER6,
+        58,
+        255,
+        0,
+        &icmp6(EXT_ME6, EXT_ROUTER6, 136, 0, rest, &body),
+    );
+    assert_eq!(
+        r.one(),
+        (
+            PortId::UPLINK,
+            &eth(EXT_ROUTER_MAC, UPLINK_MAC, 0x86dd, &na)[..]
+        )
+    );
+    let echo = icmp6(EXT_ROUTER6, EXT_ME6, 128, 0, [0, 9, 0, 1], b"external");
+    let r = run(
+        PortId::UPLINK,
+        eth(
+            UPLINK_MAC,
+            EXT_ROUTER_MAC,
+            0x86dd,
+            &ipv6(EXT_ROUTER6, EXT_ME6, 58, 64, 0, &echo),
+        ),
+    );
+    let reply = icmp6(EXT_ME6, EXT_ROUTER6, 129, 0, [0, 9, 0, 1], b"external");
+    let want = eth(
+        EXT_ROUTER_MAC,
+        UPLINK_MAC,
+        0x86dd,
+        &ipv6(EXT_ME6, EXT_ROUTER6, 58, 64, 0, &reply),
+    );
+    assert_eq!(r.one(), (PortId::UPLINK, &want[..]));
+}
+
+#[test]
+fn without_external_addresses_the_uplink_takes_no_ipv4() {
+    let mut node = node();
+    let cfg = Config {
+        uplink_hosts: UplinkHosts::NONE,
+        ..cfg()
+    };
+    let mut pipe = Pipeline::new(cfg, Arc::new(UnderlayNeighbors::new(64)));
+    let frame = eth(
+        [0xff; 6],
+        EXT_ROUTER_MAC,
+        0x0806,
+        &arp(1, EXT_ROUTER_MAC, EXT_ROUTER4, [0; 6], EXT_ME4),
+    );
+    run_on(&mut node, &mut pipe, &mut test_io(), PortId::UPLINK, frame)
+        .dropped(DropReason::UnsupportedEthertype);
+}
+
+#[test]
 fn a_solicitation_teaches_the_solicitors_mac() {
     let mut node = node();
     let neigh = Arc::new(UnderlayNeighbors::new(64));
@@ -814,7 +937,8 @@ fn ethertypes_and_multicast() {
             &ipv4(A4, B4, 17, 64, 0, true, b"x"),
         ),
     )
-    .dropped(DropReason::UnsupportedEthertype);
+    // The uplink takes IPv4 for the node's external addresses only.
+    .dropped(DropReason::NotForUs);
     let f = eth(
         [0xff; 6],
         MAC_A,
@@ -1273,6 +1397,15 @@ fn corpus() -> Vec<(PortId, Vec<u8>)> {
     let mut with_srh = srh(41, 0, 4, &[MY_SID, PEER_SID]);
     with_srh.extend_from_slice(&ipv6(REMOTE6, B6, 17, 60, 0, &payload));
     let mut frames = vec![
+        (
+            PortId::UPLINK,
+            eth(
+                [0xff; 6],
+                EXT_ROUTER_MAC,
+                0x0806,
+                &arp(1, EXT_ROUTER_MAC, EXT_ROUTER4, [0; 6], EXT_ME4),
+            ),
+        ),
         (
             A,
             eth([0xff; 6], MAC_A, 0x0806, &arp(1, MAC_A, A4, [0; 6], GW4)),

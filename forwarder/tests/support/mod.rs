@@ -522,6 +522,9 @@ pub struct Lab {
     /// Whether pods keep the kernel's checksum and segmentation offloads (large segments);
     /// off, they send MTU-sized frames with complete checksums.
     pub pod_offloads: bool,
+    /// The forwarder nodes' own addresses on an external network through the uplink
+    /// (`[[uplink.external]]`): (node, `address/prefix-length`).
+    pub external: Vec<(u32, &'static str)>,
     /// Linux peer guests (their namespaces are not in `netns`: they go with the guest).
     guests: Vec<std::sync::Arc<guest::Guest>>,
     netns: Vec<String>,
@@ -552,6 +555,7 @@ impl Lab {
             l2_remote: Vec::new(),
             mechanism: "packet_socket",
             pod_offloads: false,
+            external: Vec::new(),
             guests: Vec::new(),
             netns: Vec::new(),
             shm: Vec::new(),
@@ -1118,7 +1122,13 @@ impl Lab {
     pub fn write_config(&self, k: u32) -> PathBuf {
         let node = self.node(k);
         let path = self.dir.join(format!("{}.toml", node_label(k)));
-        let text = format!(
+        let external: Vec<String> = self
+            .external
+            .iter()
+            .filter(|(n, _)| *n == k)
+            .map(|(_, a)| format!("\"{a}\""))
+            .collect();
+        let mut text = format!(
             r#"name = "{name}"
 tables_dir = "{SHM}"
 
@@ -1150,6 +1160,12 @@ mechanism = "{mechanism}"
                 "net_af_packet0,iface=ul"
             },
         );
+        if !external.is_empty() {
+            text.push_str(&format!(
+                "\n[[uplink.external]]\naddresses = [{}]\n",
+                external.join(", ")
+            ));
+        }
         fs::write(&path, text).expect("write config");
         path
     }

@@ -309,6 +309,7 @@ impl Cluster {
                 hop_limit: 64,
                 underlay_mtu: 1500,
                 flow_seed: 0x5eed + k as u64,
+                uplink_hosts: lace_forwarder::pipeline::UplinkHosts::NONE,
             };
             nodes.push(SimNode {
                 name,
