@@ -346,22 +346,11 @@ fn fast_arp_reply<B: PacketBuf>(pkt: &mut B, a: &mut Asker<'_>) -> bool {
     true
 }
 
-/// One ARP packet from a pod, every case: answered with the gateway's MAC or, on an l2
-/// network, another endpoint's (synthetic replies), handed to `l2-learn` (a gratuitous ARP on
-/// an l2 network), or dropped for its reason.
 /// An ARP request on the uplink for one of the node's own IPv4 addresses there (ADR 0054),
 /// answered with the uplink's MAC; anything else is not for the node.
 fn uplink_arp<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta) -> Verdict {
     let d = pkt.data_mut();
-    let frame_src = ethernet::Frame::new_unchecked(&d[..]).src_addr();
-    let view = d
-        .get(L3..)
-        .and_then(|b| arp::Packet::new_checked(b).ok())
-        .ok_or(DropReason::Malformed)?;
-    let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
-    if req.sender_hardware_addr != frame_src {
-        return Err(DropReason::SpoofedMac);
-    }
+    let req = arp_request(d)?;
     let (sender, target) = (req.sender_protocol_addr, req.target_protocol_addr);
     if req.operation != arp::Operation::Request
         || target == sender
@@ -369,37 +358,54 @@ fn uplink_arp<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta) -> Verdict 
     {
         return Err(DropReason::NotForUs);
     }
-    let answer = EthernetAddress(cfg.uplink_mac.0);
-    arp::Repr {
-        operation: arp::Operation::Reply,
-        sender_hardware_addr: answer,
-        sender_protocol_addr: target,
-        target_hardware_addr: req.sender_hardware_addr,
-        target_protocol_addr: sender,
-    }
-    .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
-    let mut eth = ethernet::Frame::new_unchecked(d);
-    eth.set_dst_addr(req.sender_hardware_addr);
-    eth.set_src_addr(answer);
+    answer_arp(d, &req, EthernetAddress(cfg.uplink_mac.0));
     m.tx = PortId::UPLINK;
     Ok(Stage::Tx)
 }
 
-fn arp_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
-    let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
-    let (net, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
-    let d = pkt.data_mut();
-    let frame_src = ethernet::Frame::new_unchecked(&d[..]).src_addr();
+/// The ARP packet in frame `d`, whose sender hardware address must be the frame's source.
+#[inline(always)]
+fn arp_request(d: &[u8]) -> Result<arp::Repr, DropReason> {
+    let frame_src = ethernet::Frame::new_unchecked(d).src_addr();
     let view = d
         .get(L3..)
         .and_then(|b| arp::Packet::new_checked(b).ok())
         .ok_or(DropReason::Malformed)?;
     let req = arp::Repr::parse(&view).map_err(|_| DropReason::Malformed)?;
-    // pod-input checked the frame's source: the port's MAC, or on a learning network one
-    // learned on the port or (FOREIGN) one only an announcement may carry.
     if req.sender_hardware_addr != frame_src {
         return Err(DropReason::SpoofedMac);
     }
+    Ok(req)
+}
+
+/// Turns frame `d`, request `req`, into its reply: the target's address is at `answer`, sent
+/// from `answer` to the asker.
+#[inline(always)]
+fn answer_arp(d: &mut [u8], req: &arp::Repr, answer: EthernetAddress) {
+    arp::Repr {
+        operation: arp::Operation::Reply,
+        sender_hardware_addr: answer,
+        sender_protocol_addr: req.target_protocol_addr,
+        target_hardware_addr: req.sender_hardware_addr,
+        target_protocol_addr: req.sender_protocol_addr,
+    }
+    .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
+    let mut eth = ethernet::Frame::new_unchecked(d);
+    eth.set_dst_addr(req.sender_hardware_addr);
+    eth.set_src_addr(answer);
+}
+
+/// One ARP packet from a pod, every case: answered with the gateway's MAC or, on an l2
+/// network, another endpoint's (synthetic replies), handed to `l2-learn` (a gratuitous ARP on
+/// an l2 network), or dropped for its reason.
+fn arp_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verdict {
+    let port = cx.port(m.rx).ok_or(DropReason::UnknownPort)?;
+    let (net, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
+    let d = pkt.data_mut();
+    // pod-input checked the frame's source: the port's MAC, or on a learning network one
+    // learned on the port or (FOREIGN) one only an announcement may carry.
+    let req = arp_request(d)?;
+    let frame_src = req.sender_hardware_addr;
     let sender = req.sender_protocol_addr;
     let target = req.target_protocol_addr;
     let gratuitous = target == sender && !sender.is_unspecified();
@@ -431,18 +437,7 @@ fn arp_one<B: PacketBuf>(pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, '_>) -> Verd
     }
     let mac = answer_for(&net, &ctx, IpAddr::V4(target))
         .ok_or_else(|| unanswered(&ctx, sender == Ipv4Addr::UNSPECIFIED))?;
-    let answer = EthernetAddress(mac.0);
-    arp::Repr {
-        operation: arp::Operation::Reply,
-        sender_hardware_addr: answer,
-        sender_protocol_addr: req.target_protocol_addr,
-        target_hardware_addr: req.sender_hardware_addr,
-        target_protocol_addr: sender,
-    }
-    .emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
-    let mut eth = ethernet::Frame::new_unchecked(d);
-    eth.set_dst_addr(req.sender_hardware_addr);
-    eth.set_src_addr(answer);
+    answer_arp(d, &req, EthernetAddress(mac.0));
     m.tx = m.rx;
     Ok(Stage::Tx)
 }
