@@ -133,15 +133,23 @@ pub enum GsoProto {
     Udp,
 }
 
+impl GsoProto {
+    /// The transport a `virtio_net_hdr` GSO type cuts by (ECN aside); `None` for no segment
+    /// or a type the forwarder does not cut.
+    fn of(gso_type: u8) -> Option<GsoProto> {
+        match gso_type & !VnetHdr::GSO_ECN {
+            VnetHdr::GSO_TCPV4 | VnetHdr::GSO_TCPV6 => Some(GsoProto::Tcp),
+            VnetHdr::GSO_UDP_L4 => Some(GsoProto::Udp),
+            _ => None,
+        }
+    }
+}
+
 impl Gso {
     /// The large segment a received header describes; `None` for an ordinary frame or a GSO
     /// type the forwarder does not carry whole.
     pub fn of(hdr: &VnetHdr) -> Option<Gso> {
-        let proto = match hdr.gso_type & !VnetHdr::GSO_ECN {
-            VnetHdr::GSO_TCPV4 | VnetHdr::GSO_TCPV6 => GsoProto::Tcp,
-            VnetHdr::GSO_UDP_L4 => GsoProto::Udp,
-            _ => return None,
-        };
+        let proto = GsoProto::of(hdr.gso_type)?;
         (hdr.gso_size != 0 && hdr.flags & VnetHdr::NEEDS_CSUM != 0).then_some(Gso {
             proto,
             size: hdr.gso_size,
@@ -194,17 +202,7 @@ impl Gso {
         alloc: impl FnMut() -> Option<B>,
         out: impl FnMut(B),
     ) -> Result<usize, OffloadError> {
-        // `segment` takes the transport from the type; the IP version from the headers.
-        let gso_type = match self.proto {
-            GsoProto::Tcp => VnetHdr::GSO_TCPV4,
-            GsoProto::Udp => VnetHdr::GSO_UDP_L4,
-        };
-        let hdr = VnetHdr {
-            gso_type,
-            gso_size: self.size,
-            ..VnetHdr::default()
-        };
-        segment(frame, &hdr, alloc, out)
+        cut_pieces(frame, self.proto, usize::from(self.size), alloc, out)
     }
 }
 
@@ -402,20 +400,33 @@ fn fix_ip(frame: &mut [u8], lay: &Layout, l4_len: usize) {
 pub fn segment<B: PacketBuf>(
     frame: &[u8],
     hdr: &VnetHdr,
+    alloc: impl FnMut() -> Option<B>,
+    out: impl FnMut(B),
+) -> Result<usize, OffloadError> {
+    let proto = GsoProto::of(hdr.gso_type).ok_or(OffloadError::Unsupported)?;
+    Gso {
+        proto,
+        size: hdr.gso_size,
+    }
+    .cut(frame, alloc, out)
+}
+
+/// [`segment`]'s work, for a segment of transport `proto` and pieces of `mss` bytes.
+fn cut_pieces<B: PacketBuf>(
+    frame: &[u8],
+    proto: GsoProto,
+    mss: usize,
     mut alloc: impl FnMut() -> Option<B>,
     mut out: impl FnMut(B),
 ) -> Result<usize, OffloadError> {
     let lay = Layout::of(frame)?;
-    let gso = hdr.gso_type & !VnetHdr::GSO_ECN;
-    let want = match gso {
-        VnetHdr::GSO_TCPV4 | VnetHdr::GSO_TCPV6 => PROTO_TCP,
-        VnetHdr::GSO_UDP_L4 => PROTO_UDP,
-        _ => return Err(OffloadError::Unsupported),
+    let want = match proto {
+        GsoProto::Tcp => PROTO_TCP,
+        GsoProto::Udp => PROTO_UDP,
     };
     if lay.proto != want {
         return Err(OffloadError::Malformed);
     }
-    let mss = usize::from(hdr.gso_size);
     if mss == 0 {
         return Err(OffloadError::Malformed);
     }
@@ -483,7 +494,8 @@ fn transport_checksum_ok(frame: &[u8], lay: &Layout) -> bool {
 
 /// A run of packets [`coalesce`] found: `packets[first..first + count]`, sent as one frame made
 /// of the first packet whole and the payload (from `payload`) of each of the others, with
-/// `hdr` in front. `count == 1`: the packet alone, unchanged.
+/// `hdr` in front. `count == 1`: the packet alone, unchanged (a large segment taken whole with
+/// its own header).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Run {
     /// Index of the first packet.
@@ -568,10 +580,12 @@ pub fn coalesce<B: PacketBuf>(pkts: &mut [B], runs: &mut [Run]) -> (usize, usize
     let mut i = 0;
     while i < pkts.len() && n < runs.len() {
         let first = i;
-        // A large segment (taken whole) is a run of its own.
-        let key = pkts[i]
-            .gso()
-            .map_or_else(|| tcp_key(pkts[i].data()), |_| None);
+        // A large segment (taken whole) is a run of its own, sent with its own header.
+        let gso = pkts[i].gso();
+        let key = match gso {
+            None => tcp_key(pkts[i].data()),
+            Some(_) => None,
+        };
         let mut count = 1;
         let mut total = pkts[i].len();
         if let Some(fk) = key {
@@ -600,7 +614,9 @@ pub fn coalesce<B: PacketBuf>(pkts: &mut [B], runs: &mut [Run]) -> (usize, usize
             first,
             count,
             payload: 0,
-            hdr: VnetHdr::default(),
+            hdr: gso
+                .and_then(|g| g.vnet_hdr(pkts[first].data()).ok())
+                .unwrap_or_default(),
         };
         if let (Some(fk), true) = (key, count > 1) {
             let lay = fk.lay;

@@ -146,6 +146,10 @@ pub struct UplinkConfig {
     pub queues: u16,
     /// The node's own addresses on external networks reached through the uplink
     /// (`[[uplink.external]]`, ADR 0054): the forwarder answers ARP / NDP and echo for them.
+    #[serde(
+        serialize_with = "as_external_entries",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub external: Vec<UplinkAddress>,
 }
 
@@ -162,6 +166,19 @@ impl std::fmt::Display for UplinkAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.addr, self.prefix_len)
     }
+}
+
+/// The external addresses as the file gives them (one `[[uplink.external]]` entry), so that
+/// the effective configuration `lace-forwarder check` prints is a configuration it accepts.
+fn as_external_entries<S: serde::Serializer>(
+    addrs: &[UplinkAddress],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Entry<'a> {
+        addresses: &'a [UplinkAddress],
+    }
+    [Entry { addresses: addrs }].serialize(s)
 }
 
 impl Serialize for UplinkAddress {
@@ -896,17 +913,16 @@ fn external_addresses(
         }
         out.push(UplinkAddress { addr, prefix_len });
     }
-    for v4 in [true, false] {
-        if out.iter().filter(|a| a.addr.is_ipv4() == v4).count() > UplinkHosts::MAX {
-            return Err(ConfigError::Invalid {
-                field: FIELD,
-                value: format!("{} addresses", out.len()),
-                why: format!(
-                    "are too many: at most {} per address family",
-                    UplinkHosts::MAX
-                ),
-            });
-        }
+    let addrs: Vec<IpAddr> = out.iter().map(|a| a.addr).collect();
+    if UplinkHosts::new(&addrs).is_none() {
+        return Err(ConfigError::Invalid {
+            field: FIELD,
+            value: format!("{} addresses", out.len()),
+            why: format!(
+                "are too many: at most {} per address family",
+                UplinkHosts::MAX
+            ),
+        });
     }
     Ok(out)
 }
@@ -949,6 +965,13 @@ mod tests {
         assert_eq!(
             shown,
             ["192.0.2.10/24", "2001:db8::10/64", "198.51.100.7/25"]
+        );
+        // The effective configuration `check` prints is read back the same.
+        let printed = toml::to_string(&c).unwrap();
+        assert_eq!(
+            load(&printed).unwrap().uplink.external,
+            c.uplink.external,
+            "{printed}"
         );
         assert!(load(MINIMAL).unwrap().uplink.external.is_empty());
         let err = |addrs: &str| {

@@ -600,7 +600,9 @@ impl TxQueue {
     /// Sends the burst's packets from the front (one `sendmmsg`, more only to step over a
     /// frame the kernel rejects) and frees them. Packets the socket had no room for stay in
     /// the burst, in order. `c.frames` counts frames handed to the kernel, `c.large` those that
-    /// were large segments (runs of several packets, or one taken whole), `c.malformed` packets the kernel rejected (freed).
+    /// were large segments (runs of several packets, or one taken whole: the worker hands one
+    /// over only when [`TxQueue::takes_large`], which is when runs are coalesced),
+    /// `c.malformed` packets the kernel rejected (freed).
     pub fn tx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> (usize, PortCounts) {
         let mut c = PortCounts::default();
         let pkts = burst.as_mut_slice();
@@ -622,12 +624,6 @@ impl TxQueue {
             (n, n)
         };
         let vnet = self.sock.vnet;
-        // A large segment taken whole from a pod leaves as one, described by its header.
-        for run in &mut self.runs[..nruns] {
-            if let (1, Some(gso)) = (run.count, pkts[run.first].gso()) {
-                run.hdr = gso.vnet_hdr(pkts[run.first].data()).unwrap_or_default();
-            }
-        }
         // SAFETY: plain data; zero is valid.
         let mut iovs: [libc::iovec; TX_IOVS] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
