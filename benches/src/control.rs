@@ -883,7 +883,8 @@ pub(crate) enum Underlay {
     /// DPDK's `net_memif` between the two forwarder processes (node a the server, node b the
     /// client, a socket file in the stack's directory: an abstract socket would be in node a's
     /// network namespace only): shared-memory rings, no system call and no kernel work per
-    /// frame, as a NIC's descriptor rings are.
+    /// frame, as a NIC's descriptor rings are. The forwarders carry TCP segments across it
+    /// whole (`large_frames`, ADR 0055), as a NIC with TSO and LRO would.
     Memif,
 }
 
@@ -1046,12 +1047,17 @@ impl Stack {
 
         for (n, _) in NODES {
             let cfg = self.work.0.join(format!("forwarder-{n}.toml"));
-            let device = match self.underlay {
-                Underlay::Veth => format!("ul-{n}"),
-                Underlay::Memif => format!(
-                    "net_memif0,role={},id=0,socket={},socket-abstract=no,rsize=13",
-                    if n == "a" { "server" } else { "client" },
-                    self.work.0.join("underlay.memif").display()
+            // memif joins two forwarders: it carries their TCP segments whole (ADR 0055).
+            let (device, large_frames) = match self.underlay {
+                Underlay::Veth => (format!("ul-{n}"), false),
+                Underlay::Memif => (
+                    format!(
+                        "net_memif0,role={},id=0,socket={},socket-abstract=no,{}",
+                        if n == "a" { "server" } else { "client" },
+                        self.work.0.join("underlay.memif").display(),
+                        lace_forwarder::engine::MEMIF_LARGE_FRAMES
+                    ),
+                    true,
                 ),
             };
             std::fs::write(
@@ -1060,7 +1066,8 @@ impl Stack {
                     "name = \"lace-bench-{tag}-{n}\"\ntables_dir = \"/dev/shm\"\n[eal]\n\
                      memory = \"no-huge\"\nmemory_mb = 256\n[uplink]\n\
                      device = \"{device}\"\naddress = \"fd00:100::{n}\"\n\
-                     mtu = 1500\n[workers]\ncount = 1\npolling = \"adaptive\"\n",
+                     mtu = 1500\nlarge_frames = {large_frames}\n[workers]\ncount = 1\n\
+                     polling = \"adaptive\"\n",
                     tag = self.tag
                 ),
             )?;

@@ -224,6 +224,7 @@ fn start(
                 mailbox: Arc::clone(&mailbox),
                 status: Arc::clone(&fwd.status),
                 pool: cables.pool.clone(),
+                large: None,
                 polling,
                 spin: worker::IDLE_SPIN,
                 pipeline: Pipeline::new(node_config(), Arc::clone(&fwd.neigh)),
@@ -238,13 +239,13 @@ fn start(
                 Command::Tables(fwd.node.reader.register()?),
                 Command::AddPort {
                     port: POD_A,
-                    rx: vec![PortRx::Dpdk(cables.pod.rx_queue(0)?)],
-                    tx: PortTx::Dpdk(cables.pod.tx_queue(0)?),
+                    rx: vec![PortRx::Dpdk(cables.pod.rx_queue(0)?, None)],
+                    tx: PortTx::Dpdk(cables.pod.tx_queue(0)?, None),
                 },
                 Command::AddPort {
                     port: PortId::UPLINK,
                     rx: Vec::new(),
-                    tx: PortTx::Dpdk(cables.uplink.tx_queue(0)?),
+                    tx: PortTx::Dpdk(cables.uplink.tx_queue(0)?, None),
                 },
             ]);
             if let Err(e) = mailbox.wait_ack(generation, Duration::from_secs(5)) {

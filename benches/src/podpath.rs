@@ -25,7 +25,8 @@
 //!   configuration (packet-socket pod ports, adaptive polling), underlay MTU 1500, pod MTU
 //!   1460, with the two forwarders' uplinks on DPDK's `net_memif` ([`Underlay::Memif`]):
 //!   shared-memory rings between the processes, no system call and no kernel work per frame,
-//!   as a bare-metal node's NIC (ADR 0050). Frames are still cut to the underlay MTU.
+//!   as a bare-metal node's NIC (ADR 0050). The link carries large frames: a pod's TCP segment
+//!   crosses it whole, as it would a NIC with TSO and LRO (ADR 0055).
 //! - **lace on veth** (`podpath.veth.*`, reported): the same on the demo's underlay veth pair,
 //!   each end a kernel interface the forwarder takes with a packet socket. The round trip is
 //!   split on this shape (its underlay interfaces are where the captures are).
@@ -935,7 +936,8 @@ pub fn figures() -> Outcome {
     out.notes.push(format!(
         "podpath: kernel {} shape, then lace's on memif (podpath.*: the underlay as a bare-metal \
          node's NIC is, DPDK rings between the forwarders, no system call or kernel work per \
-         frame; frames still cut to the underlay MTU 1500; an adaptive worker with a DPDK port \
+         frame; pods' TCP segments cross it whole, large frames as TSO/LRO would leave them, \
+         other frames at the underlay MTU 1500; an adaptive worker with a DPDK port \
          sleeps on a timer, which the round trip shows), then lace's on the veth pair \
          (podpath.veth.*: the demo's, a packet socket on each end), back to back; iperf3 TCP \
          {TCP_SECONDS} s (1 and 4 streams, receiver's rate), UDP 64 B {UDP_SECONDS} s \

@@ -168,6 +168,7 @@ const VARS: &[&str] = &[
     "RTE_MBUF_F_RX_RSS_HASH",
     "RTE_MBUF_F_TX_TCP_SEG",
     "RTE_MBUF_F_TX_UDP_SEG",
+    "RTE_MBUF_F_RX_LRO",
     "RING_F_SP_ENQ",
     "RING_F_SC_DEQ",
     "RING_F_EXACT_SZ",

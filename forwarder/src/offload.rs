@@ -122,6 +122,10 @@ pub struct Gso {
     pub proto: GsoProto,
     /// Payload bytes per piece.
     pub size: u16,
+    /// The piece size is the receiver's estimate, not the sender's: the segment crossed a
+    /// large-frame link whole ([`Gso::of_long_frame`]), as a NIC's LRO marks what it coalesced.
+    /// A TCP segment's pieces may then be made smaller where a limit asks ([`Gso::refit`]).
+    pub estimated: bool,
 }
 
 /// The transport a [`Gso`] segment is cut by.
@@ -153,6 +157,56 @@ impl Gso {
         (hdr.gso_size != 0 && hdr.flags & VnetHdr::NEEDS_CSUM != 0).then_some(Gso {
             proto,
             size: hdr.gso_size,
+            estimated: false,
+        })
+    }
+
+    /// Whether `frame`, this large segment, crosses a large-frame link whole (ADR 0055): a TCP
+    /// segment inside an outer IPv6 header, longer than the link's frames of `max_frame` bytes,
+    /// so that the receiver takes it back as a segment ([`Gso::of_long_frame`]). Anything else
+    /// is cut before it: a UDP train (the receiver could not know where its datagrams end), a
+    /// segment short enough to pass as an ordinary frame (its checksum is partial).
+    pub fn crosses_whole(&self, frame: &[u8], max_frame: usize) -> bool {
+        self.proto == GsoProto::Tcp
+            && frame.len() > max_frame
+            && Layout::of(frame).is_ok_and(|lay| lay.outer.is_some() && lay.proto == PROTO_TCP)
+    }
+
+    /// The large segment `frame` is, having arrived whole on a large-frame link whose frames
+    /// are at most `max_frame` bytes, longer than that ([`Gso::crosses_whole`] on the sender):
+    /// an encapsulated TCP segment whose checksum the sender left partial. Its pieces are
+    /// estimated as the largest that each fit the link inside the same encapsulation: what a
+    /// NIC's LRO would have seen arrive.
+    pub fn of_long_frame(frame: &[u8], max_frame: usize) -> Result<Gso, OffloadError> {
+        let lay = Layout::of(frame)?;
+        if lay.outer.is_none() || lay.proto != PROTO_TCP {
+            return Err(OffloadError::Unsupported);
+        }
+        let size = max_frame
+            .checked_sub(lay.payload)
+            .and_then(|s| u16::try_from(s).ok())
+            .filter(|&s| s > 0 && frame.len() > max_frame)
+            .ok_or(OffloadError::Malformed)?;
+        Ok(Gso {
+            proto: GsoProto::Tcp,
+            size,
+            estimated: true,
+        })
+    }
+
+    /// This segment with pieces small enough that each, headers included, is at most `max`
+    /// bytes: only a TCP segment whose piece size was estimated (a byte stream may be cut
+    /// anywhere; the sender's own segments keep their size, and a limit they exceed is an
+    /// error the sender must hear of). `None` when it may not be, or no piece could fit.
+    pub fn refit(&self, frame: &[u8], max: usize) -> Option<Gso> {
+        if !self.estimated || self.proto != GsoProto::Tcp {
+            return None;
+        }
+        let lay = Layout::of(frame).ok()?;
+        let size = u16::try_from(max.checked_sub(lay.payload)?).ok()?;
+        (size > 0).then_some(Gso {
+            size: size.min(self.size),
+            ..*self
         })
     }
 
@@ -407,6 +461,7 @@ pub fn segment<B: PacketBuf>(
     Gso {
         proto,
         size: hdr.gso_size,
+        estimated: false,
     }
     .cut(frame, alloc, out)
 }
@@ -726,6 +781,24 @@ mod tests {
         assert!(transport_checksum_ok(f, &lay), "transport checksum");
     }
 
+    /// `frame` behind an outer IPv6 header (its length left as is) carrying its packet
+    /// (`next` 4 or 41) or the whole frame (143).
+    fn encapsulated(frame: &[u8], next: u8) -> Vec<u8> {
+        let mut f = frame[..ETH].to_vec();
+        f[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
+        let mut outer = [0u8; 40];
+        outer[0] = 0x60;
+        outer[6] = next;
+        outer[7] = 64;
+        f.extend_from_slice(&outer);
+        f.extend_from_slice(if next == PROTO_ETHERNET {
+            frame
+        } else {
+            &frame[ETH..]
+        });
+        f
+    }
+
     /// The large segment as the pod's kernel hands it over: lengths for the whole, checksum
     /// partial.
     fn large(seg: &[u8]) -> Vec<u8> {
@@ -836,7 +909,8 @@ mod tests {
             gso,
             Gso {
                 proto: GsoProto::Tcp,
-                size: 1448
+                size: 1448,
+                estimated: false,
             }
         );
         // What the pod's kernel said is what the pod's kernel is told.
@@ -851,19 +925,7 @@ mod tests {
 
         // Behind an outer IPv6 header carrying the packet (l3) or its Ethernet frame (l2).
         for next in [PROTO_IPV4, PROTO_ETHERNET] {
-            let mut f = big[..ETH].to_vec();
-            f[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
-            let mut outer = [0u8; 40];
-            outer[0] = 0x60;
-            outer[6] = next;
-            outer[7] = 64;
-            f.extend_from_slice(&outer);
-            let inner = if next == PROTO_ETHERNET {
-                &big[..]
-            } else {
-                &big[ETH..]
-            };
-            f.extend_from_slice(inner);
+            let f = encapsulated(&big, next);
             let head = f.len() - payload.len();
             assert_eq!(
                 gso.vnet_hdr(&f),
@@ -893,6 +955,84 @@ mod tests {
             }
             assert_eq!(joined, payload);
         }
+    }
+
+    #[test]
+    fn a_tcp_segment_crosses_a_large_frame_link_whole_and_comes_back_with_estimated_pieces() {
+        const LINK: usize = ETH + 1500;
+        let payload = data(20_000);
+        let big4 = large(&tcp4(9, &payload, TCP_ACK));
+        let big6 = large(&tcp6(9, &payload));
+        let sent = Gso {
+            proto: GsoProto::Tcp,
+            size: 1300,
+            estimated: false,
+        };
+        for (big, next) in [
+            (&big4, PROTO_IPV4),
+            (&big6, PROTO_IPV6),
+            (&big4, PROTO_ETHERNET),
+        ] {
+            let f = encapsulated(big, next);
+            assert!(sent.crosses_whole(&f, LINK));
+            // The largest pieces that fit the link in the same encapsulation.
+            let head = f.len() - payload.len();
+            let got = Gso::of_long_frame(&f, LINK).unwrap();
+            assert_eq!(
+                got,
+                Gso {
+                    proto: GsoProto::Tcp,
+                    size: (LINK - head) as u16,
+                    estimated: true,
+                },
+                "behind {next}"
+            );
+            assert_eq!(got.piece_len(&f), Ok(LINK));
+            let mut pieces: Vec<VecBuf> = Vec::new();
+            assert!(got
+                .cut(&f, || Some(VecBuf::new()), |b| pieces.push(b))
+                .is_ok());
+            let mut joined = Vec::new();
+            for p in &pieces {
+                assert!(p.len() <= LINK);
+                checksums_ok(p.data());
+                joined.extend_from_slice(&p.data()[head..]);
+            }
+            assert_eq!(joined, payload);
+        }
+
+        // What does not cross whole is not taken back as a segment either: a UDP train (its
+        // datagrams' ends would be lost), a segment without the encapsulation, one no longer
+        // than the link's frames (it passes as an ordinary frame, so it is cut).
+        let f = encapsulated(&big4, PROTO_IPV4);
+        let udp = Gso {
+            proto: GsoProto::Udp,
+            ..sent
+        };
+        assert!(!udp.crosses_whole(&f, LINK));
+        assert!(!sent.crosses_whole(&big4, LINK));
+        assert!(!sent.crosses_whole(&f, f.len()));
+        assert_eq!(
+            Gso::of_long_frame(&big4, LINK),
+            Err(OffloadError::Unsupported)
+        );
+        assert_eq!(
+            Gso::of_long_frame(&f, f.len()),
+            Err(OffloadError::Malformed)
+        );
+        assert_eq!(
+            Gso::of_long_frame(&f[..ETH + 30], LINK),
+            Err(OffloadError::Malformed)
+        );
+
+        // Delivered into a network of a smaller MTU: an estimate is cut finer, never coarser;
+        // the sender's own size is never changed; below one byte of payload, nothing fits.
+        let got = Gso::of_long_frame(&f, LINK).unwrap();
+        let finer = got.refit(&big4, ETH + 1400).unwrap();
+        assert_eq!((finer.size, finer.estimated), (1400 - 20 - 32, true));
+        assert_eq!(got.refit(&big4, 9000), Some(got));
+        assert_eq!(sent.refit(&big4, ETH + 1400), None);
+        assert_eq!(got.refit(&big4, ETH + 20 + 32), None);
     }
 
     #[test]

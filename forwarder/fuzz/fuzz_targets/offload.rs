@@ -1,6 +1,8 @@
 //! Software offloads: any frame and any virtio-net header through `segment` (every segment it
 //! produces has correct checksums and fits), the large segment the header describes (its
 //! header back, its pieces' length, its cut: every piece parses and is no longer than said),
+//! the frame as arrived whole on a large-frame link (taken back only when a sender would have
+//! sent it whole; its estimated pieces, and those refitted to a tighter limit, fit),
 //! `complete_checksum` and `coalesce` (never panics; a coalesced run's first packet still
 //! parses).
 #![no_main]
@@ -36,6 +38,15 @@ fuzz_target!(|data: &[u8]| {
                 assert!(Layout::of(p.data()).is_ok(), "a piece parses");
                 assert!(p.len() <= longest, "a piece is no longer than said");
             }
+        }
+    }
+    // The link's frame limit and a tighter one, from the header's bytes.
+    let (max_frame, tighter) = (usize::from(hdr.csum_start), usize::from(hdr.csum_offset));
+    if let Ok(gso) = Gso::of_long_frame(frame, max_frame) {
+        assert!(gso.crosses_whole(frame, max_frame), "taken back as sent");
+        assert!(gso.piece_len(frame).is_ok_and(|l| l <= max_frame), "pieces fit the link");
+        if let Some(finer) = gso.refit(frame, tighter) {
+            assert!(finer.size <= gso.size && finer.piece_len(frame).is_ok_and(|l| l <= tighter));
         }
     }
     let mut copy = frame.to_vec();

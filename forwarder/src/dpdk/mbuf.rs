@@ -7,6 +7,7 @@ use std::slice;
 
 use lace_dpdk_sys as sys;
 
+use super::Mempool;
 use crate::offload::{Gso, GsoProto};
 
 /// The burst size the forwarder polls and sends with (DPDK's customary 32).
@@ -15,8 +16,9 @@ pub const BURST_SIZE: usize = 32;
 /// One packet buffer (an `rte_mbuf`, possibly the head of a chain), owned: dropping it returns
 /// it (and its chain) to its mempool.
 ///
-/// [`Mbuf::data`] is the first segment's data; packets received on the ports this module
-/// configures are single-segment unless the driver was set up for scatter, which it is not.
+/// [`Mbuf::data`] is the first segment's data. Packets received on the ports this module
+/// configures are single-segment unless the driver chains on its own (memif, for a frame longer
+/// than its 2 KiB buffers); [`Mbuf::joined`] copies such a chain into one buffer.
 /// Length-changing calls return `None`, leaving the buffer unchanged, when there is no room;
 /// none of them panics.
 #[repr(transparent)]
@@ -106,7 +108,9 @@ impl Mbuf {
     }
 
     /// The large segment this packet is, if it is one: set by [`Mbuf::set_gso`], kept in
-    /// DPDK's own TSO fields (`RTE_MBUF_F_TX_TCP_SEG` or `RTE_MBUF_F_TX_UDP_SEG`, `tso_segsz`).
+    /// DPDK's own fields: `RTE_MBUF_F_TX_TCP_SEG` or `RTE_MBUF_F_TX_UDP_SEG` and `tso_segsz`,
+    /// with `RTE_MBUF_F_RX_LRO` when the piece size is an estimate (as an LRO NIC marks what it
+    /// coalesced).
     #[inline]
     pub fn gso(&self) -> Option<Gso> {
         let m = self.raw();
@@ -120,7 +124,11 @@ impl Mbuf {
         // SAFETY: `tx_offload` and its bit-field view are two views of one u64 with no invalid
         // bit patterns; the pool's constructor zeroes it and only `set_gso` writes it here.
         let size = unsafe { m.__bindgen_anon_3.__bindgen_anon_1.tso_segsz() } as u16;
-        Some(Gso { proto, size })
+        Some(Gso {
+            proto,
+            size,
+            estimated: m.ol_flags & u64::from(sys::RTE_MBUF_F_RX_LRO) != 0,
+        })
     }
 
     /// Marks the packet as a large segment to be cut into pieces of `gso.size` payload bytes
@@ -129,16 +137,16 @@ impl Mbuf {
     pub fn set_gso(&mut self, gso: Option<Gso>) {
         // SAFETY: we own a valid mbuf exclusively (`&mut self`).
         let m = unsafe { self.0.as_mut() };
-        m.ol_flags &= !(sys::RTE_MBUF_F_TX_TCP_SEG | sys::RTE_MBUF_F_TX_UDP_SEG);
+        let lro = u64::from(sys::RTE_MBUF_F_RX_LRO);
+        m.ol_flags &= !(sys::RTE_MBUF_F_TX_TCP_SEG | sys::RTE_MBUF_F_TX_UDP_SEG | lro);
         let (flag, size) = match gso {
-            Some(Gso {
-                proto: GsoProto::Tcp,
-                size,
-            }) => (sys::RTE_MBUF_F_TX_TCP_SEG, size),
-            Some(Gso {
-                proto: GsoProto::Udp,
-                size,
-            }) => (sys::RTE_MBUF_F_TX_UDP_SEG, size),
+            Some(g) => {
+                let proto = match g.proto {
+                    GsoProto::Tcp => sys::RTE_MBUF_F_TX_TCP_SEG,
+                    GsoProto::Udp => sys::RTE_MBUF_F_TX_UDP_SEG,
+                };
+                (proto | if g.estimated { lro } else { 0 }, g.size)
+            }
             None => (0, 0),
         };
         m.ol_flags |= flag;
@@ -149,6 +157,40 @@ impl Mbuf {
                 .__bindgen_anon_1
                 .set_tso_segsz(u64::from(size))
         };
+    }
+
+    /// Each segment's data, first to last: the whole packet of a chain (a driver's receive of a
+    /// frame longer than one buffer).
+    pub fn chain(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut seg: *const sys::rte_mbuf = self.0.as_ptr();
+        std::iter::from_fn(move || {
+            // SAFETY: `seg` is null or a segment of the chain we own (the head, then each
+            // `next` its driver linked); nothing writes the chain while `&self` lives.
+            let m = unsafe { seg.as_ref() }?;
+            seg = m.next;
+            // SAFETY: as in `data`, for this segment.
+            Some(unsafe {
+                slice::from_raw_parts(
+                    m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
+                    usize::from(m.data_len),
+                )
+            })
+        })
+    }
+
+    /// The whole packet, chain included, copied into one buffer from `pool`; `None` when the
+    /// pool has none free or its buffers are too short for it.
+    pub fn joined(&self, pool: &Mempool) -> Option<Mbuf> {
+        let mut whole = pool.alloc()?;
+        if whole.tailroom() < self.pkt_len() {
+            return None;
+        }
+        for seg in self.chain() {
+            if !whole.extend_from_slice(seg) {
+                return None;
+            }
+        }
+        Some(whole)
     }
 
     /// The first segment's data.

@@ -151,7 +151,18 @@ pub struct UplinkConfig {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub external: Vec<UplinkAddress>,
+    /// The link carries frames of up to 64 KiB between lace forwarders (`large_frames`, ADR
+    /// 0055; a `net_memif` between two forwarders): a pod's TCP segment crosses it whole, its
+    /// checksum left partial, and a frame longer than the MTU arriving on it is taken as such a
+    /// segment. Every node on the link sets it.
+    pub large_frames: bool,
 }
+
+/// The `net_memif` devargs of a large-frame link (ADR 0055): every frame in one buffer of 64 KiB,
+/// 1,024 of them per ring (128 MiB of shared memory per queue pair). DPDK's memif driver
+/// leaves the chain flag set on a descriptor it reuses as the first of a frame, so frames
+/// spread over several buffers corrupt the ring.
+pub const MEMIF_LARGE_FRAMES: &str = "bsize=65535,rsize=10";
 
 /// One of the node's addresses on an external network, with its subnet's prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -398,6 +409,7 @@ struct FileUplink {
     address: Option<String>,
     mtu: Option<u16>,
     queues: Option<u16>,
+    large_frames: Option<bool>,
     #[serde(default)]
     external: Vec<FileExternal>,
 }
@@ -618,6 +630,10 @@ impl Config {
         }
 
         let external = external_addresses(&f.uplink.external, address)?;
+        let large_frames = f.uplink.large_frames.unwrap_or(false);
+        if large_frames {
+            check_large_frame_link(&device)?;
+        }
 
         let hop_limit = f.srv6.hop_limit.unwrap_or(64);
         if hop_limit == 0 {
@@ -694,6 +710,7 @@ impl Config {
                 mtu,
                 queues,
                 external,
+                large_frames,
             },
             srv6: Srv6Config {
                 hop_limit,
@@ -863,6 +880,30 @@ fn parse_v6(field: &'static str, s: &str) -> Result<Ipv6Addr, ConfigError> {
     })
 }
 
+/// A device that may carry large frames (ADR 0055): a DPDK port, and a memif one only with
+/// buffers that hold a whole frame ([`MEMIF_LARGE_FRAMES`]).
+fn check_large_frame_link(device: &str) -> Result<(), ConfigError> {
+    let invalid = |why: String| ConfigError::Invalid {
+        field: "uplink.large_frames",
+        value: "true".to_owned(),
+        why,
+    };
+    if !(is_pci_address(device) || device.starts_with("net_")) {
+        return Err(invalid(format!(
+            "needs a DPDK uplink (net_memif… between two forwarders): {device:?} is a kernel \
+             interface, whose frames end at its MTU"
+        )));
+    }
+    let whole = device.split(',').any(|a| a == "bsize=65535");
+    if device.starts_with("net_memif") && !whole {
+        return Err(invalid(format!(
+            "a memif link must hold every frame in one buffer: add {MEMIF_LARGE_FRAMES} to \
+             uplink.device ({device:?})"
+        )));
+    }
+    Ok(())
+}
+
 /// `[[uplink.external]]`'s addresses: each `address/prefix-length`, unicast, not the underlay
 /// address, none twice, at most [`UplinkHosts::MAX`] per address family.
 fn external_addresses(
@@ -952,6 +993,33 @@ mod tests {
 
     fn load(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(Path::new("test.toml"), text, &Overrides::default())
+    }
+
+    #[test]
+    fn large_frames_only_on_a_dpdk_uplink_that_holds_them() {
+        assert!(!load(MINIMAL).unwrap().uplink.large_frames);
+        let large = format!("{MINIMAL}large_frames = true\n");
+        let c = load(&large).unwrap();
+        assert!(c.uplink.large_frames);
+        let printed = toml::to_string(&c).unwrap();
+        assert!(load(&printed).unwrap().uplink.large_frames, "{printed}");
+        let err = |device: &str| {
+            load(&large.replace("net_null0", device))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("ul-a");
+        assert!(
+            e.contains("uplink.large_frames") && e.contains("kernel interface"),
+            "{e}"
+        );
+        // memif: only with buffers that hold a whole frame.
+        let memif = "net_memif0,role=server,id=0,socket=/run/ul.memif";
+        let e = err(memif);
+        assert!(e.contains(MEMIF_LARGE_FRAMES), "{e}");
+        assert!(err(&format!("{memif},bsize=2048")).contains(MEMIF_LARGE_FRAMES));
+        let whole = format!("{memif},{MEMIF_LARGE_FRAMES}");
+        assert!(load(&large.replace("net_null0", &whole)).is_ok());
     }
 
     #[test]

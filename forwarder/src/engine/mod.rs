@@ -39,9 +39,9 @@ use lace_shared::types::PortId;
 use crate::dpdk::{self, Eal, Mempool, Port, PortConfig, Worker};
 use crate::pipeline::{self, Pipeline, Stage, UnderlayNeighbors};
 
-pub use config::{Config, ConfigError, Mechanism, Memory, Overrides, Polling};
+pub use config::{Config, ConfigError, Mechanism, Memory, Overrides, Polling, MEMIF_LARGE_FRAMES};
 use ports::{Attached, KernelPort, NetDev, PodPorts, Request};
-use worker::{Command, Mailbox, PortRx, PortTx, WorkerSetup};
+use worker::{Command, LargeFrames, Mailbox, PortRx, PortTx, WorkerSetup};
 
 /// How often the main thread wakes: heartbeat, signals, tables, pod ports. Short, because a
 /// new pod waits for its port on this tick (`cni.add_to_reachable`); a tick is one atomic load
@@ -240,6 +240,7 @@ fn run_with_eal(
             mailbox: Arc::clone(&mailbox),
             status: Arc::clone(status),
             pool: pool.clone(),
+            large: large.clone(),
             polling: config.workers.polling,
             spin: Duration::from_micros(u64::from(config.workers.spin_us)),
             pipeline: {
@@ -361,15 +362,18 @@ fn open_uplink(
     // Worker `i` gets TX queue `i` and the RX queues `q` with `q % workers == i`.
     let workers = config.workers.count;
     let rx_queues = config.uplink_rx_queues();
+    let large_frames = config.uplink.large_frames.then_some(LargeFrames {
+        max_frame: 14 + usize::from(config.uplink.mtu),
+    });
     let mut queues = Vec::new();
     for i in 0..workers {
         let rx = (i..rx_queues)
             .step_by(usize::from(workers))
-            .map(|q| port.rx_queue(q).map(PortRx::Dpdk))
+            .map(|q| port.rx_queue(q).map(|q| PortRx::Dpdk(q, large_frames)))
             .collect::<Result<Vec<_>, _>>()
             .context("taking the uplink's RX queues")?;
         let tx = port.tx_queue(i).context("taking the uplink's TX queue")?;
-        queues.push((rx, PortTx::Dpdk(tx)));
+        queues.push((rx, PortTx::Dpdk(tx, large_frames)));
     }
     Ok((Attached::Dpdk(port), queues, mac))
 }

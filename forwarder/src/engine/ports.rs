@@ -493,8 +493,8 @@ impl PodPorts {
         let mut queues = Vec::with_capacity(mailboxes.len());
         for q in 0..mailboxes.len() as u16 {
             queues.push((
-                PortRx::Dpdk(port.rx_queue(q).map_err(dpdk)?),
-                PortTx::Dpdk(port.tx_queue(q).map_err(dpdk)?),
+                PortRx::Dpdk(port.rx_queue(q).map_err(dpdk)?, None),
+                PortTx::Dpdk(port.tx_queue(q).map_err(dpdk)?, None),
             ));
         }
         hand_out(id, queues, mailboxes, &devargs)?;

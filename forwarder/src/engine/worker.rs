@@ -31,7 +31,7 @@ use lace_shared::types::PortId;
 use super::config::Polling;
 use crate::dpdk::{self, tsc, Burst, Mbuf, Mempool, BURST_SIZE};
 use crate::kernel::{self, Epoll, EventFd, PortCounts};
-use crate::offload::OffloadError;
+use crate::offload::{Gso, OffloadError};
 use crate::pipeline::{Io, Pipeline, Stage};
 
 /// How long an adaptive worker keeps polling after its last packet before it sleeps, unless
@@ -55,12 +55,20 @@ pub const MAX_IDLE_SLEEP: Duration = Duration::from_millis(100);
 /// Busy rounds between two flushes of the poll counters when no packet arrived.
 const COUNTER_FLUSH_ROUNDS: u64 = 1024;
 
+/// A DPDK port on a large-frame link (ADR 0055): frames longer than `max_frame` bytes (the
+/// link's MTU and Ethernet header) cross it as whole TCP segments between forwarders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LargeFrames {
+    /// The longest ordinary frame on the link.
+    pub max_frame: usize,
+}
+
 /// A receive queue a worker polls: a DPDK ethdev queue, or lace's own packet socket.
 #[derive(Debug)]
 pub enum PortRx {
     /// An ethdev queue (`rte_eth_rx_burst`), which wakes the worker when its port has RX
-    /// interrupts.
-    Dpdk(dpdk::RxQueue),
+    /// interrupts; with [`LargeFrames`] on a large-frame link.
+    Dpdk(dpdk::RxQueue, Option<LargeFrames>),
     /// A packet socket (`recvmmsg`), which the worker can also sleep on.
     Kernel(Box<kernel::RxQueue>),
 }
@@ -69,7 +77,7 @@ impl PortRx {
     /// Whether a packet on this queue ends the worker's sleep.
     fn wakes(&self) -> bool {
         match self {
-            PortRx::Dpdk(q) => q.wakes(),
+            PortRx::Dpdk(q, _) => q.wakes(),
             PortRx::Kernel(_) => true,
         }
     }
@@ -78,18 +86,20 @@ impl PortRx {
 /// A transmit queue a worker sends on.
 #[derive(Debug)]
 pub enum PortTx {
-    /// An ethdev queue (`rte_eth_tx_burst`).
-    Dpdk(dpdk::TxQueue),
+    /// An ethdev queue (`rte_eth_tx_burst`); with [`LargeFrames`] on a large-frame link.
+    Dpdk(dpdk::TxQueue, Option<LargeFrames>),
     /// A packet socket (`sendmmsg`).
     Kernel(Box<kernel::TxQueue>),
 }
 
 impl PortTx {
-    /// Whether a large segment may be handed to this queue whole; if not, it is cut first.
+    /// Whether `frame`, large segment `gso`, may be handed to this queue whole; if not, it is
+    /// cut first.
     #[inline]
-    fn takes_large(&self) -> bool {
+    fn takes_large(&self, gso: Gso, frame: &[u8]) -> bool {
         match self {
-            PortTx::Dpdk(_) => false,
+            PortTx::Dpdk(_, Some(l)) => gso.crosses_whole(frame, l.max_frame),
+            PortTx::Dpdk(_, None) => false,
             PortTx::Kernel(q) => q.takes_large(),
         }
     }
@@ -98,7 +108,7 @@ impl PortTx {
     #[inline]
     fn tx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> (usize, PortCounts) {
         match self {
-            PortTx::Dpdk(q) => (q.tx_burst(burst), PortCounts::default()),
+            PortTx::Dpdk(q, _) => (q.tx_burst(burst), PortCounts::default()),
             PortTx::Kernel(q) => q.tx_burst(burst),
         }
     }
@@ -244,6 +254,9 @@ pub struct WorkerSetup {
     pub status: Arc<StatusWriter>,
     /// The pool it allocates generated packets from.
     pub pool: Mempool,
+    /// The pool of large buffers (ADR 0053), for frames a DPDK port delivers longer than an
+    /// ordinary buffer; `None` without one.
+    pub large: Option<Mempool>,
     /// Polling mode.
     pub polling: Polling,
     /// How long an adaptive worker polls after its last packet before it sleeps.
@@ -291,9 +304,15 @@ impl Io<Mbuf> for RoundIo<'_, '_> {
             slot.dirty = true;
             self.dirty.push(port.0);
         }
-        if pkt.gso().is_some() && !slot.queue.takes_large() {
-            self.cut(port, pkt);
-            return;
+        if let Some(gso) = pkt.gso() {
+            if !slot.queue.takes_large(gso, pkt.data()) {
+                self.cut(port, pkt);
+                return;
+            }
+            // A packet socket counts what it sends whole; a DPDK port takes it as it is.
+            if let (PortTx::Dpdk(..), Some(c)) = (&slot.queue, self.status.port_counters(port)) {
+                c.add(PortCounter::TxLargeSegments, 1);
+            }
         }
         self.refused += buffer(slot, port, self.status, pkt);
     }
@@ -345,6 +364,84 @@ impl RoundIo<'_, '_> {
             Err(_) => self.uncut[1] += 1,
         }
     }
+}
+
+/// What [`take_chains`] did with a burst's odd frames.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Odd {
+    /// Large segments taken whole from a large-frame link.
+    segments: u64,
+    /// Dropped for want of a buffer to join a chain into.
+    no_buffer: u64,
+    /// Dropped as longer than the link's frames without being a segment that crosses whole.
+    malformed: u64,
+}
+
+/// Takes the frames of `pkts[from..]` a DPDK queue delivered that the pipeline cannot take as
+/// they are. A chain (a frame longer than one of the driver's buffers) is copied into one
+/// buffer: an ordinary one when it fits, a large one otherwise. On a large-frame link, a frame
+/// longer than the link's frames is the TCP segment another forwarder sent whole, and is
+/// marked as one ([`Gso::of_long_frame`]). What cannot be taken is dropped and counted.
+#[cold]
+#[inline(never)]
+fn take_chains(
+    pkts: &mut Vec<Mbuf>,
+    from: usize,
+    large_frames: Option<LargeFrames>,
+    pool: &Mempool,
+    large: Option<&Mempool>,
+) -> Odd {
+    let mut odd = Odd::default();
+    let mut i = from;
+    while i < pkts.len() {
+        let m = &mut pkts[i];
+        let long = large_frames.filter(|l| m.pkt_len() > l.max_frame);
+        if m.segments() == 1 && long.is_none() {
+            i += 1;
+            continue;
+        }
+        match take_one(m, long, pool, large) {
+            Ok(joined) => {
+                if let Some(j) = joined {
+                    pkts[i] = j;
+                }
+                odd.segments += u64::from(long.is_some());
+                i += 1;
+            }
+            Err(why) => {
+                drop(pkts.remove(i));
+                match why {
+                    OffloadError::NoBuffer => odd.no_buffer += 1,
+                    _ => odd.malformed += 1,
+                }
+            }
+        }
+    }
+    odd
+}
+
+/// [`take_chains`]' work on one frame `m`: its copy into one buffer when it is a chain, marked
+/// as a large segment when it is `long`.
+fn take_one(
+    m: &mut Mbuf,
+    long: Option<LargeFrames>,
+    pool: &Mempool,
+    large: Option<&Mempool>,
+) -> Result<Option<Mbuf>, OffloadError> {
+    let mut joined = match m.segments() {
+        1 => None,
+        _ => Some(
+            m.joined(pool)
+                .or_else(|| large.and_then(|l| m.joined(l)))
+                .ok_or(OffloadError::NoBuffer)?,
+        ),
+    };
+    if let Some(l) = long {
+        let whole = joined.as_mut().unwrap_or(m);
+        let gso = Gso::of_long_frame(whole.data(), l.max_frame)?;
+        whole.set_gso(Some(gso));
+    }
+    Ok(joined)
 }
 
 /// Buffers `pkt` for `slot`, sending what it holds first when it is full. Returns the packets
@@ -460,7 +557,7 @@ impl Sleeper {
                     tracing::warn!(port = port.0, "cannot sleep on the port's socket: {err}");
                 }
             }
-            (Some(_), PortRx::Dpdk(d)) => {
+            (Some(_), PortRx::Dpdk(d, _)) => {
                 let Some(set) = &self.interrupts else { return };
                 if d.watch_interrupts(set) {
                     tracing::info!(
@@ -520,7 +617,7 @@ impl Sleeper {
 fn arm(rx: &mut [RxEntry]) -> bool {
     let mut all = true;
     for e in rx.iter_mut() {
-        if let PortRx::Dpdk(q) = &mut e.queue {
+        if let PortRx::Dpdk(q, _) = &mut e.queue {
             if q.wakes() {
                 all &= q.arm();
             }
@@ -532,7 +629,7 @@ fn arm(rx: &mut [RxEntry]) -> bool {
 /// Disarms every DPDK queue's interrupt once the worker polls again.
 fn disarm(rx: &mut [RxEntry]) {
     for e in rx.iter_mut() {
-        if let PortRx::Dpdk(q) = &mut e.queue {
+        if let PortRx::Dpdk(q, _) = &mut e.queue {
             q.disarm();
         }
     }
@@ -566,6 +663,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
         mailbox,
         status,
         pool,
+        large,
         polling,
         spin,
         mut pipeline,
@@ -632,10 +730,29 @@ pub fn run(setup: WorkerSetup) -> i32 {
             for entry in rx.iter_mut() {
                 let port = entry.port;
                 let (n, bytes) = match &mut entry.queue {
-                    PortRx::Dpdk(queue) => {
+                    PortRx::Dpdk(queue, large_frames) => {
                         let n = queue.rx_burst(&mut burst);
-                        let bytes = burst.iter().map(|m| m.pkt_len() as u64).sum();
+                        let limit = large_frames.map_or(usize::MAX, |l| l.max_frame);
+                        let (bytes, odd) = burst.iter().fold((0, false), |(b, odd), m| {
+                            let len = m.pkt_len();
+                            (b + len as u64, odd | (m.segments() != 1) | (len > limit))
+                        });
+                        let before = pkts.len();
                         burst.move_into(&mut pkts);
+                        if odd {
+                            let o = take_chains(
+                                &mut pkts,
+                                before,
+                                *large_frames,
+                                &pool,
+                                large.as_ref(),
+                            );
+                            pipeline.count_drop(DropReason::Malformed, o.malformed);
+                            pipeline.count_drop(DropReason::NoBuffer, o.no_buffer);
+                            if let (true, Some(c)) = (o.segments != 0, status.port_counters(port)) {
+                                c.add(PortCounter::RxLargeSegments, o.segments);
+                            }
+                        }
                         (n as u64, bytes)
                     }
                     PortRx::Kernel(queue) => {

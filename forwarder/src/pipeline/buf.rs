@@ -66,12 +66,28 @@ pub trait PacketBuf {
     fn fits(&self, max: usize) -> bool {
         self.len() <= max || self.gso().is_some_and(|g| pieces_fit(self.data(), g, max))
     }
+    /// [`PacketBuf::fits`], after making the pieces of a large segment whose piece size is an
+    /// estimate smaller if they must be ([`Gso::refit`]): what delivery to a pod asks of a
+    /// segment that crossed a large-frame link whole.
+    #[inline(always)]
+    fn fit(&mut self, max: usize) -> bool {
+        self.fits(max) || refit(self, max)
+    }
     /// Sets the length by trimming (never grows).
     #[inline]
     fn truncate(&mut self, len: usize) -> bool {
         let cur = self.len();
         cur <= len || self.trim(cur - len)
     }
+}
+
+#[cold]
+fn refit<B: PacketBuf + ?Sized>(pkt: &mut B, max: usize) -> bool {
+    let Some(gso) = pkt.gso().and_then(|g| g.refit(pkt.data(), max)) else {
+        return false;
+    };
+    pkt.set_gso(Some(gso));
+    true
 }
 
 #[cold]

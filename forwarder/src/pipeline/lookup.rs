@@ -443,10 +443,11 @@ fn deliver_one<B: PacketBuf>(
     plan: &Delivery,
 ) -> Result<(), DropReason> {
     // One view of the frame for every check and write (the header's address computed once);
-    // a large segment's pieces are measured only when the whole is longer.
+    // a large segment's pieces are measured only when the whole is longer, and made smaller
+    // when they were estimated on a large-frame link rather than chosen by the sender.
     let mut d = pkt.data_mut();
     if d.len() > plan.max_frame {
-        if !pkt.fits(plan.max_frame) {
+        if !pkt.fit(plan.max_frame) {
             return Err(DropReason::TooBig);
         }
         d = pkt.data_mut();

@@ -2625,22 +2625,28 @@ fn large4(mac: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr, ports: (u16, u16), len: us
     eth(GW_MAC, mac, 0x0800, &ipv4(src, dst, 6, 64, 0, true, &t))
 }
 
-/// `frame` taken whole as a large segment of `size`-byte TCP pieces, through the pipeline: what
-/// left (each still marked with its segment size, or not) and the counters.
+/// A pod's TCP segment of `size`-byte pieces.
+fn tcp_gso(size: u16) -> Gso {
+    Gso {
+        proto: GsoProto::Tcp,
+        size,
+        estimated: false,
+    }
+}
+
+/// `frame` taken whole as large segment `gso`, through the pipeline: what left (each still
+/// marked with its segment size, or not) and the counters.
 fn run_large(
     node: &mut Node,
     pipe: &mut Pipeline<VecBuf>,
     io: &mut TestIo,
     rx: PortId,
     frame: &[u8],
-    size: u16,
+    gso: Gso,
 ) -> (Vec<(PortId, VecBuf)>, Counters) {
     let snap = node.reader.snapshot();
     let mut b = VecBuf::from_slice_in(VecBuf::with_room(65_000), frame).unwrap();
-    b.set_gso(Some(Gso {
-        proto: GsoProto::Tcp,
-        size,
-    }));
+    b.set_gso(Some(gso));
     let mut v = vec![b];
     pipe.process(&snap, rx, &mut v, io);
     (io.sent.drain(..).collect(), pipe.take_counters())
@@ -2673,7 +2679,7 @@ fn a_large_segment_crosses_once_and_is_too_big_only_when_its_pieces_are() {
     // To another node: encapsulated whole, still a large segment, cut into pieces that each
     // fit the underlay in their own encapsulation and carry the pod's bytes.
     let frame = large4(MAC_A, A4, REMOTE4, (40000, 5201), 20_000);
-    let (sent, c) = run_large(&mut node, &mut pipe, &mut io, A, &frame, 1400);
+    let (sent, c) = run_large(&mut node, &mut pipe, &mut io, A, &frame, tcp_gso(1400));
     assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
     let [(port, out)] = &sent[..] else {
         panic!("{} packets out", sent.len())
@@ -2683,7 +2689,7 @@ fn a_large_segment_crosses_once_and_is_too_big_only_when_its_pieces_are() {
 
     // To a pod on this node: delivered whole, the partial checksum as it was.
     let frame = large4(MAC_A, A4, B4, (40000, 5201), 20_000);
-    let (sent, _) = run_large(&mut node, &mut pipe, &mut io, A, &frame, 1400);
+    let (sent, _) = run_large(&mut node, &mut pipe, &mut io, A, &frame, tcp_gso(1400));
     let [(port, out)] = &sent[..] else {
         panic!("{} packets out", sent.len())
     };
@@ -2696,7 +2702,7 @@ fn a_large_segment_crosses_once_and_is_too_big_only_when_its_pieces_are() {
     // ordinary packet.
     for (dst, mtu) in [(REMOTE4, 1460u16), (B4, 1460)] {
         let frame = large4(MAC_A, A4, dst, (40000, 5201), 20_000);
-        let (sent, c) = run_large(&mut node, &mut pipe, &mut io, A, &frame, 1448);
+        let (sent, c) = run_large(&mut node, &mut pipe, &mut io, A, &frame, tcp_gso(1448));
         let [(port, out)] = &sent[..] else {
             panic!("{} packets out", sent.len())
         };
@@ -2706,6 +2712,45 @@ fn a_large_segment_crosses_once_and_is_too_big_only_when_its_pieces_are() {
         assert_eq!(ip[26..28], mtu.to_be_bytes());
         assert_eq!(c.drop(DropReason::TooBig), 1);
     }
+}
+
+#[test]
+fn a_segment_from_a_large_frame_link_is_delivered_whole_and_cut_finer_where_it_must_be() {
+    let mut node = node();
+    let mut pipe = Pipeline::new(cfg(), Arc::new(UnderlayNeighbors::new(64)));
+    let mut io = test_io();
+
+    // Another node's pod's segment, sent whole on a large-frame link: the receiver estimates
+    // its pieces as the largest the underlay fits, decapsulates it and hands it to the pod
+    // whole, the partial checksum as it was.
+    let pod = large4(MAC_A, REMOTE4, A4, (5201, 40000), 20_000);
+    let frame = encapsulated(&pod[14..], 4);
+    let gso = Gso::of_long_frame(&frame, 14 + 1500).unwrap();
+    assert_eq!((gso.size, gso.estimated), (1500 - 40 - 20 - 20, true));
+    let (sent, c) = run_large(&mut node, &mut pipe, &mut io, PortId::UPLINK, &frame, gso);
+    assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
+    let [(port, out)] = &sent[..] else {
+        panic!("{} packets out", sent.len())
+    };
+    assert_eq!((*port, out.gso()), (A, Some(gso)));
+    assert_eq!(out.data()[14 + 36..14 + 38], pod[14 + 36..14 + 38]);
+    assert_eq!(cut_and_join(out, 0, 14 + 1460), pod[14 + 40..].to_vec());
+
+    // Pieces too large for the pod's network: an estimate is cut finer (TCP may be cut
+    // anywhere), where a sender's own size gets a too-big error (the previous test).
+    let frame = large4(MAC_A, A4, B4, (40000, 5201), 20_000);
+    let estimated = Gso {
+        estimated: true,
+        ..tcp_gso(1448)
+    };
+    let (sent, c) = run_large(&mut node, &mut pipe, &mut io, A, &frame, estimated);
+    assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
+    let [(port, out)] = &sent[..] else {
+        panic!("{} packets out", sent.len())
+    };
+    assert_eq!(*port, B);
+    assert_eq!(out.gso().map(|g| g.size), Some(1460 - 20 - 20));
+    assert_eq!(cut_and_join(out, 0, 14 + 1460), frame[14 + 40..].to_vec());
 }
 
 #[test]

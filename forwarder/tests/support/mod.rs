@@ -525,6 +525,10 @@ pub struct Lab {
     /// The forwarder nodes' own addresses on an external network through the uplink
     /// (`[[uplink.external]]`): (node, `address/prefix-length`).
     pub external: Vec<(u32, &'static str)>,
+    /// The uplinks of forwarder nodes 1 and 2 are one DPDK `net_memif` link between their
+    /// processes (node 1 the server: start it first) that carries large frames (ADR 0055),
+    /// instead of the underlay bridge.
+    pub memif: bool,
     /// Linux peer guests (their namespaces are not in `netns`: they go with the guest).
     guests: Vec<std::sync::Arc<guest::Guest>>,
     netns: Vec<String>,
@@ -556,6 +560,7 @@ impl Lab {
             mechanism: "packet_socket",
             pod_offloads: false,
             external: Vec::new(),
+            memif: false,
             guests: Vec::new(),
             netns: Vec::new(),
             shm: Vec::new(),
@@ -1140,6 +1145,7 @@ memory_mb = 256
 device = "{device}"
 address = "{ul}"
 mtu = {UNDERLAY_MTU}
+large_frames = {memif}
 
 [srv6]
 hop_limit = 64
@@ -1154,10 +1160,16 @@ mechanism = "{mechanism}"
             name = node.name,
             ul = underlay(k),
             mechanism = self.mechanism,
-            device = if self.mechanism == "packet_socket" {
-                "ul"
-            } else {
-                "net_af_packet0,iface=ul"
+            memif = self.memif,
+            device = match (self.memif, self.mechanism) {
+                (true, _) => format!(
+                    "net_memif0,role={},id=0,socket={},socket-abstract=no,{}",
+                    if k == 1 { "server" } else { "client" },
+                    self.dir.join("underlay.memif").display(),
+                    lace_forwarder::engine::MEMIF_LARGE_FRAMES
+                ),
+                (false, "packet_socket") => "ul".to_owned(),
+                (false, _) => "net_af_packet0,iface=ul".to_owned(),
             },
         );
         if !external.is_empty() {

@@ -307,7 +307,14 @@ fn a_large_segment_to_a_cluster_ip_keeps_a_partial_checksum_of_its_new_addresses
     t.deliver(S2, seg4(S2, S2_4, VIP4, 43000, 80, SYN), S3);
     t.deliver(S3, seg4(S3, S3_4, S2_4, 8080, 43000, SYNACK), S2);
     let frame = large4(MAC_S2, S2_4, VIP4, (43000, 80), 30_000);
-    let (sent, c) = run_large(&mut t.node, &mut t.pipe, &mut t.io, S2, &frame, 1400);
+    let (sent, c) = run_large(
+        &mut t.node,
+        &mut t.pipe,
+        &mut t.io,
+        S2,
+        &frame,
+        tcp_gso(1400),
+    );
     assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
     let [(port, out)] = &sent[..] else {
         panic!("{} packets out", sent.len())
@@ -333,7 +340,14 @@ fn a_large_segment_to_a_cluster_ip_keeps_a_partial_checksum_of_its_new_addresses
     t.send(S2, seg4(S2, S2_4, VIP_SPREAD4, 46000, 80, ACK));
     let frame = large4(MAC_S2, S2_4, VIP_SPREAD4, (46000, 80), 30_000);
     let fused = t.pipe.fused_hits();
-    let (sent, c) = run_large(&mut t.node, &mut t.pipe, &mut t.io, S2, &frame, 1400);
+    let (sent, c) = run_large(
+        &mut t.node,
+        &mut t.pipe,
+        &mut t.io,
+        S2,
+        &frame,
+        tcp_gso(1400),
+    );
     assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
     assert_eq!(t.pipe.fused_hits(), fused + 1, "the fused hit took it");
     let [(port, out)] = &sent[..] else {
