@@ -193,7 +193,7 @@ fn run_with_eal(
     .context("creating the packet buffer pool (raise eal.memory_mb)")?;
 
     let large = large_pool(config, &eal);
-    let (mut uplink, uplink_queues, uplink_mac) = open_uplink(config, &eal, &pool)?;
+    let (mut uplink, uplink_queues, uplink_mac) = open_uplink(config, &eal, &pool, large.as_ref())?;
     status.set_port(PortId::UPLINK, 0, PortState::Up);
 
     let flow_seed = config.srv6.flow_seed.unwrap_or_else(random_seed);
@@ -317,11 +317,14 @@ fn run_with_eal(
 type WorkerQueues = Vec<(Vec<PortRx>, PortTx)>;
 
 /// Opens the uplink: a kernel interface with lace's packet sockets, or a DPDK device
-/// (configured and started). Returns it, each worker's queues, and its MAC.
+/// (configured and started). Returns it, each worker's queues, and its MAC. A large-frame link
+/// (ADR 0055) receives into the pool of large buffers, `large`, which it needs: a segment
+/// then arrives in one buffer, copied once.
 fn open_uplink(
     config: &Config,
     eal: &Eal,
     pool: &Mempool,
+    large: Option<&Mempool>,
 ) -> anyhow::Result<(Attached, WorkerQueues, lace_shared::types::MacAddr)> {
     let dev = &config.uplink.device;
     if config.uplink.is_kernel_interface() {
@@ -343,6 +346,20 @@ fn open_uplink(
         Port::attach_vdev(eal, dev)
     }
     .with_context(|| format!("uplink.device {dev:?}"))?;
+    let (rx_pool, large_frames) = match (config.uplink.large_frames, large) {
+        (false, _) => (pool, None),
+        (true, Some(large)) => (
+            large,
+            Some(LargeFrames {
+                max_frame: 14 + usize::from(config.uplink.mtu),
+                max_whole: usize::from(u16::MAX - Mempool::HEADROOM),
+            }),
+        ),
+        (true, None) => bail!(
+            "uplink.large_frames: the pool of large buffers could not be made (see above): \
+             raise eal.memory_mb"
+        ),
+    };
     let mtu = match port.mtu() {
         Ok(m) if m == config.uplink.mtu => None,
         _ => Some(config.uplink.mtu),
@@ -356,15 +373,12 @@ fn open_uplink(
         rx_interrupts: config.workers.polling == Polling::Adaptive,
         ..PortConfig::default()
     };
-    ports::start_port(&mut port, &pc, pool)
+    ports::start_port(&mut port, &pc, rx_pool)
         .with_context(|| format!("uplink.device {dev:?}: configuring {pc:?} and starting"))?;
     let mac = port.mac().context("reading the uplink's MAC")?;
     // Worker `i` gets TX queue `i` and the RX queues `q` with `q % workers == i`.
     let workers = config.workers.count;
     let rx_queues = config.uplink_rx_queues();
-    let large_frames = config.uplink.large_frames.then_some(LargeFrames {
-        max_frame: 14 + usize::from(config.uplink.mtu),
-    });
     let mut queues = Vec::new();
     for i in 0..workers {
         let rx = (i..rx_queues)

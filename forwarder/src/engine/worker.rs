@@ -61,6 +61,8 @@ const COUNTER_FLUSH_ROUNDS: u64 = 1024;
 pub struct LargeFrames {
     /// The longest ordinary frame on the link.
     pub max_frame: usize,
+    /// The longest frame sent whole: what one large buffer of the receiver holds.
+    pub max_whole: usize,
 }
 
 /// A receive queue a worker polls: a DPDK ethdev queue, or lace's own packet socket.
@@ -98,7 +100,9 @@ impl PortTx {
     #[inline]
     fn takes_large(&self, gso: Gso, frame: &[u8]) -> bool {
         match self {
-            PortTx::Dpdk(_, Some(l)) => gso.crosses_whole(frame, l.max_frame),
+            PortTx::Dpdk(_, Some(l)) => {
+                frame.len() <= l.max_whole && gso.crosses_whole(frame, l.max_frame)
+            }
             PortTx::Dpdk(_, None) => false,
             PortTx::Kernel(q) => q.takes_large(),
         }
