@@ -2736,6 +2736,22 @@ fn a_segment_from_a_large_frame_link_is_delivered_whole_and_cut_finer_where_it_m
     assert_eq!(out.data()[14 + 36..14 + 38], pod[14 + 36..14 + 38]);
     assert_eq!(cut_and_join(out, 0, 14 + 1460), pod[14 + 40..].to_vec());
 
+    // The same behind an l2 network's encapsulation (End.DT2U): the bridged frame reaches the
+    // pod whole and unchanged, its pieces estimated inside that encapsulation.
+    let mut bridged = large4(MAC_L2R, L2R4, L2_4, (5201, 40000), 20_000);
+    bridged[0..6].copy_from_slice(&MAC_L2);
+    let frame = to_sid(MY_DT2U, &bridged, 143);
+    let gso = Gso::of_long_frame(&frame, 14 + 1500).unwrap();
+    assert_eq!(gso.size, 1500 - 40 - 14 - 20 - 20);
+    let (sent, c) = run_large(&mut node, &mut pipe, &mut io, PortId::UPLINK, &frame, gso);
+    assert_eq!(c.total_drops(), 0, "{:?}", c.drops);
+    let [(port, out)] = &sent[..] else {
+        panic!("{} packets out", sent.len())
+    };
+    assert_eq!((*port, out.gso()), (L2POD, Some(gso)));
+    assert_eq!(out.data(), &bridged[..]);
+    assert_eq!(cut_and_join(out, 0, 14 + 1446), bridged[14 + 40..].to_vec());
+
     // Pieces too large for the pod's network: an estimate is cut finer (TCP may be cut
     // anywhere), where a sender's own size gets a too-big error (the previous test).
     let frame = large4(MAC_A, A4, B4, (40000, 5201), 20_000);
