@@ -24,7 +24,8 @@ const CONFIG_HELP: &str = "\
 Configuration file (TOML; flags override it):
   name, tables_dir
   [eal]     memory (hugepages|in-memory|no-huge), memory_mb, lcores, file_prefix, extra
-  [uplink]  device (net_… devargs or PCI address), address, mtu, queues
+  [uplink]  device (net_… devargs or PCI address), address, mtu, queues,
+            large_frames (a memif link between forwarders: TCP segments cross whole)
   [[uplink.external]]  addresses (the node's own on external networks, e.g. 192.0.2.10/24)
   [srv6]    hop_limit, flow_seed (the outer source comes from lace-control's tables)
   [workers] count, polling (busy|adaptive)
