@@ -193,7 +193,8 @@ impl Guest {
         let file = |ext: &str| format!("/run/lace-task-{name}.{ext}");
         let (log, pid, rc) = (file("log"), file("pid"), file("rc"));
         // The inner shell records its own pid, then becomes the program; the outer group
-        // records the exit status once it ends.
+        // records the exit status once it ends, renamed into place so that a reader never
+        // sees the file created and still empty.
         let mut inner = vec![
             "sh",
             "-c",
@@ -203,7 +204,7 @@ impl Guest {
         ];
         inner.extend_from_slice(argv);
         let line = format!(
-            "{{ {}; echo $? > {rc}; }} > {log} 2>&1 &",
+            "{{ {}; echo $? > {rc}.new; mv {rc}.new {rc}; }} > {log} 2>&1 &",
             command_line(&inner)
         );
         let (status, out) = self.run_line(&line, argv);
