@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use lace_forwarder::dpdk::{self as fwd, Burst, Mempool, Port, PortConfig, Ring};
-use lace_forwarder::engine::worker::{self, Command, Mailbox, PortRx, PortTx, WorkerSetup};
+use lace_forwarder::engine::worker::{
+    self, Command, Mailbox, PortRx, PortTx, TxWhole, WorkerSetup,
+};
 use lace_forwarder::engine::Polling;
 use lace_forwarder::pipeline::{Pipeline, Stage, UnderlayNeighbors};
 use lace_forwarder::wire::ethernet;
@@ -240,12 +242,12 @@ fn start(
                 Command::AddPort {
                     port: POD_A,
                     rx: vec![PortRx::Dpdk(cables.pod.rx_queue(0)?, None)],
-                    tx: PortTx::Dpdk(cables.pod.tx_queue(0)?, None),
+                    tx: PortTx::Dpdk(cables.pod.tx_queue(0)?, TxWhole::Nothing),
                 },
                 Command::AddPort {
                     port: PortId::UPLINK,
                     rx: Vec::new(),
-                    tx: PortTx::Dpdk(cables.uplink.tx_queue(0)?, None),
+                    tx: PortTx::Dpdk(cables.uplink.tx_queue(0)?, TxWhole::Nothing),
                 },
             ]);
             if let Err(e) = mailbox.wait_ack(generation, Duration::from_secs(5)) {

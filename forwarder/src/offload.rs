@@ -210,6 +210,31 @@ impl Gso {
         })
     }
 
+    /// The header lengths a NIC's tunnel TSO cuts `frame`, this large segment, by (ADR 0056):
+    /// an encapsulated TCP segment whose outer IPv6 payload length fits its field. `None` for
+    /// anything else, which is cut in software.
+    pub fn tso_headers(&self, frame: &[u8]) -> Option<TsoHeaders> {
+        let lay = Layout::of(frame).ok()?;
+        let outer = lay.outer?;
+        let inner = outer + 40;
+        if self.proto != GsoProto::Tcp
+            || lay.proto != PROTO_TCP
+            || self.size == 0
+            || frame.len() - inner > usize::from(u16::MAX)
+        {
+            return None;
+        }
+        Some(TsoHeaders {
+            outer_l2: outer as u16,
+            outer_l3: 40,
+            l2: (lay.ip - inner) as u16,
+            l3: (lay.l4 - lay.ip) as u16,
+            l4: (lay.payload - lay.l4) as u16,
+            v4: lay.v4,
+            size: self.size,
+        })
+    }
+
     /// The `virtio_net_hdr` that hands `frame`, this large segment, to the kernel whole:
     /// partial checksum from the transport header on, GSO type from its IP version, with the
     /// ECN flag when the segment carries CWR. An encapsulated segment has none (the header has
@@ -257,6 +282,38 @@ impl Gso {
         out: impl FnMut(B),
     ) -> Result<usize, OffloadError> {
         cut_pieces(frame, self.proto, usize::from(self.size), alloc, out)
+    }
+}
+
+/// What a NIC's tunnel TSO needs to know of an encapsulated TCP segment to cut it as
+/// [`Gso::cut`] would (DPDK's `outer_l2_len`, `outer_l3_len`, `l2_len`, `l3_len`, `l4_len`,
+/// `tso_segsz`). lace's encapsulation is one outer IPv6 header carrying the inner IP packet
+/// (an l3 network: IP in IP) or a bridged Ethernet frame (an l2 network), whose header DPDK
+/// counts in `l2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TsoHeaders {
+    /// The outer Ethernet header.
+    pub outer_l2: u16,
+    /// The outer IPv6 header.
+    pub outer_l3: u16,
+    /// Between the outer IPv6 header and the inner IP header: a bridged frame's Ethernet
+    /// header, none for IP in IP.
+    pub l2: u16,
+    /// The inner IP header.
+    pub l3: u16,
+    /// The TCP header.
+    pub l4: u16,
+    /// Whether the inner IP header is IPv4 (its checksum is the NIC's to write per piece).
+    pub v4: bool,
+    /// Payload bytes per piece.
+    pub size: u16,
+}
+
+impl TsoHeaders {
+    /// Whether the inner packet is a bridged Ethernet frame (an l2 network), which only a
+    /// generic IP tunnel TSO cuts.
+    pub fn bridged(&self) -> bool {
+        self.l2 != 0
     }
 }
 
@@ -1033,6 +1090,69 @@ mod tests {
         assert_eq!(got.refit(&big4, 9000), Some(got));
         assert_eq!(sent.refit(&big4, ETH + 1400), None);
         assert_eq!(got.refit(&big4, ETH + 20 + 32), None);
+    }
+
+    #[test]
+    fn tunnel_tso_headers_describe_the_pieces_software_would_cut() {
+        let payload = data(9000);
+        let big4 = large(&tcp4(3, &payload, TCP_ACK));
+        let big6 = large(&tcp6(3, &payload));
+        let gso = Gso {
+            proto: GsoProto::Tcp,
+            size: 1400,
+            estimated: false,
+        };
+        for (big, next, v4, l2, l3, l4) in [
+            (&big4, PROTO_IPV4, true, 0, 20, 32),
+            (&big6, PROTO_IPV6, false, 0, 40, 20),
+            (&big4, PROTO_ETHERNET, true, ETH, 20, 32),
+            (&big6, PROTO_ETHERNET, false, ETH, 40, 20),
+        ] {
+            let f = encapsulated(big, next);
+            let h = gso.tso_headers(&f).unwrap();
+            assert_eq!(
+                h,
+                TsoHeaders {
+                    outer_l2: ETH as u16,
+                    outer_l3: 40,
+                    l2: l2 as u16,
+                    l3: l3 as u16,
+                    l4: l4 as u16,
+                    v4,
+                    size: 1400,
+                },
+                "behind {next}"
+            );
+            assert_eq!(h.bridged(), next == PROTO_ETHERNET);
+            // A NIC repeats these headers before each piece of `size` bytes: what the
+            // software cut gives.
+            let head = usize::from(h.outer_l2 + h.outer_l3 + h.l2 + h.l3 + h.l4);
+            assert_eq!(head, f.len() - payload.len());
+            let inner = usize::from(h.outer_l2 + h.outer_l3 + h.l2);
+            assert_eq!(f[inner] >> 4, if v4 { 4 } else { 6 });
+            let mut pieces: Vec<VecBuf> = Vec::new();
+            let n = gso
+                .cut(&f, || Some(VecBuf::new()), |b| pieces.push(b))
+                .unwrap();
+            assert_eq!(n, payload.len().div_ceil(usize::from(h.size)));
+            assert!(pieces.iter().all(|p| p.len() <= head + 1400));
+        }
+
+        // What a NIC's tunnel TSO is not given: a UDP train, a segment without the
+        // encapsulation, one whose outer payload length would not fit its field, headers that
+        // do not parse.
+        let f = encapsulated(&big4, PROTO_IPV4);
+        let udp = Gso {
+            proto: GsoProto::Udp,
+            ..gso
+        };
+        assert_eq!(udp.tso_headers(&f), None);
+        assert_eq!(gso.tso_headers(&big4), None);
+        let mut huge = encapsulated(&big4, PROTO_IPV4);
+        huge.resize(ETH + 40 + usize::from(u16::MAX) + 1, 0);
+        assert_eq!(gso.tso_headers(&huge), None);
+        assert_eq!(gso.tso_headers(&f[..ETH + 40 + 10]), None);
+        assert_eq!(Gso { size: 0, ..gso }.tso_headers(&f), None);
     }
 
     #[test]

@@ -34,6 +34,22 @@ uint16_t lace_rte_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_m
 	return rte_eth_tx_burst(port_id, queue_id, tx_pkts, nb_pkts);
 }
 
+uint16_t lace_rte_eth_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+				 uint16_t nb_pkts)
+{
+	return rte_eth_tx_prepare(port_id, queue_id, tx_pkts, nb_pkts);
+}
+
+int lace_rte_validate_tx_offload(const struct rte_mbuf *m)
+{
+	return rte_validate_tx_offload(m);
+}
+
+int lace_rte_net_intel_cksum_prepare(struct rte_mbuf *m)
+{
+	return rte_net_intel_cksum_prepare(m);
+}
+
 struct rte_mbuf *lace_rte_pktmbuf_alloc(struct rte_mempool *mp)
 {
 	return rte_pktmbuf_alloc(mp);

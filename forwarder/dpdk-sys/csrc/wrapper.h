@@ -22,6 +22,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_net.h>
 #include <rte_ring.h>
 #include <rte_fib.h>
 #include <rte_fib6.h>
@@ -46,6 +47,18 @@ uint16_t lace_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_m
 			       uint16_t nb_pkts);
 uint16_t lace_rte_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
 			       uint16_t nb_pkts);
+/* Readies packets' offload metadata and headers for the device (rte_eth_tx_prepare): returns
+ * how many from the front are ready; rte_errno says why the next one is not. */
+uint16_t lace_rte_eth_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+				 uint16_t nb_pkts);
+
+/* ---- TX offload metadata as DPDK reads it ---- */
+
+/* 0 when the mbuf's offload flags and lengths are consistent (rte_validate_tx_offload). */
+int lace_rte_validate_tx_offload(const struct rte_mbuf *m);
+/* Writes the pseudo-header checksums Intel-style NICs expect, at the offsets the mbuf's
+ * lengths give (rte_net_intel_cksum_prepare, what their tx_prepare does). */
+int lace_rte_net_intel_cksum_prepare(struct rte_mbuf *m);
 
 /* ---- Rx queue interrupts (an adaptive worker's wake-up on a DPDK port) ---- */
 

@@ -2,7 +2,8 @@
 //! produces has correct checksums and fits), the large segment the header describes (its
 //! header back, its pieces' length, its cut: every piece parses and is no longer than said),
 //! the frame as arrived whole on a large-frame link (taken back only when a sender would have
-//! sent it whole; its estimated pieces, and those refitted to a tighter limit, fit),
+//! sent it whole; its estimated pieces, and those refitted to a tighter limit, fit), the
+//! header lengths a NIC's tunnel TSO gets (they add up to the piece length's headers),
 //! `complete_checksum` and `coalesce` (never panics; a coalesced run's first packet still
 //! parses).
 #![no_main]
@@ -38,6 +39,12 @@ fuzz_target!(|data: &[u8]| {
                 assert!(Layout::of(p.data()).is_ok(), "a piece parses");
                 assert!(p.len() <= longest, "a piece is no longer than said");
             }
+        }
+        if let Some(t) = gso.tso_headers(frame) {
+            let head = usize::from(t.outer_l2 + t.outer_l3 + t.l2 + t.l3 + t.l4);
+            let lay = Layout::of(frame).expect("a segment a NIC cuts parses");
+            assert_eq!(head, lay.payload, "the NIC's headers are the segment's");
+            assert!(t.l2 < 128 && t.l3 < 512 && t.l4 < 256, "each fits its mbuf field");
         }
     }
     // The link's frame limit and a tighter one, from the header's bytes.

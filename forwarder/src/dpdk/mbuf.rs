@@ -7,8 +7,8 @@ use std::slice;
 
 use lace_dpdk_sys as sys;
 
-use super::Mempool;
-use crate::offload::{Gso, GsoProto};
+use super::{Mempool, TunnelTso};
+use crate::offload::{Gso, GsoProto, TsoHeaders};
 
 /// The burst size the forwarder polls and sends with (DPDK's customary 32).
 pub const BURST_SIZE: usize = 32;
@@ -157,6 +157,47 @@ impl Mbuf {
                 .__bindgen_anon_1
                 .set_tso_segsz(u64::from(size))
         };
+    }
+
+    /// Hands the packet, the encapsulated TCP segment `h` describes, to a device's tunnel
+    /// TSO (ADR 0056): DPDK's offload flags and header lengths, as `rte_mbuf_core.h` asks for
+    /// them. Returns false, the packet unchanged, when the device's `tso` cannot cut it (a
+    /// bridged frame on a device with only IP-in-IP TSO). The transport checksum field is
+    /// the device's to ready ([`super::TxQueue::prepare`]).
+    pub fn set_tunnel_tso(&mut self, h: &TsoHeaders, tso: TunnelTso) -> bool {
+        let Some(tunnel) = tso.tunnel_flag(h) else {
+            return false;
+        };
+        let inner = if h.v4 {
+            sys::RTE_MBUF_F_TX_IPV4 | sys::RTE_MBUF_F_TX_IP_CKSUM
+        } else {
+            sys::RTE_MBUF_F_TX_IPV6
+        };
+        // SAFETY: we own a valid mbuf exclusively (`&mut self`).
+        let m = unsafe { self.0.as_mut() };
+        m.ol_flags &= !(sys::RTE_MBUF_F_TX_UDP_SEG | u64::from(sys::RTE_MBUF_F_RX_LRO));
+        m.ol_flags |= sys::RTE_MBUF_F_TX_TCP_SEG
+            | sys::RTE_MBUF_F_TX_TCP_CKSUM
+            | sys::RTE_MBUF_F_TX_OUTER_IPV6
+            | tunnel
+            | inner;
+        // SAFETY: writing bit-fields of the `tx_offload` union through its view; every u64 is
+        // a valid value of either view. Each length fits its field: Layout bounds them.
+        unsafe {
+            let f = &mut m.__bindgen_anon_3.__bindgen_anon_1;
+            f.set_outer_l2_len(u64::from(h.outer_l2));
+            f.set_outer_l3_len(u64::from(h.outer_l3));
+            f.set_l2_len(u64::from(h.l2));
+            f.set_l3_len(u64::from(h.l3));
+            f.set_l4_len(u64::from(h.l4));
+            f.set_tso_segsz(u64::from(h.size));
+        }
+        true
+    }
+
+    /// The `rte_mbuf` for a DPDK call that may modify it (`&mut self`), without giving it up.
+    pub(super) fn as_raw(&mut self) -> *mut sys::rte_mbuf {
+        self.0.as_ptr()
     }
 
     /// Each segment's data, first to last: the whole packet of a chain (a driver's receive of a

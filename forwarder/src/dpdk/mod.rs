@@ -40,7 +40,7 @@ pub use error::{Error, Result};
 pub use mbuf::{Burst, Drain, Mbuf, BURST_SIZE};
 pub use mempool::Mempool;
 pub use port::{
-    Link, MacAddr, Port, PortConfig, PortInfo, PortStats, RxInterrupts, RxQueue, TxQueue,
+    Link, MacAddr, Port, PortConfig, PortInfo, PortStats, RxInterrupts, RxQueue, TunnelTso, TxQueue,
 };
 pub use ring::Ring;
 

@@ -25,9 +25,10 @@ pub use lace_shared::types::MacAddr;
 
 use super::eal::{Eal, Live};
 use super::error::{c_string, fix_for, strerror, Error, Result};
-use super::mbuf::Burst;
+use super::mbuf::{Burst, Mbuf};
 use super::mempool::Mempool;
 use super::ring::Ring;
+use crate::offload::TsoHeaders;
 
 /// How to set up a port. `Default` is one RX and one TX queue of 1024 descriptors each, the
 /// device's default MTU, IP/TCP/UDP RSS (used only with several RX queues), not promiscuous.
@@ -52,6 +53,9 @@ pub struct PortConfig {
     /// be woken by a packet. Drivers without them ignore it (their queues are then polled);
     /// a driver that fails to configure or start with it should be retried without it.
     pub rx_interrupts: bool,
+    /// TX offloads to enable (`RTE_ETH_TX_OFFLOAD_*` bits); each must be one the device
+    /// offers ([`PortInfo::tx_offloads`]).
+    pub tx_offloads: u64,
 }
 
 impl PortConfig {
@@ -71,6 +75,7 @@ impl Default for PortConfig {
             mtu: None,
             promiscuous: false,
             rx_interrupts: false,
+            tx_offloads: 0,
         }
     }
 }
@@ -126,6 +131,56 @@ pub struct PortInfo {
     pub max_mtu: u16,
     /// The kernel interface index, when the port has one (tap, af_packet).
     pub if_index: Option<u32>,
+    /// TX offloads the device offers (`RTE_ETH_TX_OFFLOAD_*` bits).
+    pub tx_offloads: u64,
+}
+
+/// How a device cuts encapsulated TCP segments itself: its tunnel TSO (ADR 0056). lace's
+/// encapsulation is one outer IPv6 header; DPDK names the offloads that cut behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelTso {
+    /// IP in IP (`RTE_ETH_TX_OFFLOAD_IPIP_TNL_TSO`): an l3 network's segments.
+    pub ipip: bool,
+    /// Any IP tunnel (`RTE_ETH_TX_OFFLOAD_IP_TNL_TSO`): an l2 network's bridged frames too.
+    pub generic: bool,
+}
+
+impl TunnelTso {
+    /// What every tunnel TSO needs besides the tunnel: TCP segmentation, and the TCP and
+    /// inner IPv4 header checksums of each piece.
+    const BASE: u64 = (sys::RTE_ETH_TX_OFFLOAD_TCP_TSO
+        | sys::RTE_ETH_TX_OFFLOAD_TCP_CKSUM
+        | sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) as u64;
+    const IPIP: u64 = sys::RTE_ETH_TX_OFFLOAD_IPIP_TNL_TSO as u64;
+    const GENERIC: u64 = sys::RTE_ETH_TX_OFFLOAD_IP_TNL_TSO as u64;
+
+    /// The tunnel TSO a device offering `tx_offloads` has, if any.
+    pub fn of(tx_offloads: u64) -> Option<TunnelTso> {
+        let t = TunnelTso {
+            ipip: tx_offloads & Self::IPIP != 0,
+            generic: tx_offloads & Self::GENERIC != 0,
+        };
+        (tx_offloads & Self::BASE == Self::BASE && (t.ipip || t.generic)).then_some(t)
+    }
+
+    /// The offloads to enable ([`PortConfig::tx_offloads`]).
+    pub fn offloads(self) -> u64 {
+        let tunnel = |on: bool, bit: u64| if on { bit } else { 0 };
+        Self::BASE | tunnel(self.ipip, Self::IPIP) | tunnel(self.generic, Self::GENERIC)
+    }
+
+    /// The mbuf's tunnel type for segment `h` (`RTE_MBUF_F_TX_TUNNEL_*`): IP in IP where the
+    /// device has it (the type NICs know best), the generic IP tunnel otherwise and for a
+    /// bridged frame; `None` when the device has neither for it.
+    pub(super) fn tunnel_flag(self, h: &TsoHeaders) -> Option<u64> {
+        if self.ipip && !h.bridged() {
+            Some(sys::RTE_MBUF_F_TX_TUNNEL_IPIP)
+        } else if self.generic {
+            Some(sys::RTE_MBUF_F_TX_TUNNEL_IP)
+        } else {
+            None
+        }
+    }
 }
 
 /// Where a port came from, which decides what detaching it undoes.
@@ -394,6 +449,7 @@ impl Port {
             min_mtu: info.min_mtu,
             max_mtu: info.max_mtu,
             if_index: (info.if_index != 0).then_some(info.if_index),
+            tx_offloads: info.tx_offload_capa,
         })
     }
 
@@ -437,6 +493,18 @@ impl Port {
             conf.rxmode.mtu = u32::from(mtu);
         }
         conf.intr_conf.set_rxq(u32::from(config.rx_interrupts));
+        let missing = config.tx_offloads & !info.tx_offload_capa;
+        if missing != 0 {
+            return Err(Error::InvalidArgument {
+                what: "TX offloads",
+                value: format!("{:#x}", config.tx_offloads),
+                why: format!(
+                    "port {}: the device does not offer {missing:#x} (it offers {:#x})",
+                    inner.name, info.tx_offload_capa
+                ),
+            });
+        }
+        conf.txmode.offloads = config.tx_offloads;
         let id = inner.id;
         // SAFETY: the port is stopped and no queue handle exists (exclusive), so no thread
         // polls it; conf is a valid, zero-initialised rte_eth_conf DPDK copies.
@@ -1014,6 +1082,22 @@ pub struct TxQueue {
 }
 
 impl TxQueue {
+    /// Readies `m`, whose offload metadata asks the device for work (a tunnel TSO,
+    /// [`Mbuf::set_tunnel_tso`]), for this queue: DPDK's consistency check of the metadata,
+    /// then the driver's own preparation (`rte_eth_tx_prepare`: Intel NICs want the TSO
+    /// pseudo-header checksum without the length). False when the metadata or the driver
+    /// refuses it; the packet must then not be sent as it is.
+    pub fn prepare(&mut self, m: &mut Mbuf) -> bool {
+        let mut raw = m.as_raw();
+        // SAFETY: `raw` is the valid mbuf `m` owns, read only.
+        if unsafe { sys::lace_rte_validate_tx_offload(raw) } != 0 {
+            return false;
+        }
+        // SAFETY: as in tx_burst for the handle and the port; one valid mbuf we own, which
+        // the driver may modify (its headers) but does not take.
+        unsafe { sys::lace_rte_eth_tx_prepare(self.port_id, self.queue, &mut raw, 1) == 1 }
+    }
+
     /// Sends the mbufs of `burst` from the front (`rte_eth_tx_burst`) and returns how many the
     /// driver took. Those it refused (queue full) stay in `burst`, in order: retry them, or
     /// drop and count them (`burst.clear()` frees them and returns the count).
@@ -1057,5 +1141,57 @@ impl fmt::Debug for TxQueue {
             .field("port", &self.port.name)
             .field("queue", &self.queue)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(l2: u16) -> TsoHeaders {
+        TsoHeaders {
+            outer_l2: 14,
+            outer_l3: 40,
+            l2,
+            l3: 20,
+            l4: 32,
+            v4: true,
+            size: 1400,
+        }
+    }
+
+    #[test]
+    fn tunnel_tso_is_what_the_device_offers_in_full() {
+        let base = TunnelTso::BASE;
+        let (ipip, generic) = (TunnelTso::IPIP, TunnelTso::GENERIC);
+        // Nothing without TCP segmentation and both checksums, nothing without a tunnel.
+        assert_eq!(TunnelTso::of(0), None);
+        assert_eq!(TunnelTso::of(base), None);
+        assert_eq!(TunnelTso::of(ipip | generic), None);
+        assert_eq!(
+            TunnelTso::of(ipip | generic | sys::RTE_ETH_TX_OFFLOAD_TCP_TSO as u64),
+            None
+        );
+        let only_ipip = TunnelTso::of(base | ipip).unwrap();
+        let both = TunnelTso::of(base | ipip | generic | 1).unwrap();
+        let only_generic = TunnelTso::of(base | generic).unwrap();
+        assert_eq!(only_ipip.offloads(), base | ipip);
+        assert_eq!(both.offloads(), base | ipip | generic);
+        assert_eq!(only_generic.offloads(), base | generic);
+
+        // An l3 network's segment is IP in IP where the device has it; an l2 network's
+        // bridged frame needs the generic tunnel.
+        let (l3, l2) = (headers(0), headers(14));
+        assert_eq!(
+            only_ipip.tunnel_flag(&l3),
+            Some(sys::RTE_MBUF_F_TX_TUNNEL_IPIP)
+        );
+        assert_eq!(only_ipip.tunnel_flag(&l2), None);
+        assert_eq!(both.tunnel_flag(&l3), Some(sys::RTE_MBUF_F_TX_TUNNEL_IPIP));
+        assert_eq!(both.tunnel_flag(&l2), Some(sys::RTE_MBUF_F_TX_TUNNEL_IP));
+        assert_eq!(
+            only_generic.tunnel_flag(&l3),
+            Some(sys::RTE_MBUF_F_TX_TUNNEL_IP)
+        );
     }
 }

@@ -36,12 +36,12 @@ use lace_shared::status::{PortState, RunState, StatusWriter};
 use lace_shared::tables::{ReaderHandle, TableReader};
 use lace_shared::types::PortId;
 
-use crate::dpdk::{self, Eal, Mempool, Port, PortConfig, Worker};
+use crate::dpdk::{self, Eal, Mempool, Port, PortConfig, TunnelTso, Worker};
 use crate::pipeline::{self, Pipeline, Stage, UnderlayNeighbors};
 
 pub use config::{Config, ConfigError, Mechanism, Memory, Overrides, Polling, MEMIF_LARGE_FRAMES};
 use ports::{Attached, KernelPort, NetDev, PodPorts, Request};
-use worker::{Command, LargeFrames, Mailbox, PortRx, PortTx, WorkerSetup};
+use worker::{Command, LargeFrames, Mailbox, PortRx, PortTx, TxWhole, WorkerSetup};
 
 /// How often the main thread wakes: heartbeat, signals, tables, pod ports. Short, because a
 /// new pod waits for its port on this tick (`cni.add_to_reachable`); a tick is one atomic load
@@ -364,6 +364,26 @@ fn open_uplink(
         Ok(m) if m == config.uplink.mtu => None,
         _ => Some(config.uplink.mtu),
     };
+    // A large-frame link carries segments whole; otherwise a device with tunnel TSO cuts
+    // them (ADR 0056), and the workers do for any other.
+    let whole = match large_frames {
+        Some(l) => TxWhole::Link(l),
+        None => {
+            let offered = port.info().context("reading the uplink's offloads")?;
+            match TunnelTso::of(offered.tx_offloads) {
+                Some(t) => {
+                    tracing::info!(
+                        driver = offered.driver,
+                        ip_in_ip = t.ipip,
+                        generic = t.generic,
+                        "uplink: the device cuts encapsulated TCP segments (tunnel TSO)"
+                    );
+                    TxWhole::Tso(t)
+                }
+                None => TxWhole::Nothing,
+            }
+        }
+    };
     let pc = PortConfig {
         rx_queues: config.uplink_rx_queues(),
         tx_queues: config.workers.count,
@@ -371,6 +391,10 @@ fn open_uplink(
         // Neighbor discovery uses multicast; SRv6 arrives for our MAC.
         promiscuous: true,
         rx_interrupts: config.workers.polling == Polling::Adaptive,
+        tx_offloads: match whole {
+            TxWhole::Tso(t) => t.offloads(),
+            _ => 0,
+        },
         ..PortConfig::default()
     };
     ports::start_port(&mut port, &pc, rx_pool)
@@ -387,7 +411,7 @@ fn open_uplink(
             .collect::<Result<Vec<_>, _>>()
             .context("taking the uplink's RX queues")?;
         let tx = port.tx_queue(i).context("taking the uplink's TX queue")?;
-        queues.push((rx, PortTx::Dpdk(tx, large_frames)));
+        queues.push((rx, PortTx::Dpdk(tx, whole)));
     }
     Ok((Attached::Dpdk(port), queues, mac))
 }

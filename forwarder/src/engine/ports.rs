@@ -29,7 +29,7 @@ use lace_shared::tables::Snapshot;
 use lace_shared::types::{PortId, PortKind};
 
 use super::config::Mechanism;
-use super::worker::{Command, Mailbox, PortRx, PortTx};
+use super::worker::{Command, Mailbox, PortRx, PortTx, TxWhole};
 use crate::dpdk::{Eal, Mempool, Port, PortConfig};
 use crate::kernel::{self, KernelError, PacketSocket};
 
@@ -494,7 +494,7 @@ impl PodPorts {
         for q in 0..mailboxes.len() as u16 {
             queues.push((
                 PortRx::Dpdk(port.rx_queue(q).map_err(dpdk)?, None),
-                PortTx::Dpdk(port.tx_queue(q).map_err(dpdk)?, None),
+                PortTx::Dpdk(port.tx_queue(q).map_err(dpdk)?, TxWhole::Nothing),
             ));
         }
         hand_out(id, queues, mailboxes, &devargs)?;

@@ -85,25 +85,40 @@ impl PortRx {
     }
 }
 
+/// What a DPDK transmit queue takes whole of the pods' large segments; the rest is cut in
+/// software first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxWhole {
+    /// Nothing.
+    Nothing,
+    /// Encapsulated TCP segments longer than the link's frames, on a large-frame link (ADR
+    /// 0055).
+    Link(LargeFrames),
+    /// Encapsulated TCP segments, which the device's tunnel TSO cuts (ADR 0056).
+    Tso(dpdk::TunnelTso),
+}
+
 /// A transmit queue a worker sends on.
 #[derive(Debug)]
 pub enum PortTx {
-    /// An ethdev queue (`rte_eth_tx_burst`); with [`LargeFrames`] on a large-frame link.
-    Dpdk(dpdk::TxQueue, Option<LargeFrames>),
+    /// An ethdev queue (`rte_eth_tx_burst`), with what it takes whole.
+    Dpdk(dpdk::TxQueue, TxWhole),
     /// A packet socket (`sendmmsg`).
     Kernel(Box<kernel::TxQueue>),
 }
 
 impl PortTx {
-    /// Whether `frame`, large segment `gso`, may be handed to this queue whole; if not, it is
-    /// cut first.
+    /// Whether `pkt`, large segment `gso`, may be handed to this queue whole, readied for it;
+    /// if not, it is cut first.
     #[inline]
-    fn takes_large(&self, gso: Gso, frame: &[u8]) -> bool {
+    fn takes_large(&mut self, gso: Gso, pkt: &mut Mbuf) -> bool {
         match self {
-            PortTx::Dpdk(_, Some(l)) => {
+            PortTx::Dpdk(_, TxWhole::Link(l)) => {
+                let frame = pkt.data();
                 frame.len() <= l.max_whole && gso.crosses_whole(frame, l.max_frame)
             }
-            PortTx::Dpdk(_, None) => false,
+            PortTx::Dpdk(q, TxWhole::Tso(tso)) => to_tso(q, *tso, gso, pkt),
+            PortTx::Dpdk(_, TxWhole::Nothing) => false,
             PortTx::Kernel(q) => q.takes_large(),
         }
     }
@@ -298,7 +313,7 @@ struct RoundIo<'a, 's> {
 
 impl Io<Mbuf> for RoundIo<'_, '_> {
     #[inline(always)]
-    fn send(&mut self, port: PortId, pkt: Mbuf) {
+    fn send(&mut self, port: PortId, mut pkt: Mbuf) {
         let Some(Some(slot)) = self.tx.get_mut(port.0 as usize) else {
             self.down += 1;
             drop(pkt);
@@ -309,7 +324,7 @@ impl Io<Mbuf> for RoundIo<'_, '_> {
             self.dirty.push(port.0);
         }
         if let Some(gso) = pkt.gso() {
-            if !slot.queue.takes_large(gso, pkt.data()) {
+            if !slot.queue.takes_large(gso, &mut pkt) {
                 self.cut(port, pkt);
                 return;
             }
@@ -368,6 +383,15 @@ impl RoundIo<'_, '_> {
             Err(_) => self.uncut[1] += 1,
         }
     }
+}
+
+/// Hands `pkt`, large segment `gso`, to queue `q`'s tunnel TSO, `tso`: an encapsulated TCP
+/// segment the device can cut, its metadata set and readied by the driver. False when it
+/// cannot be: it is then cut in software, which writes every header of each piece anew.
+#[inline(never)]
+fn to_tso(q: &mut dpdk::TxQueue, tso: dpdk::TunnelTso, gso: Gso, pkt: &mut Mbuf) -> bool {
+    gso.tso_headers(pkt.data())
+        .is_some_and(|h| pkt.set_tunnel_tso(&h, tso) && q.prepare(pkt))
 }
 
 /// What [`take_chains`] did with a burst's odd frames.
