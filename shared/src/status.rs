@@ -142,11 +142,14 @@ pub enum DropReason {
     /// To a Service port with `internalTrafficPolicy: Local` and no backend on this node that
     /// takes connections: dropped, as kube-proxy drops it (KEP-2086).
     NoLocalEndpoint = 41,
+    /// A plain (not SRv6) packet from the uplink whose source no external network's prefixes
+    /// hold (ADR 0054): it belongs to no network.
+    NoExternalNetwork = 42,
 }
 
 impl DropReason {
     /// Number of reasons (counter slots in use).
-    pub const COUNT: usize = 42;
+    pub const COUNT: usize = 43;
     /// Counter slots reserved per worker (room to add reasons without a layout change).
     pub const SLOTS: usize = 64;
 
@@ -196,6 +199,7 @@ impl DropReason {
             NatCollision,
             UnrelatedIcmpError,
             NoLocalEndpoint,
+            NoExternalNetwork,
         ]
     };
 
@@ -245,6 +249,7 @@ impl DropReason {
             NatCollision => "nat-collision",
             UnrelatedIcmpError => "unrelated-icmp-error",
             NoLocalEndpoint => "no-local-endpoint",
+            NoExternalNetwork => "no-external-network",
         }
     }
 

@@ -19,6 +19,16 @@ impl NetworkId {
     /// looked up in (every local endpoint's addresses). Control never gives this id to a
     /// Network; it is small so that the networks table stays small.
     pub const HOST: NetworkId = NetworkId(0xffff);
+    /// The external networks' prefixes (ADR 0054): the FIB a plain packet arriving on the
+    /// uplink is looked up in by its **source** address, each route's next hop the
+    /// [`NextHop::Network`] it belongs to, the longest match across all external networks
+    /// winning. Control never gives this id to a Network either.
+    pub const EXTERNAL_SOURCES: NetworkId = NetworkId(0xfffe);
+
+    /// Whether control may give this id to a Network (not 0, not a reserved table's).
+    pub fn assignable(self) -> bool {
+        self.0 != 0 && self != NetworkId::HOST && self != NetworkId::EXTERNAL_SOURCES
+    }
 }
 
 /// A node's numeric id, unique in the cluster while the node exists. 0 is never valid.
@@ -173,6 +183,12 @@ pub enum NextHop {
     /// A ClusterIP: the connection tracker picks a backend of the Service the packet's
     /// (network, address, protocol, port) names ([`crate::policy::ServiceKey`]).
     Service,
+    /// The packet belongs to network `net` and goes on in its table: an external network's
+    /// prefix in [`NetworkId::EXTERNAL_SOURCES`].
+    Network {
+        /// The network.
+        net: NetworkId,
+    },
 }
 
 /// Next-hop record in shared memory.
@@ -180,13 +196,13 @@ pub enum NextHop {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct NextHopRec {
     /// [`NextHop`] variant: 0 absent, 1 Local, 3 Remote, 4 Uplink, 5 Receive, 6 Drop,
-    /// 7 Unreachable, 8 Service (2 is unused: it decodes as absent).
+    /// 7 Unreachable, 8 Service, 9 Network (2 is unused: it decodes as absent).
     pub kind: u8,
     /// The MAC of `Local`.
     pub mac: [u8; 6],
     /// The route's [`crate::policy::RouteFlags`].
     pub flags: u8,
-    /// Port (`Local`, `Uplink`) or node (`Remote`).
+    /// Port (`Local`, `Uplink`), node (`Remote`) or network (`Network`).
     pub id: u32,
     /// SID (`Remote`) or gateway (`Uplink`), network order.
     pub addr: [u8; 16],
@@ -220,6 +236,10 @@ impl NextHop {
             NextHop::Drop => r.kind = 6,
             NextHop::Unreachable => r.kind = 7,
             NextHop::Service => r.kind = 8,
+            NextHop::Network { net } => {
+                r.kind = 9;
+                r.id = net.0;
+            }
         }
         r
     }
@@ -250,6 +270,9 @@ impl NextHop {
             6 => NextHop::Drop,
             7 => NextHop::Unreachable,
             8 => NextHop::Service,
+            9 => NextHop::Network {
+                net: NetworkId(r.id),
+            },
             _ => return None,
         })
     }
@@ -920,6 +943,7 @@ mod tests {
             NextHop::Drop,
             NextHop::Unreachable,
             NextHop::Service,
+            NextHop::Network { net: NetworkId(12) },
         ];
         for h in hops {
             assert_eq!(NextHop::from_rec(&h.to_rec()), Some(h));

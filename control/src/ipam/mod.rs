@@ -1077,10 +1077,16 @@ impl Ipam {
         }
         let id = if self.spread {
             self.spread_network_id(name)?
-        } else if self.next_network_id == NetworkId::HOST.0 {
-            NetworkId(NetworkId::HOST.0 + 1)
         } else {
-            NetworkId(self.next_network_id)
+            // The ids of the node's own tables (host network, external sources) are skipped.
+            let mut id = NetworkId(self.next_network_id);
+            while !id.assignable() {
+                id = NetworkId(
+                    id.0.checked_add(1)
+                        .ok_or(IpamError::IdsExhausted { what: "network" })?,
+                );
+            }
+            id
         };
         let next =
             id.0.checked_add(1)
@@ -1096,19 +1102,21 @@ impl Ipam {
 
     /// The id a new network `name` takes when ids are spread (see [`Ipam::spread_blocks`]): the
     /// first id from its own place among 1..[`NetworkId::HOST`] (FNV-1a of its name), wrapping
-    /// around, that no network holds and no other network claimed. Controls that register the
-    /// same network at once then want the same id, and agree instead of racing.
+    /// around, that no network holds, no other network claimed and no node table has
+    /// ([`NetworkId::assignable`]). Controls that register the same network at once then want
+    /// the same id, and agree instead of racing.
     fn spread_network_id(&self, name: &str) -> Result<NetworkId, IpamError> {
         let ids = NetworkId::HOST.0 - 1;
         let held: HashSet<u32> = self.networks.values().map(|n| n.id.0).collect();
         let start = (fnv64(&[name.as_bytes()]) % u64::from(ids)) as u32 + 1;
         (start..=ids)
             .chain(1..start)
-            .find(|id| {
-                !held.contains(id)
+            .find(|&id| {
+                NetworkId(id).assignable()
+                    && !held.contains(&id)
                     && self
                         .reserved_network_ids
-                        .get(id)
+                        .get(&id)
                         .is_none_or(|holder| holder == name)
             })
             .map(NetworkId)

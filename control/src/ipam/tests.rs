@@ -1391,16 +1391,21 @@ fn claimed_l2_addresses_are_never_handed_out() {
 }
 
 #[test]
-fn the_host_network_id_is_never_a_networks() {
+fn the_node_tables_ids_are_never_a_networks() {
+    // The external sources' table (0xfffe) and the host network (0xffff) are skipped.
     let mut i = Ipam::new(IpamConfig::default()).unwrap();
     let mut s = serde_json::to_value(i.to_state()).unwrap();
-    s["nextNetworkId"] = NetworkId::HOST.0.into();
+    s["nextNetworkId"] = NetworkId::EXTERNAL_SOURCES.0.into();
     let s: IpamState = serde_json::from_value(s).unwrap();
     i = Ipam::from_state(&s, IpamConfig::default()).unwrap();
-    let id = i
+    let a = i
         .ensure_network("a", &l3(Some(("10.40.0.0/16", 24)), None))
         .unwrap();
-    assert_eq!(id, NetworkId(NetworkId::HOST.0 + 1));
+    assert_eq!(a, NetworkId(NetworkId::HOST.0 + 1));
+    let b = i
+        .ensure_network("b", &l3(Some(("10.41.0.0/16", 24)), None))
+        .unwrap();
+    assert_eq!(b, NetworkId(NetworkId::HOST.0 + 2));
 }
 
 // ---- records one by one, and the journal ---------------------------------------------------------

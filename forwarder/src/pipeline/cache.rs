@@ -10,7 +10,7 @@
 //! References into the snapshot (a network's tables, a rewrite) are valid for one call and
 //! kept per call.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lace_shared::tables::{NetworkView, Snapshot, SnapshotId};
 use lace_shared::types::{
@@ -74,7 +74,8 @@ pub(super) enum Route {
     Blackhole,
     /// An unreachable route (ICMP administratively prohibited).
     Unreachable,
-    /// A next hop this pipeline does not forward to yet (uplink gateways).
+    /// A next hop this pipeline does not forward to yet (uplink gateways, another network's
+    /// table).
     Unsupported,
 }
 
@@ -296,10 +297,26 @@ impl<'s, 'a> Cx<'s, 'a> {
             Some(NextHop::Drop) => Route::Blackhole,
             Some(NextHop::Unreachable) => Route::Unreachable,
             Some(NextHop::Service) => Route::Service,
-            Some(NextHop::Uplink { .. }) => Route::Unsupported,
+            Some(NextHop::Uplink { .. } | NextHop::Network { .. }) => Route::Unsupported,
         };
         self.memo.route = [Some((index, r)), self.memo.route[0]];
         r
+    }
+
+    /// The external network a plain packet from the uplink belongs to, by its source `src`
+    /// (ADR 0054): the network of the longest external prefix holding it, across all
+    /// external networks ([`NetworkId::EXTERNAL_SOURCES`]); `None` when none does.
+    #[inline(never)]
+    pub(super) fn external_network(&mut self, src: IpAddr) -> Option<NetworkId> {
+        let view = self.view(NetworkId::EXTERNAL_SOURCES)?;
+        let index = match src {
+            IpAddr::V4(a) => view.route4_index(a),
+            IpAddr::V6(a) => view.route6_index(a),
+        };
+        match self.snap.nexthop(index)? {
+            NextHop::Network { net } => Some(net),
+            _ => None,
+        }
     }
 
     /// A local SID's behaviour.

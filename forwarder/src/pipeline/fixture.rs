@@ -2,7 +2,8 @@
 //! in an l3 network, a pod in a second network, an l2 network (two local pods, an endpoint on
 //! a remote node, its neighbor table, FDB and flood list), an l2 network with learning (two
 //! local pods, a VM's MAC learned on one of them, one learned behind node 2, a BUM limit of a
-//! burst of four), a port of an external network, a port whose network is missing, a port
+//! burst of four), a port of an external network, two external networks' overlapping
+//! prefixes in the sources table, a port whose network is missing, a port
 //! that is not up, two remote nodes (one with a static underlay neighbor), local End.DT46,
 //! End.DT2U and End.DT2M SIDs and every kind of route; the node's host interface: its port, the
 //! host network (every local endpoint) and the node's addresses in network 7's FIB; and a
@@ -120,6 +121,43 @@ pub const HOST_GW_MAC: [u8; 6] = [0x06, 0, 0, 0, 0xff, 0xff];
 /// The node's own addresses (what the host sends from; pods of network 7 reach them).
 pub const NODE4: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 1);
 pub const NODE6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x200, 0, 0, 0, 0, 0, 0xa);
+
+// ---- external networks' sources (ADR 0054) --------------------------------------------------
+
+/// A second external network, whose prefixes lie inside [`EXTNET`]'s.
+pub const EXTNET2: NetworkId = NetworkId(13);
+/// [`EXTNET`]'s prefixes: hosts there reach pod [`A`] ([`A4`], [`A6`]).
+pub const EXT_PREFIX4: (Ipv4Addr, u8) = (Ipv4Addr::new(203, 0, 113, 0), 24);
+pub const EXT_PREFIX6: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0), 48);
+/// [`EXTNET2`]'s, longer: hosts there reach pod [`B`] ([`B4`]) only.
+pub const EXT2_PREFIX4: (Ipv4Addr, u8) = (Ipv4Addr::new(203, 0, 113, 128), 25);
+pub const EXT2_PREFIX6: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2001, 0xdb8, 0x100, 1, 0, 0, 0, 0), 64);
+
+/// The external networks' prefixes in the sources table, and the pods each may reach.
+fn external_sources(w: &mut TableWriter, info: &NetworkInfo) {
+    w.set_network(EXTNET2, info).unwrap();
+    w.set_network(NetworkId::EXTERNAL_SOURCES, info).unwrap();
+    for (net, (p4, l4), (p6, l6)) in [
+        (EXTNET, EXT_PREFIX4, EXT_PREFIX6),
+        (EXTNET2, EXT2_PREFIX4, EXT2_PREFIX6),
+    ] {
+        let to = NextHop::Network { net };
+        w.add_route(NetworkId::EXTERNAL_SOURCES, IpAddr::V4(p4), l4, to)
+            .unwrap();
+        w.add_route(NetworkId::EXTERNAL_SOURCES, IpAddr::V6(p6), l6, to)
+            .unwrap();
+    }
+    let local = |port, mac| NextHop::Local {
+        port,
+        mac: MacAddr(mac),
+    };
+    w.add_route(EXTNET, IpAddr::V4(A4), 32, local(A, MAC_A))
+        .unwrap();
+    w.add_route(EXTNET, IpAddr::V6(A6), 128, local(A, MAC_A))
+        .unwrap();
+    w.add_route(EXTNET2, IpAddr::V4(B4), 32, local(B, MAC_B))
+        .unwrap();
+}
 
 // ---- the stateful network (connection tracking) ----------------------------------------------
 
@@ -446,14 +484,12 @@ pub fn node() -> Node {
         },
     )
     .unwrap();
-    w.set_network(
-        EXTNET,
-        &NetworkInfo {
-            kind: NetworkKind::External,
-            ..l3(Ipv4Addr::new(10, 10, 0, 1), None)
-        },
-    )
-    .unwrap();
+    let external = NetworkInfo {
+        kind: NetworkKind::External,
+        ..l3(Ipv4Addr::new(10, 10, 0, 1), None)
+    };
+    w.set_network(EXTNET, &external).unwrap();
+    external_sources(&mut w, &external);
     w.set_port(A, &pod(NET, MAC_A, A4, Some(A6))).unwrap();
     w.set_port(B, &pod(NET, MAC_B, B4, Some(B6))).unwrap();
     w.set_port(C, &pod(OTHER, MAC_C, C4, None)).unwrap();

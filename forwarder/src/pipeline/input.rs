@@ -559,18 +559,40 @@ fn is_ndp(d: &[u8]) -> bool {
 /// packets for one SID's network, it goes on to the decapsulation and the lookup in one call
 /// chain ([`srv6::decap_fresh`], or l2-decap and [`bridge::forward_fresh`]). Every other packet
 /// takes the general checks.
-/// An IPv4 packet on the uplink, which carries IPv4 only for the node's own addresses there
-/// (ADR 0054): an echo request to one of them is answered; nothing else is taken yet.
-fn uplink_ipv4<B: PacketBuf>(pkt: &mut B, hosts: &UplinkHosts, multicast: bool) -> Verdict {
+/// An IPv4 packet on the uplink, which carries IPv4 where the node has addresses there (ADR
+/// 0054): an echo request to one of them is answered; any other unicast packet belongs to
+/// the external network its source is in ([`external`]).
+fn uplink_ipv4<B: PacketBuf>(
+    pkt: &mut B,
+    hosts: &UplinkHosts,
+    multicast: bool,
+    cx: &mut Cx<'_, '_>,
+    m: &mut Meta,
+) -> Verdict {
     check_ipv4(pkt, true)?;
     let ip = ipv4::Packet::new_unchecked(&pkt.data()[L3..]);
-    if multicast || !hosts.has4(ip.dst_addr()) {
+    if multicast {
         return Err(DropReason::NotForUs);
     }
-    match ip.protocol() {
-        IpProtocol::Icmp => Ok(Stage::IcmpEcho),
-        _ => Err(DropReason::ReceiveUnsupported),
+    if hosts.has4(ip.dst_addr()) {
+        return match ip.protocol() {
+            IpProtocol::Icmp => Ok(Stage::IcmpEcho),
+            _ => Err(DropReason::ReceiveUnsupported),
+        };
     }
+    external(IpAddr::V4(ip.src_addr()), cx, m).map(|()| Stage::Ip4Lookup)
+}
+
+/// Puts a plain packet from the uplink, validated, with source `src`, into the external
+/// network whose prefixes hold `src` (ADR 0054: the longest match across all external
+/// networks), where it is looked up as any packet of that network; `no-external-network`
+/// when none does.
+fn external(src: IpAddr, cx: &mut Cx<'_, '_>, m: &mut Meta) -> Result<(), DropReason> {
+    m.net = cx
+        .external_network(src)
+        .ok_or(DropReason::NoExternalNetwork)?;
+    m.flags |= Meta::CHECKED;
+    Ok(())
 }
 
 pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
@@ -656,7 +678,9 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
                 EtherType::Ipv6 => {}
                 // The node's own IPv4 addresses on the uplink (ADR 0054).
                 EtherType::Arp if hosts.any4() => return Ok(Stage::ArpReply),
-                EtherType::Ipv4 if hosts.any4() => return uplink_ipv4(pkt, hosts, multicast),
+                EtherType::Ipv4 if hosts.any4() => {
+                    return uplink_ipv4(pkt, hosts, multicast, &mut n.cx, &mut n.meta[slot])
+                }
                 _ => return Err(DropReason::UnsupportedEthertype),
             }
             check_ipv6(pkt)?;
@@ -699,17 +723,23 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
                     Ok(Stage::L2Decap)
                 }
                 Some(SidBehavior::End) => Err(DropReason::UnsupportedNextHop),
-                None if matches!(
-                    ip.next_header(),
-                    IpProtocol::Ipv4
-                        | IpProtocol::Ipv6
-                        | IpProtocol::Ipv6Route
-                        | IpProtocol::Ethernet
-                ) =>
-                {
-                    Err(DropReason::UnknownSid)
-                }
-                None => Err(DropReason::NotForUs),
+                // A plain packet from outside, to be routed in its external network.
+                None => match external(IpAddr::V6(ip.src_addr()), &mut n.cx, &mut n.meta[slot]) {
+                    Ok(()) => Ok(Stage::Ip6Lookup),
+                    Err(_)
+                        if matches!(
+                            ip.next_header(),
+                            IpProtocol::Ipv4
+                                | IpProtocol::Ipv6
+                                | IpProtocol::Ipv6Route
+                                | IpProtocol::Ethernet
+                        ) =>
+                    {
+                        Err(DropReason::UnknownSid)
+                    }
+                    Err(_) if hosts.any6() => Err(DropReason::NoExternalNetwork),
+                    Err(_) => Err(DropReason::NotForUs),
+                },
             }
         })();
         to[k] = n.resolve(i, v);

@@ -21,10 +21,16 @@
 //!              │                           └─ icmp-error ─► ip*-lookup    │
 //!              └─ l2-forward / l2-flood ─┬─ (local port) ─────────────────┤
 //!                                        └─ l2-encap ─ underlay-out ──────┘
-//!  uplink-input ─┬─ nd-reply / icmp-echo
+//!  uplink-input ─┬─ nd-reply / arp-reply / icmp-echo
 //!                ├─ srv6-decap ─► ip*-lookup                (End.DT46)
-//!                └─ l2-decap ─► l2-forward / l2-flood       (End.DT2U / End.DT2M)
+//!                ├─ l2-decap ─► l2-forward / l2-flood       (End.DT2U / End.DT2M)
+//!                └─ ip*-lookup                               (plain: its external network)
 //! ```
+//!
+//! **External networks** (ADR 0054): a plain IP packet from the uplink to the node's MAC that
+//! is not for the node itself belongs to the external network whose prefixes hold its source
+//! (the longest match across all external networks, [`NetworkId::EXTERNAL_SOURCES`]) and is
+//! looked up in that network's FIB like any of its packets; no match is a counted drop.
 //!
 //! **l2 networks** are bridged: a frame from a pod to another MAC than the gateway's is looked
 //! up in the network's FDB (`l2-forward`) and delivered unchanged to a local port or
@@ -164,6 +170,13 @@ impl UplinkHosts {
         self.v4[..self.n4].contains(&a)
     }
 
+    /// Whether the node has IPv6 addresses on the uplink besides the underlay's (plain IPv6
+    /// from outside is routed there).
+    #[inline]
+    pub fn any6(&self) -> bool {
+        self.n6 != 0
+    }
+
     /// Whether `a` is one of the node's IPv6 addresses on the uplink, besides the underlay's.
     #[inline]
     pub fn has6(&self, a: Ipv6Addr) -> bool {
@@ -301,7 +314,9 @@ impl Stage {
                 ArpReply, NdReply, IcmpEcho, L2Learn, L2Flood, L2Forward, Ip4Lookup, Ip6Lookup,
                 Drop,
             ],
-            UplinkInput => &[ArpReply, NdReply, IcmpEcho, Srv6Decap, L2Decap, Drop],
+            UplinkInput => &[
+                ArpReply, NdReply, IcmpEcho, Srv6Decap, L2Decap, Ip4Lookup, Ip6Lookup, Drop,
+            ],
             ArpReply | NdReply => &[L2Learn, Tx, Drop],
             L2Learn => &[Drop],
             IcmpEcho => &[Ip4Lookup, Ip6Lookup, Tx, Drop],

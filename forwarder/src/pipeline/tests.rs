@@ -641,14 +641,15 @@ fn the_nodes_external_addresses_answer_arp_solicitations_and_echo_on_the_uplink(
         (&EXT_ME4.octets()[..], &EXT_ROUTER4.octets()[..])
     );
     assert_eq!(ip[20..], icmp4(0, 0, [0, 7, 0, 1], b"external"));
-    // Nothing else is taken yet, and nothing for other addresses.
+    // Nothing else is taken for it; a packet to another address is routed in the external
+    // network of its source, and the router's is in none.
     let r = run(PortId::UPLINK, from_router(EXT_ME4, &udp(1, 2, b"x"), 17));
     r.dropped(DropReason::ReceiveUnsupported);
     let r = run(
         PortId::UPLINK,
         from_router(Ipv4Addr::new(192, 0, 2, 99), &echo, 1),
     );
-    r.dropped(DropReason::NotForUs);
+    r.dropped(DropReason::NoExternalNetwork);
 
     // IPv6: the solicitation for its address, and echo.
     let r = run(
@@ -694,6 +695,66 @@ fn the_nodes_external_addresses_answer_arp_solicitations_and_echo_on_the_uplink(
         &ipv6(EXT_ME6, EXT_ROUTER6, 58, 64, 0, &reply),
     );
     assert_eq!(r.one(), (PortId::UPLINK, &want[..]));
+}
+
+#[test]
+fn a_plain_packet_from_the_uplink_belongs_to_the_external_network_of_its_longest_source_prefix() {
+    let from = |src: Ipv4Addr, dst: Ipv4Addr| {
+        eth(
+            UPLINK_MAC,
+            EXT_ROUTER_MAC,
+            0x0800,
+            &ipv4(src, dst, 17, 64, 0, true, &udp(5000, 53, b"outside")),
+        )
+    };
+    // 203.0.113.5 is in EXTNET's /24 only: routed there, to pod A.
+    let host = Ipv4Addr::new(203, 0, 113, 5);
+    let r = run(PortId::UPLINK, from(host, A4));
+    let (port, out) = r.one();
+    assert_eq!(port, A);
+    assert_eq!((&out[..6], &out[6..12]), (&MAC_A[..], &GW_MAC[..]));
+    assert_eq!(out[14 + 8], 63, "TTL");
+    assert!(checksums_valid(&out[14..]));
+    assert_eq!(out[14 + 20..], udp(5000, 53, b"outside"));
+    // EXTNET has no route to pod B.
+    let r = run(PortId::UPLINK, from(host, B4));
+    assert!(r.sent.is_empty(), "{:02x?}", r.sent);
+    assert!(r.counters.drop(DropReason::NoRoute) >= 1);
+
+    // 203.0.113.200 is in both; EXTNET2's /25 is longer: it reaches B, and not A.
+    let host2 = Ipv4Addr::new(203, 0, 113, 200);
+    assert_eq!(run(PortId::UPLINK, from(host2, B4)).one().0, B);
+    let r = run(PortId::UPLINK, from(host2, A4));
+    assert!(r.sent.is_empty(), "{:02x?}", r.sent);
+    assert!(r.counters.drop(DropReason::NoRoute) >= 1);
+
+    // A source in no external network's prefixes.
+    run(PortId::UPLINK, from(Ipv4Addr::new(198, 51, 100, 1), A4))
+        .dropped(DropReason::NoExternalNetwork);
+
+    // IPv6, the same way: the /48 reaches A; the /64 inside it is EXTNET2's, which does not.
+    let from6 = |src: Ipv6Addr, next: u8| {
+        eth(
+            UPLINK_MAC,
+            EXT_ROUTER_MAC,
+            0x86dd,
+            &ipv6(src, A6, next, 64, 0, &udp(5000, 53, b"outside")),
+        )
+    };
+    let host6 = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 5);
+    let r = run(PortId::UPLINK, from6(host6, 17));
+    let (port, out) = r.one();
+    assert_eq!(port, A);
+    assert_eq!(out[14 + 7], 63, "hop limit");
+    let host6_2 = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 1, 0, 0, 0, 5);
+    let r = run(PortId::UPLINK, from6(host6_2, 17));
+    assert!(r.sent.is_empty(), "{:02x?}", r.sent);
+    assert!(r.counters.drop(DropReason::NoRoute) >= 1);
+    let nowhere6 = Ipv6Addr::new(0x2001, 0xdb8, 0x999, 0, 0, 0, 0, 5);
+    run(PortId::UPLINK, from6(nowhere6, 17)).dropped(DropReason::NoExternalNetwork);
+    // What looks like another node's encapsulation from no external network is still a SID
+    // this node does not have.
+    run(PortId::UPLINK, from6(nowhere6, 41)).dropped(DropReason::UnknownSid);
 }
 
 #[test]
@@ -937,8 +998,8 @@ fn ethertypes_and_multicast() {
             &ipv4(A4, B4, 17, 64, 0, true, b"x"),
         ),
     )
-    // The uplink takes IPv4 for the node's external addresses only.
-    .dropped(DropReason::NotForUs);
+    // A plain packet from the uplink whose source no external network holds belongs to none.
+    .dropped(DropReason::NoExternalNetwork);
     let f = eth(
         [0xff; 6],
         MAC_A,
@@ -994,13 +1055,15 @@ fn uplink_classification() {
         &ipv6(PEER, ME, 17, 64, 0, b"x"),
     );
     run(PortId::UPLINK, f).dropped(DropReason::NotForUs);
+    // Plain IPv6 to the uplink's MAC and none of the node's addresses or SIDs is routed in
+    // the external network of its source; the peer's is in none.
     let f = eth(
         UPLINK_MAC,
         PEER_MAC,
         0x86dd,
         &ipv6(PEER, "fd00::99".parse().unwrap(), 17, 64, 0, b"x"),
     );
-    run(PortId::UPLINK, f).dropped(DropReason::NotForUs);
+    run(PortId::UPLINK, f).dropped(DropReason::NoExternalNetwork);
     let inner = ipv4(REMOTE4, A4, 17, 60, 0, true, b"x");
     let f = eth(
         UPLINK_MAC,
@@ -1247,6 +1310,15 @@ fn drop_case(r: DropReason) -> Option<(PortId, Vec<u8>, TestIo)> {
                 ),
             ),
         ),
+        NoExternalNetwork => (
+            PortId::UPLINK,
+            eth(
+                UPLINK_MAC,
+                EXT_ROUTER_MAC,
+                0x0800,
+                &ipv4(EXT_ROUTER4, A4, 17, 64, 0, true, b"x"),
+            ),
+        ),
         Fragment => {
             let mut ip = ipv4(S1_4, S2_4, 17, 64, 0, false, &udp(1, 53, b"x"));
             ip[6] |= 0x20;
@@ -1404,6 +1476,25 @@ fn corpus() -> Vec<(PortId, Vec<u8>)> {
                 EXT_ROUTER_MAC,
                 0x0806,
                 &arp(1, EXT_ROUTER_MAC, EXT_ROUTER4, [0; 6], EXT_ME4),
+            ),
+        ),
+        // From hosts of an external network, routed in it.
+        (
+            PortId::UPLINK,
+            eth(
+                UPLINK_MAC,
+                EXT_ROUTER_MAC,
+                0x0800,
+                &ipv4(EXT_PREFIX4.0, A4, 17, 64, 0, true, &payload),
+            ),
+        ),
+        (
+            PortId::UPLINK,
+            eth(
+                UPLINK_MAC,
+                EXT_ROUTER_MAC,
+                0x86dd,
+                &ipv6(EXT_PREFIX6.0, A6, 17, 64, 0, &payload),
             ),
         ),
         (
