@@ -145,11 +145,15 @@ pub enum DropReason {
     /// A plain (not SRv6) packet from the uplink whose source no external network's prefixes
     /// hold (ADR 0054): it belongs to no network.
     NoExternalNetwork = 42,
+    /// A route out of the uplink whose gateway does not resolve (no ARP reply or neighbor
+    /// advertisement yet): the route is down; the gateway is solicited again at most every
+    /// 200 ms while packets want it.
+    GatewayUnresolved = 43,
 }
 
 impl DropReason {
     /// Number of reasons (counter slots in use).
-    pub const COUNT: usize = 43;
+    pub const COUNT: usize = 44;
     /// Counter slots reserved per worker (room to add reasons without a layout change).
     pub const SLOTS: usize = 64;
 
@@ -200,6 +204,7 @@ impl DropReason {
             UnrelatedIcmpError,
             NoLocalEndpoint,
             NoExternalNetwork,
+            GatewayUnresolved,
         ]
     };
 
@@ -250,6 +255,7 @@ impl DropReason {
             UnrelatedIcmpError => "unrelated-icmp-error",
             NoLocalEndpoint => "no-local-endpoint",
             NoExternalNetwork => "no-external-network",
+            GatewayUnresolved => "gateway-unresolved",
         }
     }
 

@@ -953,7 +953,7 @@ fn external_addresses(
         }
         out.push(UplinkAddress { addr, prefix_len });
     }
-    let addrs: Vec<IpAddr> = out.iter().map(|a| a.addr).collect();
+    let addrs: Vec<_> = out.iter().map(|a| (a.addr, a.prefix_len)).collect();
     if UplinkHosts::new(&addrs).is_none() {
         return Err(ConfigError::Invalid {
             field: FIELD,

@@ -197,7 +197,12 @@ fn run_with_eal(
     status.set_port(PortId::UPLINK, 0, PortState::Up);
 
     let flow_seed = config.srv6.flow_seed.unwrap_or_else(random_seed);
-    let hosts: Vec<std::net::IpAddr> = config.uplink.external.iter().map(|a| a.addr).collect();
+    let hosts: Vec<_> = config
+        .uplink
+        .external
+        .iter()
+        .map(|a| (a.addr, a.prefix_len))
+        .collect();
     let uplink_hosts = pipeline::UplinkHosts::new(&hosts)
         .context("uplink.external.addresses: too many per address family")?;
     let pipeline_config = pipeline::Config {

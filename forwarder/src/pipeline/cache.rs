@@ -54,6 +54,11 @@ pub(super) enum Hop {
         /// The next-hop index (also the index of its [`EncapRec`]).
         nh: u32,
     },
+    /// Out of the uplink to a gateway on an external network (a static route, ADR 0054).
+    Uplink {
+        /// The gateway, IPv4-mapped for IPv4.
+        gateway: Ipv6Addr,
+    },
 }
 
 /// What a FIB result means for the packet.
@@ -74,8 +79,8 @@ pub(super) enum Route {
     Blackhole,
     /// An unreachable route (ICMP administratively prohibited).
     Unreachable,
-    /// A next hop this pipeline does not forward to yet (uplink gateways, another network's
-    /// table).
+    /// A next hop this pipeline does not forward to yet (another port than the uplink,
+    /// another network's table).
     Unsupported,
 }
 
@@ -297,6 +302,9 @@ impl<'s, 'a> Cx<'s, 'a> {
             Some(NextHop::Drop) => Route::Blackhole,
             Some(NextHop::Unreachable) => Route::Unreachable,
             Some(NextHop::Service) => Route::Service,
+            Some(NextHop::Uplink { port, gateway }) if port == PortId::UPLINK => {
+                forward(Hop::Uplink { gateway })
+            }
             Some(NextHop::Uplink { .. } | NextHop::Network { .. }) => Route::Unsupported,
         };
         self.memo.route = [Some((index, r)), self.memo.route[0]];

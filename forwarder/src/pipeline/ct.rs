@@ -1169,6 +1169,7 @@ fn one<B: PacketBuf, I: Io<B>>(
             Stage::LocalRewrite
         }
         Hop::Remote { .. } => Stage::Srv6Encap,
+        Hop::Uplink { .. } => Stage::LocalRewrite,
         Hop::None => n.drop_for(i, DropReason::NoRoute),
     }
 }

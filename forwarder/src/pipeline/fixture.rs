@@ -409,7 +409,8 @@ pub fn cfg() -> Config {
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x5eed,
-        uplink_hosts: UplinkHosts::new(&[EXT_ME4.into(), EXT_ME6.into()]).expect("two addresses"),
+        uplink_hosts: UplinkHosts::new(&[(EXT_ME4.into(), 24), (EXT_ME6.into(), 64)])
+            .expect("two addresses"),
     }
 }
 
@@ -586,13 +587,24 @@ pub fn node() -> Node {
         NextHop::Unreachable,
     )
     .unwrap();
+    // Out of the uplink, through the external network's router.
     w.add_route(
         NET,
         v4(Ipv4Addr::new(10, 7, 10, 0)),
         24,
         NextHop::Uplink {
             port: PortId::UPLINK,
-            gateway: "::ffff:192.0.2.1".parse().unwrap(),
+            gateway: EXT_ROUTER4.to_ipv6_mapped(),
+        },
+    )
+    .unwrap();
+    w.add_route(
+        NET,
+        IpAddr::V6(Ipv6Addr::new(0xfd07, 0x10, 0, 0, 0, 0, 0, 0)),
+        64,
+        NextHop::Uplink {
+            port: PortId::UPLINK,
+            gateway: EXT_ROUTER6,
         },
     )
     .unwrap();

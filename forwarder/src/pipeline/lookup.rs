@@ -9,6 +9,7 @@ use lace_shared::types::{MacAddr, NetworkId, PortId};
 
 use super::cache::{Hop, Route};
 use super::ct;
+use super::gateway;
 use super::input::{check_ipv4, check_ipv6, L3};
 use super::srv6;
 use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
@@ -351,6 +352,7 @@ fn route<B: PacketBuf, I: Io<B>>(
             }
             match hop {
                 Hop::Remote { .. } => Stage::Srv6Encap,
+                Hop::Uplink { .. } => Stage::LocalRewrite,
                 Hop::Local { port, .. } => {
                     if n.cx.dst_port(port).is_some_and(|(_, tracked)| tracked) {
                         Stage::Conntrack
@@ -487,7 +489,8 @@ fn refused<B: PacketBuf, I: Io<B>>(
     }
 }
 
-/// `local-rewrite`: deliver to a pod on this node, from the network's gateway MAC.
+/// `local-rewrite`: deliver to a pod on this node, from the network's gateway MAC, or out of
+/// the uplink to a resolved gateway (ADR 0054).
 ///
 /// The fast path: when every packet of the vector goes to one pod of one network and its port
 /// is up, the vector runs through local-rewrite and tx in one loop.
@@ -503,9 +506,13 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
     for (k, &i) in frame.iter().enumerate() {
         let slot = usize::from(i);
         let m = n.meta[slot];
-        let Hop::Local { port, mac } = m.hop else {
-            to[k] = n.drop_for(i, DropReason::NoRoute);
-            continue;
+        let port = match m.hop {
+            Hop::Local { port, .. } => port,
+            Hop::Uplink { .. } => PortId::UPLINK,
+            Hop::Remote { .. } | Hop::None => {
+                to[k] = n.drop_for(i, DropReason::NoRoute);
+                continue;
+            }
         };
         if !n.io.port_up(port) {
             to[k] = n.drop_for(i, DropReason::PortDown);
@@ -513,14 +520,13 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
         }
         let p = match plan {
             Some((net, hop, p)) if net == m.net && hop == m.hop => p,
-            _ => match n.cx.net_ctx(m.net) {
-                Some(ctx) => {
-                    let p = Delivery::new(port, mac, ctx.gw_mac, n.cx.dst_mtu(port));
+            _ => match delivery(n, m.net, m.hop) {
+                Ok(p) => {
                     plan = Some((m.net, m.hop, p));
                     p
                 }
-                None => {
-                    to[k] = n.drop_for(i, DropReason::NoNetwork);
+                Err(r) => {
+                    to[k] = n.drop_for(i, r);
                     continue;
                 }
             },
@@ -537,6 +543,32 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
         to[k] = Stage::Tx;
     }
     n.hand_over(frame, &to[..frame.len()]);
+}
+
+/// The delivery of a packet of network `net` to `hop`: to a pod from its network's gateway
+/// MAC, up to the pod's MTU; or out of the uplink to a gateway (ADR 0054), from the uplink's
+/// MAC, up to the uplink's MTU, once the gateway resolves.
+fn delivery<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    net: NetworkId,
+    hop: Hop,
+) -> Result<Delivery, DropReason> {
+    match hop {
+        Hop::Local { port, mac } => {
+            let ctx = n.cx.net_ctx(net).ok_or(DropReason::NoNetwork)?;
+            Ok(Delivery::new(port, mac, ctx.gw_mac, n.cx.dst_mtu(port)))
+        }
+        Hop::Uplink { gateway } => match n.cx.underlay_mac(n.neigh, gateway) {
+            Some(mac) => Ok(Delivery::new(
+                PortId::UPLINK,
+                mac,
+                n.cfg.uplink_mac,
+                n.cfg.underlay_mtu,
+            )),
+            None => Err(gateway::unresolved(n.cfg, n.neigh, gateway, n.io)),
+        },
+        Hop::Remote { .. } | Hop::None => Err(DropReason::NoRoute),
+    }
 }
 
 /// The fast path of `local-rewrite` (see there); `None` when it does not apply.

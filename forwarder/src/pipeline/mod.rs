@@ -76,6 +76,7 @@ mod buf;
 mod cache;
 mod ct;
 pub mod fixture;
+mod gateway;
 mod input;
 mod learn;
 mod lookup;
@@ -119,13 +120,15 @@ pub struct Config {
     pub uplink_hosts: UplinkHosts,
 }
 
-/// The node's own addresses on the uplink besides its underlay address (ADR 0054), at most
-/// [`UplinkHosts::MAX`] per address family.
+/// The node's own addresses on the uplink besides its underlay address (ADR 0054), each with
+/// its subnet's prefix length, at most [`UplinkHosts::MAX`] per address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UplinkHosts {
     v4: [Ipv4Addr; UplinkHosts::MAX],
+    len4: [u8; UplinkHosts::MAX],
     n4: usize,
     v6: [Ipv6Addr; UplinkHosts::MAX],
+    len6: [u8; UplinkHosts::MAX],
     n6: usize,
 }
 
@@ -135,27 +138,61 @@ impl UplinkHosts {
     /// No address: the uplink carries the underlay only.
     pub const NONE: UplinkHosts = UplinkHosts {
         v4: [Ipv4Addr::UNSPECIFIED; UplinkHosts::MAX],
+        len4: [0; UplinkHosts::MAX],
         n4: 0,
         v6: [Ipv6Addr::UNSPECIFIED; UplinkHosts::MAX],
+        len6: [0; UplinkHosts::MAX],
         n6: 0,
     };
 
-    /// `addrs`; `None` when one family has more than [`UplinkHosts::MAX`].
-    pub fn new(addrs: &[IpAddr]) -> Option<UplinkHosts> {
+    /// `addrs`, each with its subnet's prefix length; `None` when one family has more than
+    /// [`UplinkHosts::MAX`].
+    pub fn new(addrs: &[(IpAddr, u8)]) -> Option<UplinkHosts> {
         let mut h = UplinkHosts::NONE;
-        for a in addrs {
-            match *a {
+        for &(a, len) in addrs {
+            match a {
                 IpAddr::V4(a) => {
                     *h.v4.get_mut(h.n4)? = a;
+                    h.len4[h.n4] = len.min(32);
                     h.n4 += 1;
                 }
                 IpAddr::V6(a) => {
                     *h.v6.get_mut(h.n6)? = a;
+                    h.len6[h.n6] = len.min(128);
                     h.n6 += 1;
                 }
             }
         }
         Some(h)
+    }
+
+    /// The address the node speaks from to `peer` on the uplink (an ARP request, a neighbor
+    /// solicitation): the one whose subnet holds it, else the family's first; `None` when the
+    /// node has no address of the family. `peer` is IPv4-mapped for IPv4.
+    pub fn source_for(&self, peer: Ipv6Addr) -> Option<IpAddr> {
+        let on = |a: u128, b: u128, len: u8, bits: u32| {
+            len == 0 || (a ^ b) >> (bits - u32::from(len)) == 0
+        };
+        match peer.to_ipv4_mapped() {
+            Some(p) => {
+                let (v4, lens) = (&self.v4[..self.n4], &self.len4[..self.n4]);
+                v4.iter()
+                    .zip(lens)
+                    .find(|(a, &l)| on(u32::from(**a).into(), u32::from(p).into(), l, 32))
+                    .map(|(a, _)| *a)
+                    .or_else(|| v4.first().copied())
+                    .map(IpAddr::V4)
+            }
+            None => {
+                let (v6, lens) = (&self.v6[..self.n6], &self.len6[..self.n6]);
+                v6.iter()
+                    .zip(lens)
+                    .find(|(a, &l)| on(u128::from(**a), u128::from(peer), l, 128))
+                    .map(|(a, _)| *a)
+                    .or_else(|| v6.first().copied())
+                    .map(IpAddr::V6)
+            }
+        }
     }
 
     /// Whether the node has IPv4 addresses on the uplink (ARP and IPv4 are taken there).

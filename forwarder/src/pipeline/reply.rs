@@ -140,9 +140,9 @@ fn arp_reply_of<B: PacketBuf, I: Io<B>>(
         Stage::ArpReply,
         fresh,
         |pkt| asking.as_mut().is_some_and(|a| fast_arp_reply(pkt, a)),
-        |cfg, _, pkt, m, cx| {
+        |cfg, neigh, pkt, m, cx| {
             if m.rx == PortId::UPLINK {
-                uplink_arp(cfg, pkt, m)
+                uplink_arp(cfg, neigh, pkt, m)
             } else {
                 arp_one(pkt, m, cx)
             }
@@ -346,17 +346,29 @@ fn fast_arp_reply<B: PacketBuf>(pkt: &mut B, a: &mut Asker<'_>) -> bool {
     true
 }
 
-/// An ARP request on the uplink for one of the node's own IPv4 addresses there (ADR 0054),
-/// answered with the uplink's MAC; anything else is not for the node.
-fn uplink_arp<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta) -> Verdict {
+/// ARP on the uplink for one of the node's own IPv4 addresses there (ADR 0054): a request is
+/// answered with the uplink's MAC, a reply (to the node's request for a gateway) is consumed;
+/// either teaches the sender's MAC, as the reverse path. Anything else is not for the node.
+fn uplink_arp<B: PacketBuf>(
+    cfg: &Config,
+    neigh: &UnderlayNeighbors,
+    pkt: &mut B,
+    m: &mut Meta,
+) -> Verdict {
     let d = pkt.data_mut();
     let req = arp_request(d)?;
     let (sender, target) = (req.sender_protocol_addr, req.target_protocol_addr);
-    if req.operation != arp::Operation::Request
-        || target == sender
+    if target == sender
         || !cfg.uplink_hosts.has4(target)
+        || sender.is_unspecified()
+        || req.sender_hardware_addr.is_multicast()
     {
         return Err(DropReason::NotForUs);
+    }
+    neigh.learn(sender.to_ipv6_mapped(), MacAddr(req.sender_hardware_addr.0));
+    if req.operation != arp::Operation::Request {
+        m.flags |= Meta::CONSUMED;
+        return Ok(Stage::Drop);
     }
     answer_arp(d, &req, EthernetAddress(cfg.uplink_mac.0));
     m.tx = PortId::UPLINK;

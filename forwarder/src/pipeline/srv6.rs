@@ -720,7 +720,7 @@ fn unresolved<B: PacketBuf, I: Io<B>>(
         let Some(mut ns) = io.alloc() else {
             return DropReason::NoBuffer;
         };
-        if !build_solicitation(cfg, addr, &mut ns) {
+        if !build_solicitation(cfg, cfg.underlay_addr, addr, &mut ns) {
             return DropReason::NoBuffer;
         }
         io.send(PortId::UPLINK, ns);
@@ -728,8 +728,14 @@ fn unresolved<B: PacketBuf, I: Io<B>>(
     DropReason::NeighborUnresolved
 }
 
-/// Writes a neighbor solicitation for `target` from the underlay address into an empty buffer.
-pub(super) fn build_solicitation<B: PacketBuf>(cfg: &Config, target: Ipv6Addr, b: &mut B) -> bool {
+/// Writes a neighbor solicitation for `target` from `src` (the underlay address, or the node's
+/// address on an external subnet) and the uplink's MAC into an empty buffer.
+pub(super) fn build_solicitation<B: PacketBuf>(
+    cfg: &Config,
+    src: Ipv6Addr,
+    target: Ipv6Addr,
+    b: &mut B,
+) -> bool {
     let repr = icmpv6::Repr::NeighborSolicit {
         target_addr: target,
         source_lladdr: Some(EthernetAddress(cfg.uplink_mac.0)),
@@ -748,7 +754,7 @@ pub(super) fn build_solicitation<B: PacketBuf>(cfg: &Config, target: Ipv6Addr, b
     }
     .emit(&mut ethernet::Frame::new_unchecked(&mut d[..L3]));
     ipv6::Repr {
-        src_addr: cfg.underlay_addr,
+        src_addr: src,
         dst_addr: dst,
         next_header: IpProtocol::Icmpv6,
         payload_len: len,
@@ -760,7 +766,7 @@ pub(super) fn build_solicitation<B: PacketBuf>(cfg: &Config, target: Ipv6Addr, b
         &mut d[L3..L3 + ipv6::HEADER_LEN],
     ));
     repr.emit(
-        &cfg.underlay_addr,
+        &src,
         &dst,
         &mut icmpv6::Packet::new_unchecked(&mut d[L3 + ipv6::HEADER_LEN..]),
     );

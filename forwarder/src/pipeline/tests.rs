@@ -2,7 +2,7 @@
 //! bytes, next port and counters out. Every path and every drop reason the pipeline produces.
 
 use std::collections::HashSet;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use lace_shared::learn::{LearnEvent, LearnKind};
@@ -982,8 +982,167 @@ fn anti_spoofing() {
 fn route_outcomes() {
     run(A, from_a4(Ipv4Addr::new(10, 7, 9, 9), 64, b"x")).dropped(DropReason::Blackhole);
     run(A, from_a4(Ipv4Addr::new(10, 7, 11, 9), 64, b"x")).dropped(DropReason::UnknownNode);
-    run(A, from_a4(Ipv4Addr::new(10, 7, 10, 9), 64, b"x")).dropped(DropReason::UnsupportedNextHop);
     run(A, from_a4(DOWN4, 64, b"x")).dropped(DropReason::PortDown);
+}
+
+#[test]
+fn the_node_speaks_to_a_peer_on_the_uplink_from_its_address_on_the_peers_subnet() {
+    let a = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let h = UplinkHosts::new(&[
+        (a("192.0.2.10"), 24),
+        (a("198.51.100.7"), 25),
+        (a("2001:db8::10"), 64),
+        (a("2001:db8:1::10"), 64),
+    ])
+    .unwrap();
+    let v4 = |s: &str| s.parse::<Ipv4Addr>().unwrap().to_ipv6_mapped();
+    assert_eq!(h.source_for(v4("198.51.100.1")), Some(a("198.51.100.7")));
+    assert_eq!(h.source_for(v4("192.0.2.1")), Some(a("192.0.2.10")));
+    // Off every subnet (198.51.100.200 is outside the /25): the family's first.
+    assert_eq!(h.source_for(v4("198.51.100.200")), Some(a("192.0.2.10")));
+    assert_eq!(
+        h.source_for("2001:db8:1::1".parse().unwrap()),
+        Some(a("2001:db8:1::10"))
+    );
+    assert_eq!(UplinkHosts::NONE.source_for(v4("192.0.2.1")), None);
+    let too_many: Vec<_> = (0..=UplinkHosts::MAX as u8)
+        .map(|i| (IpAddr::V4(Ipv4Addr::new(192, 0, 2, i)), 24))
+        .collect();
+    assert_eq!(UplinkHosts::new(&too_many), None);
+}
+
+#[test]
+fn a_route_out_of_the_uplink_resolves_its_gateway_and_is_down_until_it_does() {
+    let mut node = node();
+    let neigh = Arc::new(UnderlayNeighbors::new(64));
+    let mut pipe = Pipeline::new(cfg(), neigh.clone());
+    let mut io = test_io();
+    let outside = Ipv4Addr::new(10, 7, 10, 9);
+    // Unresolved: the packet is dropped and the gateway asked for, by broadcast, from the
+    // node's address on its subnet.
+    let r = run_on(
+        &mut node,
+        &mut pipe,
+        &mut io,
+        A,
+        from_a4(outside, 64, &udp(1, 2, b"out")),
+    );
+    assert_eq!(r.counters.drop(DropReason::GatewayUnresolved), 1);
+    let (port, ask) = r.one();
+    assert_eq!(port, PortId::UPLINK);
+    assert_eq!(
+        ask,
+        eth(
+            [0xff; 6],
+            UPLINK_MAC,
+            0x0806,
+            &arp(1, UPLINK_MAC, EXT_ME4, [0; 6], EXT_ROUTER4)
+        )
+    );
+    // Asked again only after the interval.
+    let r = run_on(
+        &mut node,
+        &mut pipe,
+        &mut io,
+        A,
+        from_a4(outside, 64, &udp(1, 2, b"out")),
+    );
+    r.dropped(DropReason::GatewayUnresolved);
+
+    // The gateway's reply teaches its MAC; from then on the route is up: out of the uplink
+    // to the gateway, from the uplink's MAC, TTL decremented.
+    let reply = eth(
+        UPLINK_MAC,
+        EXT_ROUTER_MAC,
+        0x0806,
+        &arp(2, EXT_ROUTER_MAC, EXT_ROUTER4, UPLINK_MAC, EXT_ME4),
+    );
+    let pkt = from_a4(outside, 64, &udp(1, 2, b"out"));
+    let out = answered_then_out(&mut node, &mut pipe, &mut io, reply, pkt);
+    assert_eq!(out[14 + 8], 63, "TTL");
+    assert!(checksums_valid(&out[14..]));
+    assert_eq!(&out[14 + 16..14 + 20], &outside.octets()[..]);
+    // Longer than the uplink's MTU: too big, as for any link.
+    let r = run_on(
+        &mut node,
+        &mut pipe,
+        &mut io,
+        A,
+        from_a4(outside, 64, &vec![0; usize::from(cfg().underlay_mtu)]),
+    );
+    assert!(
+        r.counters.drop(DropReason::TooBig) == 1,
+        "{:?}",
+        r.counters.drops
+    );
+
+    // An ARP reply for somebody else's address teaches nothing.
+    let other = Ipv4Addr::new(192, 0, 2, 77);
+    let stray = eth(
+        UPLINK_MAC,
+        [2, 0xee, 0, 0, 0, 0x77],
+        0x0806,
+        &arp(2, [2, 0xee, 0, 0, 0, 0x77], other, UPLINK_MAC, other),
+    );
+    run_on(&mut node, &mut pipe, &mut io, PortId::UPLINK, stray).dropped(DropReason::NotForUs);
+    assert_eq!(neigh.lookup(other.to_ipv6_mapped()), None);
+
+    // IPv6: a neighbor solicitation from the node's address on the gateway's subnet; the
+    // advertisement brings the route up.
+    let outside6 = Ipv6Addr::new(0xfd07, 0x10, 0, 0, 0, 0, 0, 9);
+    let r = run_on(
+        &mut node,
+        &mut pipe,
+        &mut io,
+        A,
+        from_a6(outside6, 64, &udp(1, 2, b"out")),
+    );
+    assert_eq!(r.counters.drop(DropReason::GatewayUnresolved), 1);
+    let (port, ns) = r.one();
+    assert_eq!(port, PortId::UPLINK);
+    assert_eq!(&ns[6..12], &UPLINK_MAC[..]);
+    let ip = &ns[14..];
+    assert_eq!(ip[6], 58);
+    assert_eq!(&ip[8..24], &EXT_ME6.octets()[..], "from the node's address");
+    assert_eq!(ip[40], 135, "a solicitation");
+    assert_eq!(&ip[48..64], &EXT_ROUTER6.octets()[..], "for the gateway");
+    let (rest, body) = na_body(0x60, EXT_ROUTER6, EXT_ROUTER_MAC);
+    let na = ipv6(
+        EXT_ROUTER6,
+        EXT_ME6,
+        58,
+        255,
+        0,
+        &icmp6(EXT_ROUTER6, EXT_ME6, 136, 0, rest, &body),
+    );
+    let answer = eth(UPLINK_MAC, EXT_ROUTER_MAC, 0x86dd, &na);
+    let pkt = from_a6(outside6, 64, &udp(1, 2, b"out"));
+    let out = answered_then_out(&mut node, &mut pipe, &mut io, answer, pkt);
+    assert_eq!(out[14 + 7], 63, "hop limit");
+}
+
+/// The fixture's external router's `answer` (consumed), then `pkt` from pod A, which leaves the
+/// uplink to the router's MAC, from the uplink's: returned.
+fn answered_then_out(
+    node: &mut Node,
+    pipe: &mut Pipeline<VecBuf>,
+    io: &mut TestIo,
+    answer: Vec<u8>,
+    pkt: Vec<u8>,
+) -> Vec<u8> {
+    let r = run_on(node, pipe, io, PortId::UPLINK, answer);
+    assert!(
+        r.sent.is_empty() && r.counters.total_drops() == 0,
+        "consumed"
+    );
+    let r = run_on(node, pipe, io, A, pkt);
+    let (port, out) = r.one();
+    assert_eq!(port, PortId::UPLINK);
+    assert_eq!(
+        (&out[..6], &out[6..12]),
+        (&EXT_ROUTER_MAC[..], &UPLINK_MAC[..])
+    );
+    out.to_vec()
 }
 
 #[test]
@@ -1229,7 +1388,16 @@ fn drop_case(r: DropReason) -> Option<(PortId, Vec<u8>, TestIo)> {
                 ),
             )
         }
-        UnsupportedNextHop => (A, from_a4(Ipv4Addr::new(10, 7, 10, 9), 64, b"x")),
+        UnsupportedNextHop => (
+            PortId::UPLINK,
+            eth(
+                UPLINK_MAC,
+                PEER_MAC,
+                0x86dd,
+                &ipv6(PEER, MY_END_SID, 4, 64, 0, &inner),
+            ),
+        ),
+        GatewayUnresolved => (A, from_a4(Ipv4Addr::new(10, 7, 10, 9), 64, b"x")),
         Multicast => (
             A,
             eth(
@@ -2944,8 +3112,6 @@ fn unsolicited_na(mac: [u8; 6], ip: Ipv6Addr, flags: u8) -> Vec<u8> {
         &ipv6(ip, all, 58, 255, 0, &icmp6(ip, all, 136, 0, rest, &body)),
     )
 }
-
-use std::net::IpAddr;
 
 #[test]
 fn announcements_are_reported_and_consumed_never_flooded() {

@@ -1,0 +1,80 @@
+//! Gateways on external networks (ADR 0054): a static route's next hop out of the uplink,
+//! resolved like any host on the subnet would — an ARP request for an IPv4 gateway, a
+//! neighbor solicitation for an IPv6 one, from the node's own address there — into the neighbor
+//! cache the uplink's ARP replies and advertisements teach. While a gateway does not resolve,
+//! its route is down: packets are dropped (`gateway-unresolved`) and it is asked again at most
+//! every [`super::neigh::SOLICIT_INTERVAL_NS`].
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use lace_shared::status::DropReason;
+use lace_shared::types::PortId;
+
+use super::input::L3;
+use super::neigh::UnderlayNeighbors;
+use super::srv6::build_solicitation;
+use super::{Config, Io, PacketBuf};
+use crate::wire::arp;
+use crate::wire::ethernet::{self, EtherType};
+use crate::wire::EthernetAddress;
+
+/// Gateway `gateway` (IPv4-mapped for IPv4) has no MAC yet: ask for it (rate-limited) from
+/// the node's address on its subnet. The packet that wanted it is dropped for the reason
+/// returned.
+pub(super) fn unresolved<B: PacketBuf, I: Io<B>>(
+    cfg: &Config,
+    neigh: &UnderlayNeighbors,
+    gateway: Ipv6Addr,
+    io: &mut I,
+) -> DropReason {
+    if neigh.should_solicit(gateway, io.now_ns()) {
+        let Some(src) = cfg.uplink_hosts.source_for(gateway) else {
+            return DropReason::GatewayUnresolved;
+        };
+        let Some(mut b) = io.alloc() else {
+            return DropReason::NoBuffer;
+        };
+        let built = match (src, gateway.to_ipv4_mapped()) {
+            (IpAddr::V4(src), Some(target)) => build_arp_request(cfg, src, target, &mut b),
+            (IpAddr::V6(src), None) => build_solicitation(cfg, src, gateway, &mut b),
+            // `source_for` answers in the gateway's family.
+            _ => false,
+        };
+        if !built {
+            return DropReason::NoBuffer;
+        }
+        io.send(PortId::UPLINK, b);
+    }
+    DropReason::GatewayUnresolved
+}
+
+/// Writes a broadcast ARP request for `target` from `src` and the uplink's MAC into an empty
+/// buffer.
+fn build_arp_request<B: PacketBuf>(
+    cfg: &Config,
+    src: Ipv4Addr,
+    target: Ipv4Addr,
+    b: &mut B,
+) -> bool {
+    let repr = arp::Repr {
+        operation: arp::Operation::Request,
+        sender_hardware_addr: EthernetAddress(cfg.uplink_mac.0),
+        sender_protocol_addr: src,
+        target_hardware_addr: EthernetAddress([0; 6]),
+        target_protocol_addr: target,
+    };
+    let len = repr.buffer_len();
+    if !b.append(L3 + len) {
+        return false;
+    }
+    let d = b.data_mut();
+    ethernet::Repr {
+        dst_addr: ethernet::Address::BROADCAST,
+        src_addr: EthernetAddress(cfg.uplink_mac.0),
+        ethertype: EtherType::Arp,
+        vlan: None,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut d[..L3]));
+    repr.emit(&mut arp::Packet::new_unchecked(&mut d[L3..]));
+    true
+}
