@@ -12,6 +12,7 @@
 //! | `pipeline.l3_encap.cycles`, `.mpps` | 64 B UDP/IPv4 | pod A → a remote /24: pod-input, ip4-lookup, srv6-encap (H.Encaps.Red, +40 B), underlay-out, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l3_decap.cycles`, `.mpps` | 82 B IPv6(SID) + UDP/IPv4 | uplink → pod B: uplink-input, srv6-decap (End.DT46), ip4-lookup, local-rewrite, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.<path>.above_floor` | as the path | the path's cycles minus `dpdk.null_fwd_write.cycles` in the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` |
+//! | `pipeline.external_in.cycles`, `.mpps` | 64 B UDP/IPv4 | a host of an external network, through the uplink, → a pod behind the remote node: uplink-input (the external network by source, ADR 0054), ip4-lookup in it, srv6-encap, underlay-out, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.arp_reply.cycles`, `.mpps` | 64 B ARP (42 B + padding) | pod A asks for its gateway: pod-input, arp-reply, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l2_encap.cycles`, `.mpps` | 64 B UDP/IPv4 | l2 pod → the MAC of an endpoint on the remote node: pod-input, l2-forward, l2-encap (H.Encaps.L2.Red, +54 B), underlay-out, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l2_decap.cycles`, `.mpps` | 118 B IPv6(DT2U SID) + the 64 B frame | uplink → l2 pod: uplink-input, l2-decap (End.DT2U), l2-forward, tx | `dpdk.null_fwd.*` |
@@ -81,6 +82,13 @@ use crate::report::{median, rdtsc, tsc_hz, Direction, Figure, Scale};
 // ---- the node ----------------------------------------------------------------------------------
 
 const NET: NetworkId = NetworkId(1);
+/// An external network (ADR 0054): its hosts reach the remote node's /24 of [`NET`].
+const EXTNET: NetworkId = NetworkId(4);
+/// The node's address on it, through the uplink.
+const EXT_ME4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+/// A host of it, behind its router.
+const EXT_HOST4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 5);
+const EXT_ROUTER_MAC: [u8; 6] = [0x02, 0xee, 0, 0, 0, 1];
 const GW_MAC: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
 const GW4: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
 const GW6: Ipv6Addr = Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, 1);
@@ -210,7 +218,8 @@ fn config() -> Config {
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x1ace,
-        uplink_hosts: lace_forwarder::pipeline::UplinkHosts::NONE,
+        uplink_hosts: lace_forwarder::pipeline::UplinkHosts::new(&[(EXT_ME4.into(), 24)])
+            .expect("one address"),
     }
 }
 
@@ -324,6 +333,7 @@ impl Node {
         w.set_local_sid(Sid(MY_SID), SidBehavior::EndDt46(NET))?;
         l2_network(&mut w)?;
         stateful(&mut w)?;
+        external_network(&mut w)?;
         w.publish()?;
         let reader = TableReader::attach(&tc)?;
         Ok(Node {
@@ -333,6 +343,51 @@ impl Node {
             _dir: dir,
         })
     }
+}
+
+/// An external network's tables (ADR 0054): its prefix, among other external networks' in the
+/// sources table; in its FIB, the remote node's /24 of [`NET`] (as a routing policy opens it).
+fn external_network(w: &mut TableWriter) -> anyhow::Result<()> {
+    let info = NetworkInfo {
+        kind: NetworkKind::External,
+        anonymous: false,
+        gateway_mac: MacAddr(GW_MAC),
+        gateway4: None,
+        gateway6: None,
+        mtu: 1500,
+        stateful: false,
+        l2: L2Settings::default(),
+    };
+    w.set_network(EXTNET, &info)?;
+    w.set_network(NetworkId::EXTERNAL_SOURCES, &info)?;
+    let sources = NetworkId::EXTERNAL_SOURCES;
+    w.add_route(
+        sources,
+        Ipv4Addr::new(203, 0, 113, 0).into(),
+        24,
+        NextHop::Network { net: EXTNET },
+    )?;
+    // Other external networks' prefixes (their networks are not measured).
+    for (i, net) in (0..8u8).zip(10..) {
+        w.add_route(
+            sources,
+            Ipv4Addr::new(198, 51, 100 + i, 0).into(),
+            24,
+            NextHop::Network {
+                net: NetworkId(net),
+            },
+        )?;
+    }
+    w.add_route(
+        EXTNET,
+        Ipv4Addr::new(10, 1, 2, 0).into(),
+        24,
+        NextHop::Remote {
+            node: REMOTE_NODE,
+            sid: Sid(PEER_SID),
+        },
+    )?;
+    Ok(())
 }
 
 /// The l2 network as control compiles it: two local pods, an endpoint behind node 2, every
@@ -545,6 +600,10 @@ pub enum Path {
     L3Encap,
     /// From the uplink to this node's End.DT46 SID, inner packet to pod B (82 bytes in).
     L3Decap,
+    /// A host of an external network, through the uplink, → a pod behind the remote node:
+    /// classified by source, looked up in the external network, SRv6 H.Encaps.Red (64-byte
+    /// UDP/IPv4 in).
+    ExternalIn,
     /// Pod A's ARP request for its gateway, answered in place (64 bytes, padded).
     ArpReply,
     /// l2 pod → the MAC of the endpoint behind node 2: H.Encaps.L2.Red (64-byte UDP/IPv4 in).
@@ -579,11 +638,13 @@ pub enum Path {
 pub const FLOOD_COPIES: u64 = 3;
 
 impl Path {
-    /// Every path, in report order.
-    pub const ALL: [Path; 9] = [
+    /// Every path, in report order (the variants' order: templates are kept by discriminant,
+    /// these first, then [`Path::CT`], then [`Path::POLICY`]).
+    pub const ALL: [Path; 10] = [
         Path::L3Local,
         Path::L3Encap,
         Path::L3Decap,
+        Path::ExternalIn,
         Path::ArpReply,
         Path::L2Encap,
         Path::L2Decap,
@@ -602,6 +663,7 @@ impl Path {
             Path::L3Local => "l3_local",
             Path::L3Encap => "l3_encap",
             Path::L3Decap => "l3_decap",
+            Path::ExternalIn => "external_in",
             Path::ArpReply => "arp_reply",
             Path::L2Encap => "l2_encap",
             Path::L2Decap => "l2_decap",
@@ -630,6 +692,7 @@ impl Path {
     const fn rx_port(self) -> PortId {
         match self {
             Path::L3Decap
+            | Path::ExternalIn
             | Path::L2Decap
             | Path::PolicyHit
             | Path::PolicyNew
@@ -645,7 +708,9 @@ impl Path {
     const fn tx_ports(self) -> &'static [(PortId, u64)] {
         match self {
             Path::L3Local | Path::L3Decap => &[(POD_B, 1)],
-            Path::L3Encap | Path::L2Encap | Path::CtHit | Path::CtNew => &[(PortId::UPLINK, 1)],
+            Path::L3Encap | Path::ExternalIn | Path::L2Encap | Path::CtHit | Path::CtNew => {
+                &[(PortId::UPLINK, 1)]
+            }
             Path::ArpReply => &[(POD_A, 1)],
             Path::L2Decap | Path::ArpProxy | Path::NdProxy => &[(POD_L2A, 1)],
             Path::L2Flood => &[(POD_L2B, 1), (PortId::UPLINK, FLOOD_COPIES - 1)],
@@ -713,6 +778,13 @@ impl Path {
                 Stage::LocalRewrite,
                 Stage::Tx,
             ],
+            Path::ExternalIn => &[
+                Stage::UplinkInput,
+                Stage::Ip4Lookup,
+                Stage::Srv6Encap,
+                Stage::UnderlayOut,
+                Stage::Tx,
+            ],
             Path::ArpReply | Path::ArpProxy => &[Stage::PodInput, Stage::ArpReply, Stage::Tx],
             Path::L2Encap => &[
                 Stage::PodInput,
@@ -771,6 +843,9 @@ impl Path {
         match self {
             Path::L3Local => udp4_frame(MAC_A, GW_MAC, A4, B4, FRAME_LEN),
             Path::L3Encap => udp4_frame(MAC_A, GW_MAC, A4, REMOTE4, FRAME_LEN),
+            Path::ExternalIn => {
+                udp4_frame(EXT_ROUTER_MAC, UPLINK_MAC, EXT_HOST4, REMOTE4, FRAME_LEN)
+            }
             Path::L3Decap => encapsulated(
                 MY_SID,
                 &udp4_frame(PEER_MAC, UPLINK_MAC, REMOTE4, B4, 14 + 28),
@@ -2447,8 +2522,17 @@ mod tests {
 
     #[test]
     fn frames_have_their_sizes_and_valid_checksums() {
-        for p in Path::ALL.into_iter().chain(Path::CT).chain(Path::POLICY) {
+        for (i, p) in Path::ALL
+            .into_iter()
+            .chain(Path::CT)
+            .chain(Path::POLICY)
+            .enumerate()
+        {
             assert_eq!(p.template().len(), p.frame_len(), "{p:?}");
+            assert_eq!(
+                p as usize, i,
+                "{p:?}: its template is kept at its discriminant"
+            );
         }
         let f = Path::L3Local.template();
         assert_eq!(checksum(&f[14..34]), 0, "IPv4 header checksum verifies");
