@@ -1905,6 +1905,10 @@ fn set_targets(report: &mut Report, ids: &Ids) {
             Target::ValueAtMost(30.0),
         ),
         (
+            "pipeline.external_in.above_floor".to_owned(),
+            Target::ValueAtMost(70.0),
+        ),
+        (
             "pipeline.l2_encap.above_floor".to_owned(),
             Target::ValueAtMost(70.0),
         ),
