@@ -1,7 +1,7 @@
 //! The input nodes: `pod-input` (isolation and anti-spoofing) and `uplink-input` (IPv6 to
 //! this node or to a local SID), and the IP header checks every IP node relies on.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lace_shared::learn::{LearnEvent, LearnKind};
 use lace_shared::status::DropReason;
@@ -637,6 +637,17 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
                 pkt.adj(L3 + ipv6::HEADER_LEN)
             });
         }
+        (None, _) if n.cfg.uplink_hosts.any4() => {
+            let mut keys = [0u32; VEC_CAP];
+            if let Some(net) = external4_run(n, frame, uplink_mac, &mut keys) {
+                n.chain(Stage::Ip4Lookup, len as u64);
+                let checked = Meta {
+                    flags: Meta::CHECKED,
+                    ..fresh(net)
+                };
+                return lookup::ip4_fresh(n, frame, &keys[..len], checked);
+            }
+        }
         _ => {}
     }
     // The general way from the first packet that is not; those before it go to srv6-decap or
@@ -745,6 +756,43 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
         to[k] = n.resolve(i, v);
     }
     n.hand_over(frame, &to[..len]);
+}
+
+/// The external network of a vector that is wholly plain IPv4 (checked as
+/// [`plain_ipv4`] checks it) to the uplink's MAC, none of it for the node's own addresses,
+/// from hosts of that one network (ADR 0054), with each packet's destination in `keys`: the
+/// common burst from outside, which then goes on as one ([`lookup::ip4_fresh`]). `None`
+/// leaves the vector to the general checks, which classify each packet the same way.
+#[inline(always)]
+fn external4_run<B: PacketBuf, I: Io<B>>(
+    n: &mut NodeCtx<'_, '_, '_, B, I>,
+    frame: &[u8],
+    uplink_mac: ethernet::Address,
+    keys: &mut [u32; VEC_CAP],
+) -> Option<NetworkId> {
+    let mut net = None;
+    let mut last_src = None;
+    for (k, &i) in frame.iter().enumerate() {
+        let pkt = n.bufs[usize::from(i)].as_mut()?;
+        let h = pkt.head::<L3>()?;
+        let eth = ethernet::Frame::new_unchecked(&h[..]);
+        if eth.dst_addr() != uplink_mac || eth.ethertype() != EtherType::Ipv4 {
+            return None;
+        }
+        let (src, dst) = plain_ipv4(pkt, true)?;
+        if n.cfg.uplink_hosts.has4(Ipv4Addr::from(dst)) {
+            return None;
+        }
+        if last_src != Some(src) {
+            let of = n.cx.external_network(IpAddr::V4(Ipv4Addr::from(src)))?;
+            if net.is_some_and(|x| x != of) {
+                return None;
+            }
+            (net, last_src) = (Some(of), Some(src));
+        }
+        *keys.get_mut(k)? = dst;
+    }
+    net
 }
 
 /// What the fast pass of uplink-input found a packet to be: to which kind of local SID, of

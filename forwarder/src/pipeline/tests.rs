@@ -1994,6 +1994,35 @@ fn a_uniform_burst_and_a_mixed_one_give_the_packets_of_one_by_one() {
     }
 }
 
+#[test]
+fn a_burst_from_outside_goes_as_one_and_as_the_general_checks_send_each_packet() {
+    // A packet alone takes the fused way (one external network, every packet plain); a mixed
+    // burst takes the general checks packet by packet: the same packets out, the same counts.
+    let host = Ipv4Addr::new(203, 0, 113, 5);
+    let host2 = Ipv4Addr::new(203, 0, 113, 200);
+    let from = |src: Ipv4Addr, dst: Ipv4Addr, ttl: u8, k: u16| {
+        eth(
+            UPLINK_MAC,
+            EXT_ROUTER_MAC,
+            0x0800,
+            &ipv4(src, dst, 17, ttl, 0, true, &udp(1000 + k, 53, b"burst")),
+        )
+    };
+    let uniform: Vec<Vec<u8>> = (0..32).map(|k| from(host, A4, 64, k)).collect();
+    burst_equals_one_by_one(PortId::UPLINK, &uniform);
+    let mixed: Vec<Vec<u8>> = (0..32)
+        .map(|k| match k % 6 {
+            0 => from(host, A4, 64, k),
+            1 => from(host2, B4, 64, k),
+            2 => from(host, B4, 64, k),
+            3 => from(Ipv4Addr::new(198, 51, 100, 1), A4, 64, k),
+            4 => from(host, A4, 1, k),
+            _ => from(EXT_ROUTER4, EXT_ME4, 64, k),
+        })
+        .collect();
+    burst_equals_one_by_one(PortId::UPLINK, &mixed);
+}
+
 /// Runs `frames` arriving on `rx` as one burst and one at a time (each on a fresh node and
 /// pipeline), and checks that both give the same packets out and the same counters.
 fn burst_equals_one_by_one(rx: PortId, frames: &[Vec<u8>]) {
