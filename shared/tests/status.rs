@@ -4,15 +4,27 @@ use lace_shared::status::*;
 use lace_shared::types::PortId;
 use lace_shared::Error;
 
-fn path(name: &str) -> std::path::PathBuf {
+/// A directory of its own for a test's status region, removed (region included) when the
+/// test ends, passed or failed.
+struct Dir(std::path::PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The status region's path in a fresh directory, and the directory's guard.
+fn path(name: &str) -> (Dir, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("lace-status-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    status_path(&dir, "node")
+    let p = status_path(&dir, "node");
+    (Dir(dir), p)
 }
 
 #[test]
 fn counters_and_port_states_reach_a_reader() {
-    let p = path("rw");
+    let (_dir, p) = path("rw");
     let w = StatusWriter::create(&p, 2, &["port-input", "ip4-lookup"]).unwrap();
     let r = StatusReader::open(&p).unwrap();
     assert_eq!(r.stage_names(), ["port-input", "ip4-lookup"]);
@@ -61,7 +73,7 @@ fn counters_and_port_states_reach_a_reader() {
 
 #[test]
 fn a_second_live_writer_is_refused_and_a_stale_region_replaced() {
-    let p = path("busy");
+    let (_dir, p) = path("busy");
     let w = StatusWriter::create(&p, 1, &["a"]).unwrap();
     match StatusWriter::create(&p, 1, &["a"]) {
         Err(Error::WriterBusy { .. }) => {}
@@ -79,7 +91,7 @@ fn a_second_live_writer_is_refused_and_a_stale_region_replaced() {
 
 #[test]
 fn too_many_stages_is_a_clear_error() {
-    let p = path("stages");
+    let (_dir, p) = path("stages");
     let names: Vec<String> = (0..MAX_STAGES + 1).map(|i| format!("s{i}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let e = StatusWriter::create(&p, 1, &refs).unwrap_err().to_string();

@@ -432,23 +432,14 @@ pub fn pod(net: NetworkId, mac: [u8; 6], v4: Ipv4Addr, v6: Option<Ipv6Addr>) -> 
 /// network is missing, a port that is not up, two remote nodes and every kind of route.
 #[derive(Debug)]
 pub struct Node {
-    _dir: TempDir,
     /// The tables' writer (kept alive with the node).
     pub writer: TableWriter,
     /// A registered reader.
     pub reader: ReaderHandle,
 }
 
-/// A directory removed on drop.
-#[derive(Debug)]
-pub struct TempDir(std::path::PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Builds the node's tables in a fresh directory under the system temp dir.
+/// Builds the node's tables in a fresh directory under the system temp dir, removed once the
+/// writer and the reader have them mapped.
 pub fn node() -> Node {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -721,11 +712,10 @@ pub fn node() -> Node {
     learning_network(&mut w);
     w.publish().unwrap();
     let reader = TableReader::attach(&tc).unwrap().register().unwrap();
-    Node {
-        _dir: TempDir(dir),
-        writer: w,
-        reader,
-    }
+    // Both ends hold their mappings: the files can go now, so that nothing is left behind even
+    // by a process that exits without dropping the node (a fuzz target's, at libFuzzer's end).
+    std::fs::remove_dir_all(&dir).unwrap();
+    Node { writer: w, reader }
 }
 
 /// The l2 network with learning, as control compiles it after the VM announced itself on
