@@ -22,6 +22,7 @@ const FUNCTIONS: &[&str] = &[
     "rte_eal_cleanup",
     "rte_eal_process_type",
     "rte_eal_has_hugepages",
+    "rte_eal_get_runtime_dir",
     "rte_strerror",
     "rte_socket_id",
     "rte_socket_count",

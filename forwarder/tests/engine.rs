@@ -49,6 +49,23 @@ fn prerequisites(needs_ip: bool) {
     require(&needs);
 }
 
+/// The EAL runtime directory of forwarder `name` (`/var/run/dpdk/lace-<name>`: root's, and
+/// the default file prefix), removed on drop. A forwarder removes its own when it stops
+/// cleanly; one killed, or whose EAL failed to start, leaves it.
+struct EalRuntime(PathBuf);
+
+impl EalRuntime {
+    fn of(name: &str) -> EalRuntime {
+        EalRuntime(Path::new("/var/run/dpdk").join(format!("lace-{name}")))
+    }
+}
+
+impl Drop for EalRuntime {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A directory for one test's tables, status region, configs and logs; removed on drop.
 struct Workdir {
     path: PathBuf,
@@ -441,6 +458,7 @@ fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
     prerequisites(false);
     let dir = Workdir::new("life");
     let name = unique("l");
+    let eal = EalRuntime::of(&name);
     let cfg = write_config(&dir.path, &name, "");
     let mut fwd = Forwarder::spawn(&cfg, dir.path.join("fwd1.log"));
 
@@ -517,6 +535,8 @@ fn lifecycle_wait_attach_stats_stop_refuse_kill_restart() {
     let s = stats(&cfg).expect("status region stays after a clean stop");
     assert_eq!(s["state"], "stopped");
     assert_eq!(s["alive"], false);
+    // Its EAL runtime directory goes with it (the file prefix, `lace-<name>`, is its own).
+    assert!(!eal.0.exists(), "{} left behind", eal.0.display());
 
     // Start again, SIGKILL, start again: runs on the same tables.
     let mut fwd = Forwarder::spawn(&cfg, dir.path.join("fwd3.log"));
@@ -580,6 +600,7 @@ fn hugepage_shortage_names_the_fix() {
     prerequisites(false);
     let dir = Workdir::new("huge");
     let name = unique("h");
+    let _eal = EalRuntime::of(&name);
     let cfg = write_config(&dir.path, &name, "");
     // A terabyte of huge pages: no machine running these tests has that free.
     let out = cli(&[
@@ -703,6 +724,7 @@ fn hot_plug(mechanism: &str) {
     };
     let dir = Workdir::new("plug");
     let name = unique("p");
+    let _eal = EalRuntime::of(&name);
     let pod = VethPod::new();
     let missing = unique("nx");
 
@@ -791,6 +813,7 @@ fn hot_plug(mechanism: &str) {
 struct IdleNode {
     // Fields drop in order: the forwarder (and its sockets) before the links and the files.
     fwd: Forwarder,
+    _eal: EalRuntime,
     cfg: PathBuf,
     /// Its status region.
     status: PathBuf,
@@ -831,6 +854,7 @@ impl IdleNode {
         });
         IdleNode {
             fwd,
+            _eal: EalRuntime::of(&name),
             cfg: path,
             status: status_path(&dir.path, &name),
             writer,

@@ -197,6 +197,7 @@ impl Eal {
         // lace-forwarder's wrapper runs rte_eal_cleanup, after checking that none of its own
         // objects (mempools, ports) is alive; then no table can be created either.
         let fwd = lace_forwarder::dpdk::Eal::running().ok_or(DpdkError::EalCleanedUp)?;
+        let runtime = fwd.runtime_dir();
         if let Err(e) = fwd.cleanup() {
             if let lace_forwarder::dpdk::Error::ObjectsAlive { live } = e {
                 return Err(DpdkError::TablesAlive { live });
@@ -211,6 +212,8 @@ impl Eal {
             });
         }
         *st = State::CleanedUp;
+        // The file prefix is this process's own: its runtime directory goes with it.
+        let _ = std::fs::remove_dir_all(&runtime);
         Ok(())
     }
 

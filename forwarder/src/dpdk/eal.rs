@@ -2,6 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::marker::PhantomData;
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -123,6 +124,21 @@ impl Eal {
             State::Running { .. } => Some(Eal { _private: () }),
             _ => None,
         }
+    }
+
+    /// The EAL's runtime directory (`/var/run/dpdk/<file-prefix>` for root): its shared
+    /// configuration files, which `rte_eal_cleanup` leaves. A process that owns its file prefix
+    /// removes it after [`Eal::cleanup`].
+    pub fn runtime_dir(&self) -> std::path::PathBuf {
+        // SAFETY: the EAL is running (an `Eal` exists); the function returns a pointer to its
+        // static, NUL-terminated runtime directory path.
+        let p = unsafe { sys::rte_eal_get_runtime_dir() };
+        if p.is_null() {
+            return std::path::PathBuf::new();
+        }
+        // SAFETY: non-null: the EAL's NUL-terminated path, alive until the process exits.
+        let s = unsafe { std::ffi::CStr::from_ptr(p) };
+        std::path::PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes()))
     }
 
     /// The arguments the EAL was started with.

@@ -110,8 +110,19 @@ pub fn run(config: &Config, stop: &AtomicBool) -> anyhow::Result<()> {
     tracing::info!(name = %config.name, "starting DPDK: {}", args.join(" "));
     let eal = Eal::init(&args).map_err(|e| eal_error(e, config))?;
     let result = run_with_eal(config, eal, &status, stop);
-    if let Err(e) = eal.cleanup() {
-        tracing::debug!("EAL cleanup skipped: {e}");
+    // The file prefix is this forwarder's own (`eal.file_prefix`): its runtime directory goes
+    // with it.
+    let runtime = eal.runtime_dir();
+    match eal.cleanup() {
+        Ok(()) => {
+            if let Err(e) = std::fs::remove_dir_all(&runtime) {
+                tracing::debug!(
+                    "removing the EAL's runtime directory {}: {e}",
+                    runtime.display()
+                );
+            }
+        }
+        Err(e) => tracing::debug!("EAL cleanup skipped: {e}"),
     }
     status.set_state(RunState::Stopped);
     status.heartbeat();
