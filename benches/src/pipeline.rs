@@ -321,15 +321,7 @@ impl Node {
             },
         )?;
         w.set_underlay_neighbor(PEER3, MacAddr(PEER3_MAC))?;
-        w.add_route(
-            NET,
-            Ipv4Addr::new(10, 1, 2, 0).into(),
-            24,
-            NextHop::Remote {
-                node: REMOTE_NODE,
-                sid: Sid(PEER_SID),
-            },
-        )?;
+        remote_block(&mut w, NET)?;
         w.set_local_sid(Sid(MY_SID), SidBehavior::EndDt46(NET))?;
         l2_network(&mut w)?;
         stateful(&mut w)?;
@@ -378,8 +370,14 @@ fn external_network(w: &mut TableWriter) -> anyhow::Result<()> {
             },
         )?;
     }
+    remote_block(w, EXTNET)
+}
+
+/// In `net`'s FIB, the remote node's /24 of [`NET`] ([`REMOTE4`] is in it), to its End.DT46
+/// SID.
+fn remote_block(w: &mut TableWriter, net: NetworkId) -> anyhow::Result<()> {
     w.add_route(
-        EXTNET,
+        net,
         Ipv4Addr::new(10, 1, 2, 0).into(),
         24,
         NextHop::Remote {

@@ -90,6 +90,7 @@ mod tests;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use lace_shared::fib::LpmKey;
 use lace_shared::learn::LearnEvent;
 use lace_shared::status::{DropReason, MAX_STAGES};
 use lace_shared::tables::Snapshot;
@@ -170,28 +171,35 @@ impl UplinkHosts {
     /// solicitation): the one whose subnet holds it, else the family's first; `None` when the
     /// node has no address of the family. `peer` is IPv4-mapped for IPv4.
     pub fn source_for(&self, peer: Ipv6Addr) -> Option<IpAddr> {
-        let on = |a: u128, b: u128, len: u8, bits: u32| {
-            len == 0 || (a ^ b) >> (bits - u32::from(len)) == 0
-        };
+        /// The first of `hosts` whose subnet (`lens`) holds `peer`, else the first.
+        fn pick<K: LpmKey, A: Copy>(
+            hosts: &[A],
+            lens: &[u8],
+            peer: K,
+            key: fn(A) -> K,
+        ) -> Option<A> {
+            hosts
+                .iter()
+                .zip(lens)
+                .find(|(a, &len)| key(**a).same_prefix(peer, u32::from(len)))
+                .map(|(a, _)| *a)
+                .or_else(|| hosts.first().copied())
+        }
         match peer.to_ipv4_mapped() {
-            Some(p) => {
-                let (v4, lens) = (&self.v4[..self.n4], &self.len4[..self.n4]);
-                v4.iter()
-                    .zip(lens)
-                    .find(|(a, &l)| on(u32::from(**a).into(), u32::from(p).into(), l, 32))
-                    .map(|(a, _)| *a)
-                    .or_else(|| v4.first().copied())
-                    .map(IpAddr::V4)
-            }
-            None => {
-                let (v6, lens) = (&self.v6[..self.n6], &self.len6[..self.n6]);
-                v6.iter()
-                    .zip(lens)
-                    .find(|(a, &l)| on(u128::from(**a), u128::from(peer), l, 128))
-                    .map(|(a, _)| *a)
-                    .or_else(|| v6.first().copied())
-                    .map(IpAddr::V6)
-            }
+            Some(p) => pick(
+                &self.v4[..self.n4],
+                &self.len4[..self.n4],
+                u32::from(p),
+                u32::from,
+            )
+            .map(IpAddr::V4),
+            None => pick(
+                &self.v6[..self.n6],
+                &self.len6[..self.n6],
+                u128::from(peer),
+                u128::from,
+            )
+            .map(IpAddr::V6),
         }
     }
 
