@@ -541,6 +541,7 @@ fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
                 locator: format!("fc00:0:{k:x}::/48").parse()?,
                 underlay: format!("fd00::{k:x}").parse()?,
                 addresses: Vec::new(),
+                labels: Default::default(),
             },
         );
     }
@@ -556,6 +557,7 @@ fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
                 external: vec![],
                 anonymous: false,
                 l2: lace_control::world::L2Config::default(),
+                uplinks: Vec::new(),
             },
         );
         for k in 1..=s.nodes {

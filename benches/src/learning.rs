@@ -71,6 +71,7 @@ fn events_world() -> anyhow::Result<World> {
                 learning: NonZeroU32::new(300),
                 ..L2Config::default()
             },
+            uplinks: Vec::new(),
         },
     );
     for i in 1..=2u32 {

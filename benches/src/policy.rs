@@ -119,6 +119,7 @@ pub fn vnet_world(s: &VnetSizes) -> anyhow::Result<World> {
             external: vec![],
             anonymous: false,
             l2: Default::default(),
+            uplinks: Vec::new(),
         },
     );
     for k in 1..=s.nodes {
@@ -130,6 +131,7 @@ pub fn vnet_world(s: &VnetSizes) -> anyhow::Result<World> {
                 locator: format!("fc00:0:{k:x}::/48").parse()?,
                 underlay: format!("fd00::{k:x}").parse()?,
                 addresses: Vec::new(),
+                labels: Default::default(),
             },
         );
         w.allocations.insert(

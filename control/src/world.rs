@@ -10,10 +10,11 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_shared::policy::Backend;
+use lace_shared::status::ExternalUplink;
 use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId, PortId};
 
 use crate::api::{Direction, NetworkType};
-use crate::bind::Labels;
+use crate::bind::{Labels, Requirement};
 use crate::netpol::NAMESPACE_NAME_LABEL;
 pub use crate::netpol::{BoundPolicy, ContainerPort};
 use crate::service::{Protocol, ServiceBackend};
@@ -38,6 +39,30 @@ pub struct NetworkModel {
     pub anonymous: bool,
     /// `spec.l2`, defaults applied (l2 networks; the defaults elsewhere).
     pub l2: L2Config,
+    /// `spec.uplinks` (external networks), in order: on each node the first entry whose
+    /// selector matches the node's labels applies.
+    pub uplinks: Vec<UplinkModel>,
+}
+
+/// One `spec.uplinks[]` entry of an external network (ADR 0054).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UplinkModel {
+    /// `nodeSelector`, compiled (empty: every node).
+    pub node_selector: Vec<Requirement>,
+    /// `interface`: the `[[uplink.external]]` entry of the node's forwarder that carries the
+    /// network (none: any of them).
+    pub interface: Option<String>,
+    /// `vlan`.
+    pub vlan: Option<u16>,
+    /// `staticRoutes`: (destination, next hop), in order.
+    pub static_routes: Vec<(IpNet, IpAddr)>,
+}
+
+impl UplinkModel {
+    /// Whether the entry applies to a node with `labels`.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.node_selector.iter().all(|r| r.holds(labels))
+    }
 }
 
 /// An l2 network's learning and BUM limit (`spec.l2`, ADR 0019), defaults applied.
@@ -86,6 +111,8 @@ pub struct NodeModel {
     /// The node's own addresses (`status.addresses`, `InternalIP`): every l3 network routes
     /// them to the node's host network SID, where its host interface takes them (ADR 0036).
     pub addresses: Vec<IpAddr>,
+    /// The Node's labels (external networks' `spec.uplinks[].nodeSelector` select by them).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Identifies an attachment the way CNI does: (container id, interface in the container).
@@ -260,6 +287,9 @@ pub struct World {
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Valid Kubernetes NetworkPolicies with their binding.
     pub network_policies: BTreeMap<NamespacedName, BoundPolicy>,
+    /// This node's `[[uplink.external]]` entries, as its forwarder publishes them in its
+    /// status region (ADR 0054): the subnets a static route's next hop must lie on.
+    pub external_uplinks: Vec<ExternalUplink>,
 }
 
 impl World {

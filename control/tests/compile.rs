@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_control::api::{Direction, NetworkType};
+use lace_control::bind::Requirement;
 use lace_control::compile::{
     changed_cluster_ips, decode_sid, desired, encode_sid, gateway_mac, host_routes, read_back,
     Change, CompileConfig, Compiler, NoteKind, Route, SidFunction, HOST_GATEWAY4, HOST_GATEWAY6,
@@ -16,11 +17,12 @@ use lace_control::service::{Protocol, ServiceBackend};
 use lace_control::source::NamespacedName;
 use lace_control::world::{
     AttachmentKey, EndpointModel, HostModel, L2Config, LearnedModel, NetworkModel, NodeModel,
-    RoutingModel, ServiceModel, ServicePortModel, World,
+    RoutingModel, ServiceModel, ServicePortModel, UplinkModel, World,
 };
 use lace_shared::policy::{
     maglev_size, Backend, BackendState, RouteFlags, ServiceKey, PROTO_TCP, PROTO_UDP,
 };
+use lace_shared::status::ExternalUplink;
 use lace_shared::tables::{TableReader, TableWriter, TablesConfig};
 use lace_shared::types::{
     FdbEntry, FdbTarget, FloodTarget, IfName, L2Hop, MacAddr, NetworkId, NetworkKind, NextHop,
@@ -38,6 +40,7 @@ fn node(k: u32) -> NodeModel {
         locator: format!("fc00:0:{k:x}::/48").parse().unwrap(),
         underlay: format!("fd00::{k:x}").parse().unwrap(),
         addresses: Vec::new(),
+        labels: Default::default(),
     }
 }
 
@@ -64,6 +67,7 @@ fn network(n: u32) -> NetworkModel {
         external: vec![],
         anonymous: false,
         l2: L2Config::default(),
+        uplinks: Vec::new(),
     }
 }
 
@@ -1164,6 +1168,267 @@ fn duplicate_port_ids_are_reported_and_resolved() {
 fn unknown_node_is_an_error() {
     let e = desired(&two_nodes(), "nowhere", cfg()).unwrap_err();
     assert!(e.to_string().contains("\"nowhere\""), "{e}");
+}
+
+// ---- external networks (ADR 0054) ----------------------------------------------------------
+
+fn external(name: &str, id: u32, prefixes: &[&str], uplinks: Vec<UplinkModel>) -> NetworkModel {
+    NetworkModel {
+        name: name.into(),
+        id: NetworkId(id),
+        kind: NetworkType::External,
+        v4: None,
+        v6: None,
+        external: prefixes.iter().map(|p| p.parse().unwrap()).collect(),
+        anonymous: false,
+        l2: L2Config::default(),
+        uplinks,
+    }
+}
+
+fn uplink(
+    selector: &[(&str, &str)],
+    interface: Option<&str>,
+    routes: &[(&str, &str)],
+) -> UplinkModel {
+    UplinkModel {
+        node_selector: selector
+            .iter()
+            .map(|(k, v)| Requirement::Equals((*k).into(), (*v).into()))
+            .collect(),
+        interface: interface.map(Into::into),
+        vlan: None,
+        static_routes: routes
+            .iter()
+            .map(|(d, nh)| (d.parse().unwrap(), nh.parse().unwrap()))
+            .collect(),
+    }
+}
+
+fn p(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn via(gateway: &str) -> NextHop {
+    NextHop::Uplink {
+        port: PortId::UPLINK,
+        gateway: match gateway.parse::<IpAddr>().unwrap() {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        },
+    }
+}
+
+/// Three external networks over the two-node world: `ext-a` with uplinks on node 1 (its first
+/// entry selects another rack, its second node 1) and static routes some of which do not fit
+/// the node's subnets; `ext-b`, on a VLAN, with a prefix inside `ext-a`'s and one the same as
+/// `ext-a`'s; `ext-c`, on no node here.
+fn external_world() -> World {
+    let mut w = two_nodes();
+    w.nodes
+        .get_mut(&name(1))
+        .unwrap()
+        .labels
+        .insert("lace-cni.io/uplink".into(), "a".into());
+    let a = external(
+        "ext-a",
+        20,
+        &["203.0.113.0/24", "2001:db8:100::/48"],
+        vec![
+            uplink(&[("rack", "b")], None, &[("0.0.0.0/0", "192.0.2.99")]),
+            uplink(
+                &[("lace-cni.io/uplink", "a")],
+                Some("eth1"),
+                &[
+                    ("0.0.0.0/0", "192.0.2.1"),
+                    ("::/0", "2001:db8::1"),
+                    ("10.9.0.0/16", "198.51.100.1"),
+                    ("10.8.0.0/16", "192.0.2.10"),
+                    ("0.0.0.0/0", "192.0.2.2"),
+                ],
+            ),
+        ],
+    );
+    let mut b = external(
+        "ext-b",
+        21,
+        &["203.0.113.128/25", "203.0.113.0/24"],
+        vec![uplink(&[], Some("eth1"), &[("0.0.0.0/0", "192.0.2.1")])],
+    );
+    b.uplinks[0].vlan = Some(100);
+    let c = external(
+        "ext-c",
+        22,
+        &["198.18.0.0/15"],
+        vec![uplink(&[("lace-cni.io/uplink", "z")], None, &[])],
+    );
+    for n in [a, b, c] {
+        w.networks.insert(n.name.clone(), n);
+    }
+    w.external_uplinks = vec![ExternalUplink {
+        interface: "eth1".into(),
+        addresses: vec![(ip("192.0.2.10"), 24), (ip("2001:db8::10"), 64)],
+    }];
+    w
+}
+
+/// A node carries an external network when one of its uplink entries selects it: the static
+/// routes whose next hop is on one of the node's subnets there go out of the uplink to that
+/// next hop; the sources table holds every external network's prefixes; the rest is noted.
+#[test]
+fn external_networks_get_their_static_routes_and_the_sources_table() {
+    let mut world = external_world();
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    let compiled = c.plan(&world, &[Change::All]).unwrap();
+    let notes = compiled.notes.clone();
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+
+    let info = v.info(20).expect("ext-a is programmed on node 1");
+    assert_eq!(info.kind, NetworkKind::External);
+    assert_eq!(
+        (info.gateway4, info.gateway6, info.stateful),
+        (None, None, false)
+    );
+    assert_eq!(
+        hops(&compiled.tables.networks[&NetworkId(20)].routes),
+        BTreeMap::from([
+            (p("0.0.0.0/0"), via("192.0.2.1")),
+            (p("::/0"), via("2001:db8::1")),
+        ])
+    );
+    assert_eq!(
+        v.hop4(20, Ipv4Addr::new(8, 8, 8, 8)),
+        Some(via("192.0.2.1"))
+    );
+    assert_eq!(v.hop(20, ip("2001:4860::8888")), Some(via("2001:db8::1")));
+    // ext-b is on a VLAN, ext-c selects no node here.
+    assert_eq!((v.info(21), v.info(22)), (None, None));
+
+    // Classification by source, longest match across networks.
+    let sources = NetworkId::EXTERNAL_SOURCES.0;
+    for (src, net) in [
+        ("203.0.113.5", 20),
+        ("203.0.113.200", 21),
+        ("2001:db8:100::7", 20),
+        ("198.19.1.1", 22),
+    ] {
+        assert_eq!(
+            v.hop(sources, ip(src)),
+            Some(NextHop::Network {
+                net: NetworkId(net)
+            }),
+            "{src}"
+        );
+    }
+    assert_eq!(v.hop(sources, ip("192.0.2.50")), None);
+
+    let has = |kind: NoteKind, object: &str, text: &[&str]| {
+        assert!(
+            notes.iter().any(|n| n.kind == kind
+                && n.object == object
+                && text.iter().all(|t| n.message.contains(t))),
+            "no {kind:?} note on {object} with {text:?}: {notes:#?}"
+        );
+    };
+    has(
+        NoteKind::Inconsistent,
+        "Network ext-a",
+        &[
+            "spec.uplinks[1].staticRoutes[2] (10.9.0.0/16 via 198.51.100.1)",
+            "node-1",
+            "on none of its subnets on interface \"eth1\" (192.0.2.0/24)",
+        ],
+    );
+    has(
+        NoteKind::Inconsistent,
+        "Network ext-a",
+        &[
+            "staticRoutes[3] (10.8.0.0/16 via 192.0.2.10)",
+            "the node's own address",
+        ],
+    );
+    has(
+        NoteKind::Conflict,
+        "Network ext-a",
+        &[
+            "staticRoutes[4]",
+            "0.0.0.0/0 via 192.0.2.2",
+            "via 192.0.2.1; kept the first",
+        ],
+    );
+    has(
+        NoteKind::Unsupported,
+        "Network ext-b",
+        &["spec.uplinks[0]", "VLAN 100"],
+    );
+    has(
+        NoteKind::Conflict,
+        "Network ext-b",
+        &["203.0.113.0/24 is also network ext-a's"],
+    );
+    assert_eq!(notes.len(), 5, "{notes:#?}");
+
+    // What the tables hold is read back as it was compiled.
+    assert_eq!(read_back(&r.cfg).unwrap(), compiled.tables);
+
+    // A pod's change leaves the external tables as they were, shared.
+    add_pod(&mut world, 1, 1, 3);
+    let next = c.plan(&world, &[Change::Endpoint(key(1, 1, 3))]).unwrap();
+    for id in [NetworkId(20), NetworkId::EXTERNAL_SOURCES] {
+        assert!(std::sync::Arc::ptr_eq(
+            &next.tables.networks[&id],
+            &c.last().networks[&id]
+        ));
+    }
+    step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 1, 3))]);
+
+    // The forwarder's entry is renamed: the uplink entry names an interface the node has no
+    // addresses on, so no static route is programmed; the network and the sources stay.
+    world.external_uplinks[0].interface = "eth2".into();
+    let compiled = c.plan(&world, &[Change::All]).unwrap();
+    step(&mut c, &mut w, &world, &[Change::All]);
+    assert!(compiled.tables.networks[&NetworkId(20)].routes.is_empty());
+    assert_eq!(v.hop4(20, Ipv4Addr::new(8, 8, 8, 8)), None);
+    assert_eq!(
+        v.hop(sources, ip("203.0.113.5")),
+        Some(NextHop::Network { net: NetworkId(20) })
+    );
+    assert!(compiled.notes.iter().any(|n| n.object == "Network ext-a"
+        && n.message
+            .contains("no [[uplink.external]] entry for interface \"eth1\"")));
+
+    // Node 2 carries no external network: no sources table either.
+    let other = desired(&world, &name(2), cfg()).unwrap();
+    assert!(!other.tables.networks.contains_key(&NetworkId(20)));
+    assert!(!other
+        .tables
+        .networks
+        .contains_key(&NetworkId::EXTERNAL_SOURCES));
+}
+
+/// A network numbered with a reserved table's id (one numbered before the id was reserved) is
+/// not programmed, and says why.
+#[test]
+fn a_network_with_a_reserved_id_is_not_programmed() {
+    let mut world = external_world();
+    let mut reserved = network(9);
+    reserved.id = NetworkId::EXTERNAL_SOURCES;
+    world.networks.insert(net_name(9), reserved);
+    allocate(&mut world, 9, 1);
+    add_pod(&mut world, 9, 1, 2);
+    let t = desired(&world, &name(1), cfg()).unwrap();
+    assert!(t.notes.iter().any(|n| n.kind == NoteKind::Conflict
+        && n.object == "Network net-9"
+        && n.message.contains("reserved")));
+    // The id keeps the sources table.
+    assert_eq!(
+        t.tables.networks[&NetworkId::EXTERNAL_SOURCES].info.kind,
+        NetworkKind::External
+    );
+    assert!(!t.tables.ports.contains_key(&port(9, 2)));
 }
 
 // ---- services --------------------------------------------------------------------------------

@@ -114,6 +114,7 @@ fn node(k: u32) -> NodeModel {
         locator: format!("fc00:0:{k:x}::/48").parse().unwrap(),
         underlay: format!("fd00::{k:x}").parse().unwrap(),
         addresses: Vec::new(),
+        labels: Default::default(),
     }
 }
 
@@ -131,6 +132,7 @@ fn network(w: &mut World, n: u32, kind: NetworkType) {
             external: vec![],
             anonymous: false,
             l2: Default::default(),
+            uplinks: Vec::new(),
         },
     );
     if l3 {

@@ -164,6 +164,7 @@ impl Lab {
             ipam: &self.ipam,
             attached: &self.attached,
             host: None,
+            external_uplinks: &[],
         })
     }
 

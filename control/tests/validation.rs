@@ -630,6 +630,53 @@ uplinks:
     );
 }
 
+/// The model carries each uplink entry parsed: the node selector compiled, the static routes
+/// as prefixes and addresses, in order.
+#[test]
+fn network_uplinks_are_parsed_into_the_model() {
+    let spec: NetworkSpec = yaml(
+        "
+type: external
+externalPrefixes: [192.0.2.0/24]
+uplinks:
+- nodeSelector: {matchLabels: {rack: r1}, matchExpressions: [{key: zone, operator: NotIn, values: [b]}]}
+  interface: eth1
+  staticRoutes:
+  - {destination: 0.0.0.0/0, nextHop: 192.0.2.1}
+  - {destination: '2001:db8:1::/48', nextHop: '2001:db8::1'}
+- vlan: 7
+",
+    );
+    let m = network_model("ext", NetworkId(9), &spec).unwrap();
+    assert_eq!(m.uplinks.len(), 2);
+    let (a, b) = (&m.uplinks[0], &m.uplinks[1]);
+    assert_eq!(a.interface.as_deref(), Some("eth1"));
+    assert_eq!(
+        a.static_routes,
+        [
+            ("0.0.0.0/0".parse().unwrap(), "192.0.2.1".parse().unwrap()),
+            (
+                "2001:db8:1::/48".parse().unwrap(),
+                "2001:db8::1".parse().unwrap()
+            ),
+        ]
+    );
+    let labels = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    };
+    assert!(a.selects(&labels(&[("rack", "r1")])));
+    assert!(a.selects(&labels(&[("rack", "r1"), ("zone", "a")])));
+    assert!(!a.selects(&labels(&[("rack", "r1"), ("zone", "b")])));
+    assert!(!a.selects(&labels(&[("rack", "r2")])));
+    // No selector: every node.
+    assert!(b.selects(&labels(&[])));
+    assert_eq!((b.vlan, b.interface.as_deref()), (Some(7), None));
+    assert!(b.static_routes.is_empty());
+}
+
 #[test]
 fn network_name_is_a_dns_subdomain() {
     let spec: NetworkSpec = yaml("{type: l2, ipv4Subnet: {prefix: 10.50.0.0/24}}");

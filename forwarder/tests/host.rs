@@ -571,6 +571,18 @@ fn the_uplink_answers_for_the_nodes_external_addresses() {
     // An address of the subnet that is not the node's stays unanswered.
     let r = ping(&u, "192.0.2.99".parse().unwrap(), 1, None);
     assert_eq!(r.received, 0, "192.0.2.99 answered: {}", r.output);
+    // Control reads the node's subnets in the status region.
+    let published = lab.status(1).external();
+    assert_eq!(
+        published,
+        [lace_shared::status::ExternalUplink {
+            interface: String::new(),
+            addresses: vec![
+                ("192.0.2.10".parse().unwrap(), 24),
+                ("2001:db8:e::10".parse().unwrap(), 64)
+            ],
+        }]
+    );
 }
 
 /// MTU with large segments: the pods' MTU raised above what the underlay carries, offloads on.

@@ -21,12 +21,17 @@
 //!   per ring ([`LearnCursor`]) and detects both ways of losing records: a slot overwritten
 //!   while it was read (its stamp differs before and after the payload) and an overrun (the
 //!   head more than a ring ahead of the cursor). Both are counted, never misread.
+//! - **The node's external uplinks** (ADR 0054): each `[[uplink.external]]` entry of the
+//!   forwarder's configuration, its interface name and the node's addresses there, so that
+//!   control can check a static route's next hop against the node's subnets.
 //!
 //! ```text
-//!  0 header │ 4096 info (pid, heartbeat, mbufs, stage names) │ 8192 port slots │ worker slots …
+//!  0 header │ 4096 info (pid, heartbeat, mbufs, stage names, external uplinks)
+//!    │ 8192 port slots │ worker slots …
 //!    │ learn rings: per worker a head line, then its records
 //! ```
 
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -316,6 +321,24 @@ pub const MAX_PORTS: u32 = 4096;
 pub const MAX_STAGES: usize = 32;
 /// Bytes of a stage name.
 pub const STAGE_NAME_LEN: usize = 32;
+/// Most external uplink entries the region carries ([`StatusWriter::set_external`]).
+pub const MAX_EXTERNAL_UPLINKS: usize = 16;
+/// Most addresses over all external uplink entries.
+pub const MAX_EXTERNAL_ADDRESSES: usize = 16;
+/// Longest external uplink interface name, in bytes.
+pub const EXTERNAL_NAME_LEN: usize = 32;
+
+/// One `[[uplink.external]]` entry of the forwarder's configuration, as the status region
+/// carries it (ADR 0054): the interface name the operator gave it (which a Network's
+/// `spec.uplinks[].interface` names; empty when unnamed) and the node's addresses there, each
+/// with its subnet's prefix length.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExternalUplink {
+    /// The interface name (at most [`EXTERNAL_NAME_LEN`] bytes; empty: unnamed).
+    pub interface: String,
+    /// The node's addresses there.
+    pub addresses: Vec<(IpAddr, u8)>,
+}
 
 /// Per-port counter indices ([`StatusReader::port_counter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -393,6 +416,17 @@ const INFO_STAGES: u64 = INFO + 40;
 const INFO_MBUFS_IN_USE: u64 = INFO + 48;
 const INFO_MBUFS: u64 = INFO + 56;
 const INFO_NAMES: u64 = INFO + 64;
+/// External uplinks: entry count, address count, the entries' names, then the addresses (two
+/// words of address, IPv4 mapped, and a word of family, prefix length and entry index).
+const INFO_EXTERNAL: u64 = INFO + 1536;
+const EXT_ENTRIES: u64 = INFO_EXTERNAL;
+const EXT_ADDRESSES: u64 = INFO_EXTERNAL + 8;
+const EXT_NAMES: u64 = INFO_EXTERNAL + 16;
+const EXT_ADDRESS: u64 = EXT_NAMES + (MAX_EXTERNAL_UPLINKS * EXTERNAL_NAME_LEN) as u64;
+const EXT_ADDRESS_SLOT: u64 = 24;
+const _: () = assert!(INFO_NAMES + (MAX_STAGES * STAGE_NAME_LEN) as u64 <= INFO_EXTERNAL);
+const _: () =
+    assert!(EXT_ADDRESS + EXT_ADDRESS_SLOT * MAX_EXTERNAL_ADDRESSES as u64 <= INFO + 4096);
 const PORTS: u64 = INFO + 4096;
 /// Bytes per port slot: state, endpoint, then the [`PortCounter`]s (room for 14).
 const PORT_SLOT: u64 = 128;
@@ -519,17 +553,11 @@ impl StatusWriter {
         w.store(INFO_STARTED, now_ns());
         w.store(INFO_STAGES, stages.len() as u64);
         for (i, name) in stages.iter().enumerate() {
-            let mut b = [0u8; STAGE_NAME_LEN];
-            let n = name.len().min(STAGE_NAME_LEN);
-            b[..n].copy_from_slice(&name.as_bytes()[..n]);
-            for (k, chunk) in b.chunks(8).enumerate() {
-                let mut v = [0u8; 8];
-                v.copy_from_slice(chunk);
-                w.store(
-                    INFO_NAMES + (i * STAGE_NAME_LEN) as u64 + 8 * k as u64,
-                    u64::from_le_bytes(v),
-                );
-            }
+            w.store_bytes(
+                INFO_NAMES + (i * STAGE_NAME_LEN) as u64,
+                STAGE_NAME_LEN,
+                name,
+            );
         }
         w.heartbeat();
         Ok(w)
@@ -545,6 +573,73 @@ impl StatusWriter {
 
     fn store(&self, off: u64, v: u64) {
         self.cell(off).store(v, Ordering::Release);
+    }
+
+    /// Writes `text` into the `len` bytes (a multiple of 8) at `off`, zero-padded; a longer
+    /// text is cut.
+    fn store_bytes(&self, off: u64, len: usize, text: &str) {
+        let mut b = vec![0u8; len];
+        let n = text.len().min(len);
+        b[..n].copy_from_slice(&text.as_bytes()[..n]);
+        for (k, chunk) in b.chunks(8).enumerate() {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(chunk);
+            self.store(off + 8 * k as u64, u64::from_le_bytes(v));
+        }
+    }
+
+    /// Publishes the node's external uplinks (`[[uplink.external]]`, ADR 0054). Written before
+    /// the state says Running; readers read them once it does. Refused beyond
+    /// [`MAX_EXTERNAL_UPLINKS`] entries, [`MAX_EXTERNAL_ADDRESSES`] addresses, or a name longer
+    /// than [`EXTERNAL_NAME_LEN`] bytes (the configuration's checks keep within them).
+    pub fn set_external(&self, entries: &[ExternalUplink]) -> Result<()> {
+        let addresses: usize = entries.iter().map(|e| e.addresses.len()).sum();
+        let refused = if entries.len() > MAX_EXTERNAL_UPLINKS {
+            Some(format!(
+                "{} external uplinks, at most {MAX_EXTERNAL_UPLINKS}",
+                entries.len()
+            ))
+        } else if addresses > MAX_EXTERNAL_ADDRESSES {
+            Some(format!(
+                "{addresses} external uplink addresses, at most {MAX_EXTERNAL_ADDRESSES}"
+            ))
+        } else {
+            entries
+                .iter()
+                .find(|e| e.interface.len() > EXTERNAL_NAME_LEN)
+                .map(|e| {
+                    format!(
+                        "external uplink interface name {:?}: longer than {EXTERNAL_NAME_LEN} \
+                         bytes",
+                        e.interface
+                    )
+                })
+        };
+        if let Some(what) = refused {
+            return Err(Error::Invalid { what });
+        }
+        let mut slot = EXT_ADDRESS;
+        for (i, e) in entries.iter().enumerate() {
+            self.store_bytes(
+                EXT_NAMES + (i * EXTERNAL_NAME_LEN) as u64,
+                EXTERNAL_NAME_LEN,
+                &e.interface,
+            );
+            for &(addr, len) in &e.addresses {
+                let (v6, family) = match addr {
+                    IpAddr::V4(a) => (a.to_ipv6_mapped(), 4u64),
+                    IpAddr::V6(a) => (a, 6),
+                };
+                let bits = u128::from(v6);
+                self.store(slot, (bits >> 64) as u64);
+                self.store(slot + 8, bits as u64);
+                self.store(slot + 16, family | u64::from(len) << 8 | (i as u64) << 16);
+                slot += EXT_ADDRESS_SLOT;
+            }
+        }
+        self.store(EXT_ADDRESSES, addresses as u64);
+        self.store(EXT_ENTRIES, entries.len() as u64);
+        Ok(())
     }
 
     /// Records that the forwarder is alive.
@@ -834,20 +929,55 @@ impl StatusReader {
         self.region.header().params[0] as u32
     }
 
+    /// The `len` bytes at `off` as text, up to the first zero byte.
+    fn load_text(&self, off: u64, len: usize) -> String {
+        let mut b = Vec::with_capacity(len);
+        for k in 0..len as u64 / 8 {
+            b.extend_from_slice(&self.load(off + 8 * k).to_le_bytes());
+        }
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    }
+
     /// Names of the pipeline stages, in counter order.
     pub fn stage_names(&self) -> Vec<String> {
         let n = (self.load(INFO_STAGES) as usize).min(MAX_STAGES);
         (0..n)
-            .map(|i| {
-                let mut b = Vec::with_capacity(STAGE_NAME_LEN);
-                for k in 0..STAGE_NAME_LEN as u64 / 8 {
-                    let v = self.load(INFO_NAMES + (i * STAGE_NAME_LEN) as u64 + 8 * k);
-                    b.extend_from_slice(&v.to_le_bytes());
-                }
-                let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-                String::from_utf8_lossy(&b[..end]).into_owned()
-            })
+            .map(|i| self.load_text(INFO_NAMES + (i * STAGE_NAME_LEN) as u64, STAGE_NAME_LEN))
             .collect()
+    }
+
+    /// The node's external uplinks as the forwarder published them (empty when it has none,
+    /// or before it runs). A record that does not decode (a family other than 4 or 6, a
+    /// prefix too long, an entry out of range) is skipped.
+    pub fn external(&self) -> Vec<ExternalUplink> {
+        let entries = (self.load(EXT_ENTRIES) as usize).min(MAX_EXTERNAL_UPLINKS);
+        let mut out: Vec<ExternalUplink> = (0..entries)
+            .map(|i| ExternalUplink {
+                interface: self.load_text(
+                    EXT_NAMES + (i * EXTERNAL_NAME_LEN) as u64,
+                    EXTERNAL_NAME_LEN,
+                ),
+                addresses: Vec::new(),
+            })
+            .collect();
+        let addresses = (self.load(EXT_ADDRESSES) as usize).min(MAX_EXTERNAL_ADDRESSES);
+        for k in 0..addresses as u64 {
+            let slot = EXT_ADDRESS + EXT_ADDRESS_SLOT * k;
+            let bits = u128::from(self.load(slot)) << 64 | u128::from(self.load(slot + 8));
+            let meta = self.load(slot + 16);
+            let (family, len, entry) = (meta & 0xff, (meta >> 8) as u8, (meta >> 16) as usize);
+            let v6 = Ipv6Addr::from(bits);
+            let addr = match (family, v6.to_ipv4_mapped()) {
+                (4, Some(v4)) if len <= 32 => IpAddr::V4(v4),
+                (6, _) if len <= 128 => IpAddr::V6(v6),
+                _ => continue,
+            };
+            if let Some(e) = out.get_mut(entry) {
+                e.addresses.push((addr, len));
+            }
+        }
+        out
     }
 
     /// A port's state and counters.

@@ -97,3 +97,56 @@ fn too_many_stages_is_a_clear_error() {
     let e = StatusWriter::create(&p, 1, &refs).unwrap_err().to_string();
     assert!(e.contains("pipeline stages"), "{e}");
 }
+
+#[test]
+fn external_uplinks_reach_a_reader() {
+    let (_dir, p) = path("external");
+    let w = StatusWriter::create(&p, 1, &["port-input"]).unwrap();
+    let r = StatusReader::open(&p).unwrap();
+    assert!(r.external().is_empty());
+    let entries = vec![
+        ExternalUplink {
+            interface: "eth1".into(),
+            addresses: vec![
+                ("192.0.2.10".parse().unwrap(), 24),
+                ("2001:db8::10".parse().unwrap(), 64),
+            ],
+        },
+        ExternalUplink {
+            interface: String::new(),
+            addresses: vec![("::ffff:198.51.100.7".parse().unwrap(), 120)],
+        },
+        ExternalUplink {
+            interface: "x".repeat(EXTERNAL_NAME_LEN),
+            addresses: vec![("198.51.100.7".parse().unwrap(), 25)],
+        },
+    ];
+    w.set_external(&entries).unwrap();
+    // An IPv4-mapped IPv6 address stays IPv6; a name of the full length is kept whole.
+    assert_eq!(r.external(), entries);
+    assert_eq!(r.stage_names(), ["port-input"]);
+
+    let too_long = ExternalUplink {
+        interface: "x".repeat(EXTERNAL_NAME_LEN + 1),
+        addresses: Vec::new(),
+    };
+    let too_many = vec![ExternalUplink::default(); MAX_EXTERNAL_UPLINKS + 1];
+    let addrs = ExternalUplink {
+        interface: "eth1".into(),
+        addresses: (0..=MAX_EXTERNAL_ADDRESSES as u8)
+            .map(|i| (std::net::IpAddr::from([192, 0, 2, i]), 24))
+            .collect(),
+    };
+    for (refused, why) in [
+        (vec![too_long], "longer than"),
+        (too_many, "external uplinks"),
+        (vec![addrs], "addresses"),
+    ] {
+        match w.set_external(&refused) {
+            Err(Error::Invalid { what }) => assert!(what.contains(why), "{what}"),
+            other => panic!("{other:?}"),
+        }
+        // A refused list changes nothing.
+        assert_eq!(r.external(), entries);
+    }
+}

@@ -57,7 +57,7 @@ use crate::api::{
     NetworkBindingPolicySpec, NetworkEndpointSpec, NetworkRoutingPolicySpec, NetworkSpec,
     NetworkType, NodeLocatorSpec, RulePolicy, Subnet,
 };
-use crate::world::{L2Config, NetworkModel, NodeModel, RoutingModel};
+use crate::world::{L2Config, NetworkModel, NodeModel, RoutingModel, UplinkModel};
 
 /// Where an error is: the object's kind and name, and the field path inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1137,6 +1137,7 @@ struct ParsedNetwork {
     v6: Option<(Ipv6Net, Option<u8>)>,
     external: Vec<IpNet>,
     l2: L2Config,
+    uplinks: Vec<UplinkModel>,
 }
 
 fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork {
@@ -1147,6 +1148,7 @@ fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork
         v6: None,
         external: Vec::new(),
         l2: L2Config::default(),
+        uplinks: Vec::new(),
     };
     let is_external = spec.type_ == NetworkType::External;
     if let Some(l2) = &spec.l2 {
@@ -1197,9 +1199,12 @@ fn check_network(c: &mut Check, name: &str, spec: &NetworkSpec) -> ParsedNetwork
             }
         }
         c.at_most("spec.uplinks", spec.uplinks.len(), MAX_UPLINKS, "entries");
-        for (i, up) in spec.uplinks.iter().enumerate() {
-            check_uplink(c, i, up);
-        }
+        parsed.uplinks = spec
+            .uplinks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, up)| check_uplink(c, i, up))
+            .collect();
         return parsed;
     }
 
@@ -1363,10 +1368,22 @@ fn check_l2(c: &mut Check, l2: &L2Spec) -> L2Config {
     out
 }
 
-fn check_uplink(c: &mut Check, i: usize, up: &crate::api::UplinkAttachment) {
+/// One `spec.uplinks[]` entry, checked and parsed (`None` when something in it is invalid).
+fn check_uplink(c: &mut Check, i: usize, up: &crate::api::UplinkAttachment) -> Option<UplinkModel> {
     let p = format!("spec.uplinks[{i}]");
+    let errors = c.errors.len();
+    let mut node_selector = Vec::new();
     if let Some(sel) = &up.node_selector {
         c.label_selector(&format!("{p}.nodeSelector"), sel);
+        // The selector's problems are the check's (above); what compiles is kept.
+        node_selector = crate::bind::compile_requirements(
+            &sel.match_labels,
+            sel.match_expressions
+                .iter()
+                .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_slice())),
+            "",
+            &mut Vec::new(),
+        );
     }
     if let Some(ifname) = &up.interface {
         c.ifname(&format!("{p}.interface"), ifname);
@@ -1383,6 +1400,7 @@ fn check_uplink(c: &mut Check, i: usize, up: &crate::api::UplinkAttachment) {
         MAX_STATIC_ROUTES,
         "entries",
     );
+    let mut static_routes = Vec::new();
     for (j, r) in up.static_routes.iter().enumerate() {
         let rp = format!("{p}.staticRoutes[{j}]");
         let dst = c.prefix(
@@ -1403,8 +1421,15 @@ fn check_uplink(c: &mut Check, i: usize, up: &crate::api::UplinkAttachment) {
                     what: "next hop",
                 });
             }
+            static_routes.push((dst, nh));
         }
     }
+    (c.errors.len() == errors).then(|| UplinkModel {
+        node_selector,
+        interface: up.interface.clone(),
+        vlan: up.vlan,
+        static_routes,
+    })
 }
 
 /// Validates a Network named `name` (its `metadata.name`): the type's required and forbidden
@@ -1478,6 +1503,8 @@ pub struct ValidNetwork {
     pub anonymous: bool,
     /// `spec.l2`, defaults applied.
     pub l2: L2Config,
+    /// `spec.uplinks`, parsed.
+    pub uplinks: Vec<UplinkModel>,
 }
 
 impl ValidNetwork {
@@ -1492,6 +1519,7 @@ impl ValidNetwork {
             external: self.external.clone(),
             anonymous: self.anonymous,
             l2: self.l2,
+            uplinks: self.uplinks.clone(),
         }
     }
 }
@@ -1508,6 +1536,7 @@ pub fn parse_network(name: &str, spec: &NetworkSpec) -> Result<ValidNetwork, Err
         external: parsed.external,
         anonymous: spec.anonymous,
         l2: parsed.l2,
+        uplinks: parsed.uplinks,
     })
 }
 
@@ -1534,6 +1563,7 @@ pub fn network_model(
         external: parsed.external,
         anonymous: spec.anonymous,
         l2: parsed.l2,
+        uplinks: parsed.uplinks,
     })
 }
 
@@ -2107,6 +2137,7 @@ pub fn node_model(name: &str, spec: &NodeLocatorSpec) -> Result<NodeModel, Error
         locator,
         underlay,
         addresses: Vec::new(),
+        labels: Default::default(),
     })
 }
 

@@ -53,7 +53,11 @@
 //!   ([`L2_ENCAP_OVERHEAD`]). Routing policy imports into their FIB as into an l3 one's (their
 //!   packets to other networks leave through the gateway), with the ClusterIPs of the l3
 //!   networks reached; their own Services are not placed (ADR 0049).
-//! - **external** networks are not programmed.
+//! - **external** networks ([`external`], ADR 0054): on a node one of their `spec.uplinks[]`
+//!   entries selects, their static routes whose next hop lies on the node's subnets there →
+//!   `NextHop::Uplink`; and, on a node with one, the sources table
+//!   ([`NetworkId::EXTERNAL_SOURCES`]): every external network's prefixes → its id. A network
+//!   numbered with a reserved id is not programmed.
 //! - **The host interface** (when the world has one, ADR 0023): its port
 //!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network
 //!   ([`NetworkId::HOST`]): every local endpoint's addresses → `Local`, this node's l3 blocks →
@@ -88,6 +92,7 @@ use crate::world::{AttachmentKey, NamespacedName, World};
 
 mod apply;
 mod encode;
+mod external;
 mod policy;
 mod readback;
 mod routes;

@@ -281,6 +281,8 @@ pub(super) struct Cache {
     ports: Option<BTreeMap<PortId, PortInfo>>,
     /// Kubernetes NetworkPolicy's tables.
     pub policy: PolicyCompiler,
+    /// The external networks' tables and the sources table as last assembled.
+    external: BTreeMap<NetworkId, Arc<NetworkTables>>,
 }
 
 fn net_obj(name: &str) -> String {
@@ -393,6 +395,7 @@ impl Cache {
             outs: BTreeMap::new(),
             ports: None,
             policy: PolicyCompiler::default(),
+            external: BTreeMap::new(),
         }
     }
 
@@ -1058,6 +1061,10 @@ impl Cache {
             ports.reserve(self.outs.values().map(|o| o.ports.len()).sum());
         }
         for (name, o) in &self.outs {
+            if !o.id.assignable() {
+                notes.push(reserved_note(name, o.id));
+                continue;
+            }
             if t.networks.contains_key(&o.id) {
                 if cached {
                     // The cached ports include the skipped network's: rebuild without them.
@@ -1118,6 +1125,7 @@ impl Cache {
         }
         self.policy.assemble(world, &mut t);
         notes.extend(self.policy.notes(world));
+        self.assemble_external(ctx, &mut t, &mut notes);
         if let Some(h) = &world.host {
             let (tables, port) = self.host_network(ctx, h, &mut notes);
             t.networks.insert(NetworkId::HOST, Arc::new(tables));
@@ -1146,6 +1154,58 @@ impl Cache {
         notes.sort();
         notes.dedup();
         Compiled { tables: t, notes }
+    }
+}
+
+impl Cache {
+    /// The external networks this node carries and the sources table, into `t`; each table
+    /// equal to the one assembled before is shared with it, so the diff skips it by pointer.
+    fn assemble_external(&mut self, ctx: &Ctx<'_>, t: &mut NodeTables, notes: &mut Vec<Note>) {
+        let ext = super::external::compile(ctx);
+        notes.extend(ext.notes);
+        let mut kept = BTreeMap::new();
+        let mut add = |id: NetworkId, tables: NetworkTables, t: &mut NodeTables| {
+            let shared = match self.external.get(&id) {
+                Some(prev) if **prev == tables => Arc::clone(prev),
+                _ => Arc::new(tables),
+            };
+            kept.insert(id, Arc::clone(&shared));
+            t.networks.insert(id, shared);
+        };
+        for (name, id, tables) in ext.networks {
+            if !id.assignable() {
+                notes.push(reserved_note(&name, id));
+            } else if t.networks.contains_key(&id) {
+                notes.push(Note {
+                    kind: NoteKind::Conflict,
+                    object: net_obj(&name),
+                    message: format!(
+                        "network id {} is also another network's; this one is not programmed",
+                        id.0
+                    ),
+                });
+            } else {
+                add(id, tables, t);
+            }
+        }
+        if let Some(sources) = ext.sources {
+            add(NetworkId::EXTERNAL_SOURCES, sources, t);
+        }
+        self.external = kept;
+    }
+}
+
+/// A network numbered with a reserved table's id (possible only for one numbered before the
+/// id was reserved) is not programmed: its tables would be the reserved table's.
+fn reserved_note(name: &str, id: NetworkId) -> Note {
+    Note {
+        kind: NoteKind::Conflict,
+        object: net_obj(name),
+        message: format!(
+            "network id {} is reserved for the forwarder's own tables (0x{:x}); this network is \
+             not programmed. Delete and recreate it to get another id",
+            id.0, id.0
+        ),
     }
 }
 

@@ -330,6 +330,8 @@ pub struct Control<S: IpamStore, R: StatusSink> {
     /// The node's host interface, when control keeps one (ADR 0023).
     host: Option<super::host::HostInterface>,
     host_error: Option<String>,
+    /// The node's external uplinks, from the forwarder's status region.
+    uplinks: Option<super::external::ForwarderUplinks>,
     learning: Option<super::learning::Learning>,
     metrics: Arc<super::metrics::Metrics>,
 }
@@ -455,6 +457,7 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
             logged_problems: BTreeSet::new(),
             host: None,
             host_error: None,
+            uplinks: None,
             learning: None,
             metrics: Arc::default(),
         }
@@ -470,6 +473,13 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
     /// The metrics this loop keeps (the CNI server and `/metrics` share them).
     pub fn metrics(&self) -> Arc<super::metrics::Metrics> {
         self.metrics.clone()
+    }
+
+    /// The same loop, reading the node's external uplinks from the forwarder's status region
+    /// on its ticks (ADR 0054).
+    pub fn with_uplinks(mut self, uplinks: super::external::ForwarderUplinks) -> Self {
+        self.uplinks = Some(uplinks);
+        self
     }
 
     /// The same loop, keeping the node's host interface: its port in the tables, its routes
@@ -601,12 +611,14 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         }
         let parked = std::mem::take(&mut self.parked);
         let retry_host = self.host_error.is_some();
+        let uplinks_changed = tick && self.uplinks.as_mut().is_some_and(|u| u.refresh());
         // Learning ages its records with the ticks, and acts on the forwarder's reports.
         let learn = self.learning.as_ref().is_some_and(|l| tick || l.pending());
         if !(observed
             || refreshed
             || self.full
             || retry_host
+            || uplinks_changed
             || !calls.is_empty()
             || !parked.is_empty())
         {
@@ -734,11 +746,16 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
         let host_port = self.host.as_ref().map(super::host::HostInterface::port);
         let changes = {
             let (core, marks) = (&mut self.core, &self.marks);
+            let external_uplinks = self
+                .uplinks
+                .as_ref()
+                .map_or(&[][..], super::external::ForwarderUplinks::current);
             self.store.read(|ipam| {
                 core.build(BuildInputs {
                     ipam,
                     attached: marks.keys(),
                     host: host_port,
+                    external_uplinks,
                 })
             })
         };

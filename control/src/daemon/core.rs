@@ -290,6 +290,8 @@ pub struct BuildInputs<'a> {
     pub attached: &'a BTreeSet<AttachmentKey>,
     /// This node's host interface, if it has one.
     pub host: Option<HostPort>,
+    /// This node's `[[uplink.external]]` entries, as its forwarder publishes them.
+    pub external_uplinks: &'a [lace_shared::status::ExternalUplink],
 }
 
 /// The core's state (see the module docs).
@@ -981,6 +983,7 @@ fn build_world(core: &Core, cx: BuildInputs<'_>) -> Built {
                         locator,
                         underlay: n.underlay,
                         addresses: n.internal_addresses(),
+                        labels: n.node.metadata.labels.clone().unwrap_or_default(),
                     },
                 );
                 vec![condition(
@@ -1083,6 +1086,7 @@ fn build_world(core: &Core, cx: BuildInputs<'_>) -> Built {
             .map(|n| n.internal_addresses())
             .unwrap_or_default(),
     });
+    world.external_uplinks = cx.external_uplinks.to_vec();
     let (services, services_in_force) = build_services(core, &mut world);
     Built {
         world,
@@ -1637,8 +1641,9 @@ pub fn world_changes(old: &World, new: &World) -> Vec<Change> {
             .into_iter()
             .map(Change::NetworkPolicy),
     );
-    if old.host != new.host {
-        // Every programmed network routes the node's addresses to it.
+    if old.host != new.host || old.external_uplinks != new.external_uplinks {
+        // Every programmed network routes the node's addresses to the host; static routes'
+        // next hops are checked against the node's external subnets.
         out.push(Change::All);
     }
     out.extend(learned_changes(&old.learned, &new.learned));
@@ -1788,6 +1793,7 @@ spec: {podSelector: {}}
             ipam,
             attached,
             host: None,
+            external_uplinks: &[],
         });
         (changes, out.answers)
     }

@@ -32,6 +32,7 @@ pub mod cluster_state;
 pub mod config;
 pub mod control;
 pub mod core;
+pub mod external;
 pub mod heap;
 pub mod host;
 pub mod learning;
@@ -207,10 +208,13 @@ impl Daemon {
             )?),
             None => None,
         };
+        let uplinks = external::ForwarderUplinks::new(&p.forwarder_status());
         fn kept<S: control::IpamStore, R: status::StatusSink>(
             c: Control<S, R>,
             host: Option<host::HostInterface>,
+            uplinks: external::ForwarderUplinks,
         ) -> Box<Control<S, R>> {
+            let c = c.with_uplinks(uplinks);
             Box::new(match host {
                 Some(h) => c.with_host(h),
                 None => c,
@@ -234,6 +238,7 @@ impl Daemon {
                         )
                         .with_learning(Learning::new(Box::new(store), &p.node)),
                         host,
+                        uplinks,
                     )),
                     StoreSignal::File(learned),
                 )
@@ -261,6 +266,7 @@ impl Daemon {
                         )
                         .with_learning(Learning::new(Box::new(store), &p.node)),
                         host,
+                        uplinks,
                     )),
                     signal,
                 )

@@ -26,6 +26,7 @@ fn net(name: &str, id: u32, learning: bool) -> NetworkModel {
             learning: learning.then(|| NonZeroU32::new(AGING_S).unwrap()),
             ..L2Config::default()
         },
+        uplinks: Vec::new(),
     }
 }
 

@@ -26,7 +26,8 @@ Configuration file (TOML; flags override it):
   [eal]     memory (hugepages|in-memory|no-huge), memory_mb, lcores, file_prefix, extra
   [uplink]  device (net_… devargs or PCI address), address, mtu, queues,
             large_frames (a memif link between forwarders: TCP segments cross whole)
-  [[uplink.external]]  addresses (the node's own on external networks, e.g. 192.0.2.10/24)
+  [[uplink.external]]  addresses (the node's own on external networks, e.g. 192.0.2.10/24),
+            interface (optional: the name Networks' spec.uplinks[].interface give it)
   [srv6]    hop_limit, flow_seed (the outer source comes from lace-control's tables)
   [workers] count, polling (busy|adaptive)
   [pods]    mechanism (packet_socket|af_packet|af_xdp)

@@ -145,12 +145,10 @@ pub struct UplinkConfig {
     /// RX queues (RSS); 0 = one per worker.
     pub queues: u16,
     /// The node's own addresses on external networks reached through the uplink
-    /// (`[[uplink.external]]`, ADR 0054): the forwarder answers ARP / NDP and echo for them.
-    #[serde(
-        serialize_with = "as_external_entries",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub external: Vec<UplinkAddress>,
+    /// (`[[uplink.external]]`, ADR 0054): the forwarder answers ARP / NDP and echo for them,
+    /// and publishes them in its status region for control.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub external: Vec<ExternalEntry>,
     /// The link carries frames of up to 64 KiB between lace forwarders (`large_frames`, ADR
     /// 0055; a `net_memif` between two forwarders only): a pod's TCP segment crosses it whole, its
     /// checksum left partial, and a frame longer than the MTU arriving on it is taken as such a
@@ -179,17 +177,38 @@ impl std::fmt::Display for UplinkAddress {
     }
 }
 
-/// The external addresses as the file gives them (one `[[uplink.external]]` entry), so that
-/// the effective configuration `lace-forwarder check` prints is a configuration it accepts.
-fn as_external_entries<S: serde::Serializer>(
-    addrs: &[UplinkAddress],
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    struct Entry<'a> {
-        addresses: &'a [UplinkAddress],
+/// One `[[uplink.external]]` entry: the node's addresses on an external network's subnet, and
+/// the interface name a Network's `spec.uplinks[].interface` gives for it (none: an entry
+/// that only Networks naming no interface use).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExternalEntry {
+    /// `interface`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// `addresses`.
+    pub addresses: Vec<UplinkAddress>,
+}
+
+impl UplinkConfig {
+    /// Every `[[uplink.external]]` address, as the pipeline's uplink hosts take them.
+    pub fn external_addresses(&self) -> Vec<(IpAddr, u8)> {
+        self.external
+            .iter()
+            .flat_map(|e| &e.addresses)
+            .map(|a| (a.addr, a.prefix_len))
+            .collect()
     }
-    [Entry { addresses: addrs }].serialize(s)
+
+    /// The `[[uplink.external]]` entries as the status region publishes them.
+    pub fn external_uplinks(&self) -> Vec<lace_shared::status::ExternalUplink> {
+        self.external
+            .iter()
+            .map(|e| lace_shared::status::ExternalUplink {
+                interface: e.interface.clone().unwrap_or_default(),
+                addresses: e.addresses.iter().map(|a| (a.addr, a.prefix_len)).collect(),
+            })
+            .collect()
+    }
 }
 
 impl Serialize for UplinkAddress {
@@ -417,6 +436,7 @@ struct FileUplink {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileExternal {
+    interface: Option<String>,
     addresses: Vec<String>,
 }
 
@@ -629,7 +649,7 @@ impl Config {
             });
         }
 
-        let external = external_addresses(&f.uplink.external, address)?;
+        let external = external_entries(&f.uplink.external, address)?;
         let large_frames = f.uplink.large_frames.unwrap_or(false);
         if large_frames {
             check_large_frame_link(&device)?;
@@ -903,8 +923,62 @@ fn check_large_frame_link(device: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `[[uplink.external]]`'s addresses: each `address/prefix-length`, unicast, not the underlay
-/// address, none twice, at most [`UplinkHosts::MAX`] per address family.
+/// `[[uplink.external]]`: at most [`MAX_EXTERNAL_UPLINKS`] entries, each named at most once
+/// (1 to [`EXTERNAL_NAME_LEN`] bytes, no whitespace) or unnamed; their addresses each
+/// `address/prefix-length`, unicast, not the underlay address, none twice, at most
+/// [`UplinkHosts::MAX`] per address family.
+fn external_entries(
+    entries: &[FileExternal],
+    underlay: Ipv6Addr,
+) -> Result<Vec<ExternalEntry>, ConfigError> {
+    use lace_shared::status::{EXTERNAL_NAME_LEN, MAX_EXTERNAL_UPLINKS};
+    if entries.len() > MAX_EXTERNAL_UPLINKS {
+        return Err(ConfigError::Invalid {
+            field: "uplink.external",
+            value: format!("{} entries", entries.len()),
+            why: format!("are too many: at most {MAX_EXTERNAL_UPLINKS}"),
+        });
+    }
+    let mut out: Vec<ExternalEntry> = Vec::new();
+    for e in entries {
+        if let Some(name) = &e.interface {
+            let why = if name.is_empty() || name.len() > EXTERNAL_NAME_LEN {
+                Some(format!(
+                    "must be 1 to {EXTERNAL_NAME_LEN} bytes (omit it for an unnamed entry)"
+                ))
+            } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                Some("must not contain whitespace".to_owned())
+            } else if out.iter().any(|o| o.interface.as_ref() == Some(name)) {
+                Some(
+                    "names two entries: give each interface one entry with all its addresses"
+                        .into(),
+                )
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(ConfigError::Invalid {
+                    field: "uplink.external.interface",
+                    value: name.clone(),
+                    why,
+                });
+            }
+        }
+        out.push(ExternalEntry {
+            interface: e.interface.clone(),
+            addresses: Vec::new(),
+        });
+    }
+    let addresses = external_addresses(entries, underlay)?;
+    let mut next = addresses.into_iter();
+    for (o, e) in out.iter_mut().zip(entries) {
+        o.addresses = next.by_ref().take(e.addresses.len()).collect();
+    }
+    Ok(out)
+}
+
+/// Every `[[uplink.external]]` address, in order: each `address/prefix-length`, unicast, not the
+/// underlay address, none twice, at most [`UplinkHosts::MAX`] per address family.
 fn external_addresses(
     entries: &[FileExternal],
     underlay: Ipv6Addr,
@@ -1027,10 +1101,24 @@ mod tests {
              [[uplink.external]]\naddresses = [\"198.51.100.7/25\"]"
         ))
         .unwrap();
-        let shown: Vec<String> = c.uplink.external.iter().map(|a| a.to_string()).collect();
+        let shown: Vec<String> = c
+            .uplink
+            .external_addresses()
+            .iter()
+            .map(|(a, l)| format!("{a}/{l}"))
+            .collect();
         assert_eq!(
             shown,
             ["192.0.2.10/24", "2001:db8::10/64", "198.51.100.7/25"]
+        );
+        // Each entry keeps its own addresses, and the status region gets them so.
+        let published = c.uplink.external_uplinks();
+        assert_eq!(published.len(), 2);
+        assert_eq!(published[0].addresses.len(), 2);
+        assert_eq!(published[1].interface, "");
+        assert_eq!(
+            published[1].addresses,
+            [("198.51.100.7".parse().unwrap(), 25)]
         );
         // The effective configuration `check` prints is read back the same.
         let printed = toml::to_string(&c).unwrap();
@@ -1063,6 +1151,51 @@ mod tests {
         }
         let nine: Vec<String> = (1..=9).map(|i| format!("\"192.0.2.{i}/24\"")).collect();
         assert!(err(&nine.join(", ")).contains("at most 8"));
+    }
+
+    #[test]
+    fn external_entries_are_named_once() {
+        let entry = |name: &str, addr: &str| {
+            format!("[[uplink.external]]\ninterface = \"{name}\"\naddresses = [\"{addr}\"]\n")
+        };
+        let c = load(&format!(
+            "{MINIMAL}\n{}{}",
+            entry("eth1", "192.0.2.10/24"),
+            entry("vf-3", "198.51.100.7/25")
+        ))
+        .unwrap();
+        let published = c.uplink.external_uplinks();
+        assert_eq!(
+            published
+                .iter()
+                .map(|e| e.interface.as_str())
+                .collect::<Vec<_>>(),
+            ["eth1", "vf-3"]
+        );
+        let printed = toml::to_string(&c).unwrap();
+        assert_eq!(load(&printed).unwrap().uplink, c.uplink, "{printed}");
+        for (entries, why) in [
+            (
+                entry("eth1", "192.0.2.10/24") + &entry("eth1", "192.0.2.11/24"),
+                "names two entries",
+            ),
+            (entry("", "192.0.2.10/24"), "1 to 32 bytes"),
+            (entry(&"e".repeat(33), "192.0.2.10/24"), "1 to 32 bytes"),
+            (entry("eth 1", "192.0.2.10/24"), "whitespace"),
+        ] {
+            let e = load(&format!("{MINIMAL}\n{entries}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("uplink.external.interface") && e.contains(why),
+                "{e}"
+            );
+        }
+        let many: String = (0..17)
+            .map(|i| entry(&format!("e{i}"), &format!("192.0.2.{}/24", i + 1)))
+            .collect();
+        let e = load(&format!("{MINIMAL}\n{many}")).unwrap_err().to_string();
+        assert!(e.contains("at most 16"), "{e}");
     }
 
     #[test]

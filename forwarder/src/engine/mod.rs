@@ -105,6 +105,9 @@ pub fn run(config: &Config, stop: &AtomicBool) -> anyhow::Result<()> {
     )?;
     let status = Arc::new(status);
     status.set_state(RunState::Starting);
+    status
+        .set_external(&config.uplink.external_uplinks())
+        .context("publishing uplink.external in the status region")?;
 
     let args = config.eal_args(&config::allowed_cpus());
     tracing::info!(name = %config.name, "starting DPDK: {}", args.join(" "));
@@ -208,13 +211,7 @@ fn run_with_eal(
     status.set_port(PortId::UPLINK, 0, PortState::Up);
 
     let flow_seed = config.srv6.flow_seed.unwrap_or_else(random_seed);
-    let hosts: Vec<_> = config
-        .uplink
-        .external
-        .iter()
-        .map(|a| (a.addr, a.prefix_len))
-        .collect();
-    let uplink_hosts = pipeline::UplinkHosts::new(&hosts)
+    let uplink_hosts = pipeline::UplinkHosts::new(&config.uplink.external_addresses())
         .context("uplink.external.addresses: too many per address family")?;
     let pipeline_config = pipeline::Config {
         uplink_mac,

@@ -177,6 +177,7 @@ impl Universe {
                     locator: format!("fc00:0:{k:x}::/48").parse().expect("literal"),
                     underlay: format!("fd00::{k:x}").parse().expect("literal"),
                     addresses: Vec::new(),
+                    labels: Default::default(),
                 },
             );
             world.allocations.insert(
@@ -198,6 +199,7 @@ impl Universe {
                 external: vec![],
                 anonymous: false,
                 l2: Default::default(),
+                uplinks: Vec::new(),
             },
         );
         let mut u = Universe {

@@ -1,0 +1,254 @@
+//! External networks on this node (ADR 0054): which of them it carries, their tables, and the
+//! sources table that classifies what arrives from outside.
+//!
+//! - **Which.** An external network is programmed on this node when one of its
+//!   `spec.uplinks[]` entries selects the node (the first whose `nodeSelector` matches the
+//!   node's labels wins). An entry with a `vlan` is not carried yet (step 4 of ADR 0054): noted,
+//!   not programmed.
+//! - **Its table.** Each static route of that entry, `destination → NextHop::Uplink { UPLINK,
+//!   nextHop }`, once its next hop is checked against the node's subnets there: the addresses of
+//!   the `[[uplink.external]]` entries of the node's forwarder ([`World::external_uplinks`]) that
+//!   the entry's `interface` names (every one when it names none). A next hop on none of them,
+//!   or one of the node's own addresses, is noted with the route and the reason, and the route
+//!   is left out.
+//! - **The sources table** ([`NetworkId::EXTERNAL_SOURCES`]): every external network's
+//!   `externalPrefixes` → `NextHop::Network { id }`, the forwarder's classification of a plain
+//!   packet from the uplink by its source, longest match across networks. Programmed when the
+//!   node carries an external network. A prefix two networks list stays the first's (by name),
+//!   noted.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use lace_shared::status::ExternalUplink;
+use lace_shared::types::{
+    L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, PortId,
+};
+
+use super::routes::Ctx;
+use super::{NetworkTables, Note, NoteKind, Route};
+use crate::api::NetworkType;
+use crate::world::{NetworkModel, UplinkModel, World};
+
+/// The external networks' tables on this node.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct ExternalTables {
+    /// Each external network this node carries: (name, id, tables), by name.
+    pub networks: Vec<(String, NetworkId, NetworkTables)>,
+    /// The sources table (when the node carries an external network).
+    pub sources: Option<NetworkTables>,
+    /// What was left out, and why.
+    pub notes: Vec<Note>,
+}
+
+fn net_obj(name: &str) -> String {
+    format!("Network {name}")
+}
+
+/// The first `spec.uplinks[]` entry of `net` that selects a node with `labels`, with its index.
+pub(super) fn uplink_of<'a>(
+    net: &'a NetworkModel,
+    labels: &BTreeMap<String, String>,
+) -> Option<(usize, &'a UplinkModel)> {
+    net.uplinks
+        .iter()
+        .enumerate()
+        .find(|(_, u)| u.selects(labels))
+}
+
+/// The external networks' tables on this node (see the module docs).
+pub(super) fn compile(ctx: &Ctx<'_>) -> ExternalTables {
+    let mut out = ExternalTables::default();
+    let externals = || {
+        ctx.world
+            .networks
+            .values()
+            .filter(|n| n.kind == NetworkType::External)
+    };
+    for net in externals() {
+        let Some((i, up)) = uplink_of(net, &ctx.me.labels) else {
+            continue;
+        };
+        if let Some(vlan) = up.vlan {
+            out.notes.push(Note {
+                kind: NoteKind::Unsupported,
+                object: net_obj(&net.name),
+                message: format!(
+                    "spec.uplinks[{i}] selects node {} with VLAN {vlan}; VLANs on the uplink \
+                     are not carried yet, so the network is not programmed there",
+                    ctx.me.name
+                ),
+            });
+            continue;
+        }
+        let routes = static_routes(ctx, net, i, up, &mut out.notes);
+        out.networks
+            .push((net.name.clone(), net.id, tables(ctx, routes)));
+    }
+    if !out.networks.is_empty() {
+        out.sources = Some(tables(ctx, sources(ctx.world, &mut out.notes)));
+    }
+    out
+}
+
+/// An external network's tables with `routes`: no gateway of its own (the node's addresses
+/// there are the forwarder's configuration), nothing tracked.
+fn tables(ctx: &Ctx<'_>, routes: BTreeMap<IpNet, Route>) -> NetworkTables {
+    NetworkTables {
+        info: NetworkInfo {
+            kind: NetworkKind::External,
+            anonymous: false,
+            gateway_mac: MacAddr([0; 6]),
+            gateway4: None,
+            gateway6: None,
+            mtu: ctx.cfg.pod_mtu_of(NetworkKind::External),
+            stateful: false,
+            l2: L2Settings::default(),
+        },
+        routes,
+        services: BTreeMap::new(),
+        neighbors: BTreeMap::new(),
+        fdb: BTreeMap::new(),
+        flood: Vec::new(),
+    }
+}
+
+/// The routes of entry `i` (`up`) of `net`: its static routes whose next hop lies on a subnet
+/// of the node's `[[uplink.external]]` entries the uplink entry names.
+fn static_routes(
+    ctx: &Ctx<'_>,
+    net: &NetworkModel,
+    i: usize,
+    up: &UplinkModel,
+    notes: &mut Vec<Note>,
+) -> BTreeMap<IpNet, Route> {
+    let mut routes = BTreeMap::new();
+    if up.static_routes.is_empty() {
+        return routes;
+    }
+    let node = &ctx.me.name;
+    let carriers: Vec<&ExternalUplink> = ctx
+        .world
+        .external_uplinks
+        .iter()
+        .filter(|u| up.interface.as_ref().is_none_or(|i| *i == u.interface))
+        .collect();
+    let interface = match &up.interface {
+        Some(i) => format!("interface {i:?}"),
+        None => "the uplink".to_owned(),
+    };
+    if carriers.is_empty() {
+        notes.push(Note {
+            kind: NoteKind::Inconsistent,
+            object: net_obj(&net.name),
+            message: format!(
+                "spec.uplinks[{i}] selects node {node}, whose forwarder has no \
+                 [[uplink.external]] entry for {interface}: its static routes are not \
+                 programmed there. Give the forwarder the node's address on the network's \
+                 subnet{}",
+                match &up.interface {
+                    Some(i) => format!(" in an entry with interface = {i:?}"),
+                    None => String::new(),
+                }
+            ),
+        });
+        return routes;
+    }
+    let subnets: Vec<(IpAddr, IpNet)> = carriers
+        .iter()
+        .flat_map(|u| &u.addresses)
+        .filter_map(|&(a, len)| Some((a, IpNet::new(a, len).ok()?.trunc())))
+        .collect();
+    for (j, (dst, nh)) in up.static_routes.iter().enumerate() {
+        let why = if subnets.iter().any(|(a, _)| a == nh) {
+            Some("is the node's own address there".to_owned())
+        } else if !subnets.iter().any(|(_, s)| s.contains(nh)) {
+            let mut on: Vec<String> = subnets
+                .iter()
+                .filter(|(a, _)| a.is_ipv4() == nh.is_ipv4())
+                .map(|(_, s)| s.to_string())
+                .collect();
+            on.dedup();
+            Some(if on.is_empty() {
+                format!(
+                    "is on none of its subnets on {interface}: the node has no {} address there",
+                    if nh.is_ipv4() { "IPv4" } else { "IPv6" }
+                )
+            } else {
+                format!(
+                    "is on none of its subnets on {interface} ({})",
+                    on.join(", ")
+                )
+            })
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            notes.push(Note {
+                kind: NoteKind::Inconsistent,
+                object: net_obj(&net.name),
+                message: format!(
+                    "spec.uplinks[{i}].staticRoutes[{j}] ({dst} via {nh}) is not programmed on \
+                     node {node}: the next hop {why}"
+                ),
+            });
+            continue;
+        }
+        let route = Route::from(NextHop::Uplink {
+            port: PortId::UPLINK,
+            gateway: match *nh {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            },
+        });
+        match routes.get(dst) {
+            None => {
+                routes.insert(*dst, route);
+            }
+            Some(kept) if *kept == route => {}
+            Some(kept) => notes.push(Note {
+                kind: NoteKind::Conflict,
+                object: net_obj(&net.name),
+                message: format!(
+                    "spec.uplinks[{i}].staticRoutes[{j}]: {dst} via {nh}, but an earlier route \
+                     sends {dst} via {}; kept the first",
+                    match kept.nh {
+                        NextHop::Uplink { gateway, .. } => gateway.to_canonical().to_string(),
+                        other => format!("{other:?}"),
+                    }
+                ),
+            }),
+        }
+    }
+    routes
+}
+
+/// The sources table: every external network's prefixes → the network (first by name).
+fn sources(world: &World, notes: &mut Vec<Note>) -> BTreeMap<IpNet, Route> {
+    let mut owner: BTreeMap<IpNet, &str> = BTreeMap::new();
+    let mut routes = BTreeMap::new();
+    for net in world
+        .networks
+        .values()
+        .filter(|n| n.kind == NetworkType::External)
+    {
+        for p in &net.external {
+            let p = p.trunc();
+            if let Some(first) = owner.get(&p) {
+                notes.push(Note {
+                    kind: NoteKind::Conflict,
+                    object: net_obj(&net.name),
+                    message: format!(
+                        "external prefix {p} is also network {first}'s; packets from it belong \
+                         to {first}. Give external networks distinct prefixes"
+                    ),
+                });
+                continue;
+            }
+            owner.insert(p, &net.name);
+            routes.insert(p, Route::from(NextHop::Network { net: net.id }));
+        }
+    }
+    routes
+}
