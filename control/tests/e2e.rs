@@ -8,7 +8,8 @@
 //! in; a second ADD of an existing interface is refused (CNI spec) and changes nothing, and an
 //! ADD retried after the pod's interface vanished rebuilds the forwarder's port so traffic
 //! flows again; forwarding survives a killed lace-control, and after its restart nothing is
-//! reallocated; a restarted forwarder forwards again from the shared tables.
+//! reallocated; a restarted forwarder forwards again from the shared tables. An external network
+//! carries hosts outside the cluster by its static routes, on the node its uplink entry selects.
 //!
 //! Needs root and host tools: `#[ignore]`d, run with `--include-ignored` (as `.ci/run` does); a
 //! missing prerequisite then fails the test, named with what provides it.
@@ -910,4 +911,147 @@ fn l2_learning_and_vm_mobility() {
         to_vm.len(),
         to_vm[0]
     );
+}
+
+/// The external network of [`external_network_end_to_end`]: hosts of 203.0.113.0/24 outside
+/// the cluster, carried by the nodes labelled `lace-cni.io/uplink: "yes"`, whose static routes
+/// lead to 198.51.100.0/24 through the router 192.0.2.1 and to 10.99.0.0/16 through a next hop
+/// off the node's subnet.
+const OUTSIDE: &str = r#"apiVersion: lace-cni.io/v1alpha1
+kind: Network
+metadata: {name: outside}
+spec:
+  type: external
+  externalPrefixes: [203.0.113.0/24]
+  uplinks:
+  - nodeSelector: {matchLabels: {lace-cni.io/uplink: "yes"}}
+    interface: eth1
+    staticRoutes:
+    - {destination: 198.51.100.0/24, nextHop: 192.0.2.1}
+    - {destination: 10.99.0.0/16, nextHop: 198.18.0.1}
+"#;
+
+/// The compiler's notes in node-a's status file.
+fn notes(lab: &Lab) -> Vec<String> {
+    let path = lab.manifests.join(".lace/status-node-a.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    serde_yaml::from_str::<lace_control::daemon::status::StatusFile>(&text)
+        .map(|s| s.notes)
+        .unwrap_or_default()
+}
+
+/// `count` pings from `ns` with source `src` to `dst`; true when all were answered.
+fn ping_from(ns: &str, src: &str, dst: &str, count: u32) -> bool {
+    let c = count.to_string();
+    run_capture(&[
+        "ip", "netns", "exec", ns, "ping", "-c", &c, "-i", "0.2", "-W", "1", "-I", src, dst,
+    ])
+    .is_ok()
+}
+
+/// An external network on the uplink (ADR 0054), with plain Linux namespaces outside the
+/// cluster on the underlay's bridge: a host H (192.0.2.50, and 203.0.113.5 of the network's
+/// prefixes) sends to 198.51.100.9 through node-a (192.0.2.10); node-a classifies the packet by
+/// its source into the external network, and its static route sends it to the router R
+/// (192.0.2.1), found by ARP, which has 198.51.100.9 and answers H directly. A source outside
+/// the prefixes is dropped as `no-external-network`; a static route whose next hop is off the
+/// node's subnet is noted, not programmed; without the route the path is gone; node-b, which
+/// the uplink entry does not select, carries nothing.
+#[test]
+#[ignore = "end-to-end: needs root, ip, ping, ethtool; run with --include-ignored"]
+fn external_network_end_to_end() {
+    use lace_shared::status::DropReason;
+    let _serial = serial();
+    prerequisites([]);
+    let res = Resources::new();
+    let manifests = res.dir.join("manifests");
+    copy_manifests(&examples(), &manifests);
+    let nodes = std::fs::read_to_string(manifests.join("nodes.yaml")).unwrap();
+    let labelled = nodes.replacen(
+        "    kubernetes.io/hostname: node-a\n",
+        "    kubernetes.io/hostname: node-a\n    lace-cni.io/uplink: \"yes\"\n",
+        1,
+    );
+    assert_ne!(labelled, nodes, "node-a's labels in nodes.yaml");
+    write(&manifests.join("nodes.yaml"), &labelled);
+    write(&manifests.join("outside.yaml"), OUTSIDE);
+    let mut lab = Lab::new(res, manifests);
+    lab.forwarder_extra[0] =
+        "\n[[uplink.external]]\ninterface = \"eth1\"\naddresses = [\"192.0.2.10/24\"]\n".into();
+    lab.start();
+
+    // Outside the cluster, on the underlay's bridge: the router and the host.
+    let u = format!("{}-u", lab.res.tag);
+    let (r, h) = (lab.res.netns("r"), lab.res.netns("h"));
+    for (ns, port, addr, lo) in [
+        (&r, "pr", "192.0.2.1/24", "198.51.100.9/32"),
+        (&h, "ph", "192.0.2.50/24", "203.0.113.5/32"),
+    ] {
+        sh(&[
+            "ip", "link", "add", "name", "e0", "netns", ns, "type", "veth", "peer", "name", port,
+            "netns", &u,
+        ]);
+        ipn(&u, &format!("link set dev {port} master br0"));
+        ipn(&u, &format!("link set dev {port} up"));
+        ipn(ns, &format!("addr add {addr} dev e0"));
+        ipn(ns, "link set e0 up");
+        ipn(ns, &format!("addr add {lo} dev lo"));
+    }
+    // R answers the host directly; the host sends 198.51.100.0/24 through node-a.
+    ipn(&r, "route add 203.0.113.0/24 via 192.0.2.50");
+    ipn(&h, "route add 198.51.100.0/24 via 192.0.2.10");
+
+    wait_for("H -> 198.51.100.9 through node-a", WAIT, || {
+        ping_from(&h, "203.0.113.5", "198.51.100.9", 1).then_some(())
+    });
+    assert!(
+        ping_from(&h, "203.0.113.5", "198.51.100.9", 3),
+        "pings lost once the path worked"
+    );
+
+    // The route off the node's subnet is left out, and said so.
+    let why = wait_for("the note on the off-subnet route", WAIT, || {
+        notes(&lab)
+            .into_iter()
+            .find(|n| n.contains("spec.uplinks[0].staticRoutes[1] (10.99.0.0/16 via 198.18.0.1)"))
+    });
+    assert!(
+        why.contains("is on none of its subnets on interface \"eth1\" (192.0.2.0/24)"),
+        "{why}"
+    );
+
+    // A source outside the network's prefixes belongs to no external network.
+    let before = lab.drops(0, DropReason::NoExternalNetwork);
+    assert!(!ping_from(&h, "192.0.2.50", "198.51.100.9", 2));
+    assert!(
+        lab.drops(0, DropReason::NoExternalNetwork) >= before + 2,
+        "no-external-network drops on node-a"
+    );
+
+    // Node-b is not selected: it has no table for the network.
+    let t = lace_control::compile::read_back(&lace_shared::tables::TablesConfig {
+        dir: SHM.into(),
+        name: lab.tables_name(1),
+        size: 0,
+        reader_slots: 0,
+    })
+    .unwrap();
+    assert!(!t
+        .networks
+        .contains_key(&lace_shared::types::NetworkId::EXTERNAL_SOURCES));
+
+    // Without the static route, node-a has no way there.
+    write(
+        &lab.manifests.join("outside.yaml"),
+        &OUTSIDE.replace(
+            "    - {destination: 198.51.100.0/24, nextHop: 192.0.2.1}\n",
+            "",
+        ),
+    );
+    wait_for("the path gone with its route", WAIT, || {
+        (!ping_from(&h, "203.0.113.5", "198.51.100.9", 1)).then_some(())
+    });
+    let before = lab.drops(0, DropReason::NoRoute);
+    assert!(!ping_from(&h, "203.0.113.5", "198.51.100.9", 2));
+    assert!(lab.drops(0, DropReason::NoRoute) >= before + 2);
 }

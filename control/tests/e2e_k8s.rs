@@ -182,6 +182,7 @@ impl Lab {
             node,
             &tables,
             underlay,
+            "",
         );
         self.forwarders[k] = Some(fwd);
     }

@@ -55,8 +55,8 @@ pub fn underlay(res: &mut Resources, nodes: &[&str]) -> Vec<String> {
 }
 
 /// Starts `fwd_bin` in `node_ns` for table set `tables` (uplink `ul` with address
-/// `underlay`, one adaptive worker, packet-socket pods, no huge pages) and waits until it
-/// runs. Config and log in `res.dir`, named after `node`.
+/// `underlay`, one adaptive worker, packet-socket pods, no huge pages, then `extra` lines of
+/// configuration) and waits until it runs. Config and log in `res.dir`, named after `node`.
 pub fn start_forwarder(
     res: &Resources,
     fwd_bin: &Path,
@@ -64,6 +64,7 @@ pub fn start_forwarder(
     node: &str,
     tables: &str,
     underlay: &str,
+    extra: &str,
 ) -> Proc {
     let cfg = res.dir.join(format!("forwarder-{node}.toml"));
     write(
@@ -90,7 +91,7 @@ polling = "adaptive"
 
 [pods]
 mechanism = "packet_socket"
-"#
+{extra}"#
         ),
     );
     let argv: Vec<String> = vec![

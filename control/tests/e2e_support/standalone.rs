@@ -28,6 +28,8 @@ pub struct Lab {
     pub node_ns: Vec<String>,
     /// The directory both controls read.
     pub manifests: PathBuf,
+    /// More forwarder configuration per node (TOML lines after the lab's own).
+    pub forwarder_extra: [String; 2],
     fwd_bin: PathBuf,
 }
 
@@ -72,6 +74,7 @@ impl Lab {
             res,
             node_ns,
             manifests,
+            forwarder_extra: Default::default(),
             fwd_bin,
         }
     }
@@ -157,6 +160,7 @@ impl Lab {
             name,
             &tables,
             underlay,
+            &self.forwarder_extra[k],
         );
         self.forwarders[k] = Some(fwd);
     }
