@@ -1369,7 +1369,13 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
         "Network ext-b",
         &["203.0.113.0/24 is also network ext-a's"],
     );
-    assert_eq!(notes.len(), 5, "{notes:#?}");
+    for net in ["Network ext-b", "Network ext-c"] {
+        has(NoteKind::Inconsistent, net, &["no node carries it"]);
+    }
+    assert_eq!(notes.len(), 7, "{notes:#?}");
+    // Other nodes reach the network through node 1's End.DT46 SID of it.
+    let dt46 = encode_sid(node(1).locator, SidFunction::EndDt46, NetworkId(20)).unwrap();
+    assert_eq!(v.sid(dt46), Some(SidBehavior::EndDt46(NetworkId(20))));
 
     // What the tables hold is read back as it was compiled.
     assert_eq!(read_back(&r.cfg).unwrap(), compiled.tables);
@@ -1407,6 +1413,96 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
         .tables
         .networks
         .contains_key(&NetworkId::EXTERNAL_SOURCES));
+}
+
+/// Routing policy to and from an external network: the pods' network reaches the external
+/// prefixes (narrowed by the policy) out of the uplink on the node that carries the external
+/// network, and through that node's End.DT46 SID of it elsewhere; the external network's table
+/// there reaches the pods back. One way from outside: the pods' network gets the external
+/// prefixes reply-only.
+#[test]
+fn routing_policy_opens_paths_to_and_from_an_external_network() {
+    let mut world = external_world();
+    add_network(&mut world, 2);
+    allocate(&mut world, 2, 1);
+    allocate(&mut world, 2, 2);
+    add_pod(&mut world, 2, 1, 2);
+    add_pod(&mut world, 2, 2, 2);
+    world.routing.push(policy(
+        "out",
+        &[1],
+        0,
+        &["203.0.113.64/26", "2001:db8:100::/48"],
+    ));
+    world.routing[0].destination = "ext-a".into();
+    let mut back = policy("in", &[0], 2, &[]);
+    back.sources = vec!["ext-a".into()];
+    back.direction = Direction::SourceToDestination;
+    world.routing.push(back);
+
+    let uplink = desired(&world, &name(1), cfg()).unwrap();
+    let elsewhere = desired(&world, &name(2), cfg()).unwrap();
+    let fib = |t: &lace_control::compile::Compiled, n: u32| {
+        t.tables.networks[&NetworkId(n)].routes.clone()
+    };
+
+    // Node 1 carries ext-a: net-1 leaves through the uplink, by ext-a's static routes, for the
+    // policy's prefixes of ext-a only.
+    let n1 = fib(&uplink, 1);
+    assert_eq!(
+        n1.get(&p("203.0.113.64/26")).map(|r| r.nh),
+        Some(via("192.0.2.1"))
+    );
+    assert_eq!(
+        n1.get(&p("2001:db8:100::/48")).map(|r| r.nh),
+        Some(via("2001:db8::1"))
+    );
+    assert!(!n1.contains_key(&p("203.0.113.0/24")) && !n1.contains_key(&p("0.0.0.0/0")));
+    // Node 2 does not: the same prefixes go to node 1's End.DT46 SID of ext-a.
+    let to_uplink = NextHop::Remote {
+        node: NodeId(1),
+        sid: encode_sid(node(1).locator, SidFunction::EndDt46, NetworkId(20)).unwrap(),
+    };
+    let n2 = fib(&elsewhere, 1);
+    assert_eq!(n2.get(&p("203.0.113.64/26")).map(|r| r.nh), Some(to_uplink));
+    assert_eq!(
+        n2.get(&p("2001:db8:100::/48")).map(|r| r.nh),
+        Some(to_uplink)
+    );
+    assert!(!elsewhere.tables.networks.contains_key(&NetworkId(20)));
+
+    // ext-a's table on node 1: its static routes, net-1's pods back (bidirectional) and net-2's
+    // (it is the source of "in").
+    let ext = fib(&uplink, 20);
+    assert_eq!(ext[&p("0.0.0.0/0")].nh, via("192.0.2.1"));
+    assert_eq!(
+        ext[&IpNet::from(IpAddr::V4(addr4(1, 1, 2)))].nh,
+        local(1, 1, 2)
+    );
+    assert_eq!(ext[&IpNet::V4(block4(1, 2))].nh, remote(2, 1));
+    assert_eq!(ext[&IpNet::V4(block4(2, 2))].nh, remote(2, 2));
+    assert_eq!(
+        ext[&IpNet::from(IpAddr::V4(addr4(2, 1, 2)))].nh,
+        local(2, 1, 2)
+    );
+    assert!(ext.values().all(|r| r.flags == RouteFlags::NONE));
+    assert!(!uplink.tables.networks[&NetworkId(20)].info.stateful);
+
+    // One way from outside: net-2 answers ext-a's hosts only (reply-only routes), and tracks.
+    for (t, nh) in [(&uplink, via("192.0.2.1")), (&elsewhere, to_uplink)] {
+        let n = fib(t, 2);
+        let r = n[&p("203.0.113.0/24")];
+        assert_eq!((r.nh, r.flags), (nh, RouteFlags::REPLY_ONLY));
+        assert!(t.tables.networks[&NetworkId(2)].info.stateful);
+    }
+    assert!(
+        uplink
+            .notes
+            .iter()
+            .all(|n| !n.object.starts_with("NetworkRoutingPolicy")),
+        "{:#?}",
+        uplink.notes
+    );
 }
 
 /// A network numbered with a reserved table's id (one numbered before the id was reserved) is

@@ -929,6 +929,16 @@ spec:
     staticRoutes:
     - {destination: 198.51.100.0/24, nextHop: 192.0.2.1}
     - {destination: 10.99.0.0/16, nextHop: 198.18.0.1}
+    - {destination: 203.0.113.0/24, nextHop: 192.0.2.50}
+"#;
+
+/// Opens the path between the pods of `backend` and the hosts of `outside`, both ways.
+const BACKEND_OUTSIDE: &str = r#"apiVersion: lace-cni.io/v1alpha1
+kind: NetworkRoutingPolicy
+metadata: {name: backend-outside}
+spec:
+  sources: [backend]
+  destination: {network: outside}
 "#;
 
 /// The compiler's notes in node-a's status file.
@@ -956,7 +966,9 @@ fn ping_from(ns: &str, src: &str, dst: &str, count: u32) -> bool {
 /// (192.0.2.1), found by ARP, which has 198.51.100.9 and answers H directly. A source outside
 /// the prefixes is dropped as `no-external-network`; a static route whose next hop is off the
 /// node's subnet is noted, not programmed; without the route the path is gone; node-b, which
-/// the uplink entry does not select, carries nothing.
+/// the uplink entry does not select, carries no table of its own. Pods of `backend` reach the
+/// host only once a routing policy opens `outside` to them: from node-a out of its uplink, from
+/// node-b over SRv6 to node-a and out there; the host's replies come back the reverse way.
 #[test]
 #[ignore = "end-to-end: needs root, ip, ping, ethtool; run with --include-ignored"]
 fn external_network_end_to_end() {
@@ -1029,16 +1041,34 @@ fn external_network_end_to_end() {
     );
 
     // Node-b is not selected: it has no table for the network.
-    let t = lace_control::compile::read_back(&lace_shared::tables::TablesConfig {
-        dir: SHM.into(),
-        name: lab.tables_name(1),
-        size: 0,
-        reader_slots: 0,
-    })
-    .unwrap();
-    assert!(!t
+    let tables_of = |k: usize| {
+        lace_control::compile::read_back(&lace_shared::tables::TablesConfig {
+            dir: SHM.into(),
+            name: lab.tables_name(k),
+            size: 0,
+            reader_slots: 0,
+        })
+        .unwrap()
+    };
+    assert!(!tables_of(1)
         .networks
         .contains_key(&lace_shared::types::NetworkId::EXTERNAL_SOURCES));
+
+    // Pods: isolated from the outside until a routing policy opens it.
+    let here = lab.add_pod(0, "team-blue", "backend-2");
+    let there = lab.add_pod(1, "team-blue", "backend-1");
+    ipn(&h, "route add 10.40.0.0/16 via 192.0.2.10");
+    for p in [&here, &there] {
+        assert!(
+            !ping(p, "203.0.113.5".parse().unwrap(), 2),
+            "{} reached the outside without a routing policy",
+            p.name
+        );
+    }
+    write(&lab.manifests.join("backend-outside.yaml"), BACKEND_OUTSIDE);
+    for p in [&here, &there] {
+        reachable(p, "203.0.113.5".parse().unwrap());
+    }
 
     // Without the static route, node-a has no way there.
     write(

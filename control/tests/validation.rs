@@ -1229,17 +1229,18 @@ fn routing_support_says_what_is_not_supported_yet() {
             "{sources: [frontend], destination: {network: backend}, nextHop: {gateway: 192.0.2.1}}",
             &[Unsupported::NextHopGateway],
         ),
+        // External networks are routed to and from; one way only from them.
+        ("{sources: [frontend], destination: {network: corp}}", &[]),
+        ("{sources: [corp], destination: {network: backend}, direction: sourceToDestination}", &[]),
+        ("{sources: [corp], destination: {network: internet}}", &[]),
         (
-            "{sources: [frontend], destination: {network: corp}}",
-            &[Unsupported::DestinationKind { network: "corp".into(), kind: "external" }],
+            "{sources: [frontend], destination: {network: corp}, direction: sourceToDestination}",
+            &[Unsupported::OneWayToExternal { network: "corp".into() }],
         ),
         // l2 networks are routed to and from (through their gateway).
         ("{sources: [frontend], destination: {network: storage}}", &[]),
         ("{sources: [storage], destination: {network: backend}, direction: sourceToDestination}", &[]),
-        (
-            "{sources: [frontend, internet, storage], destination: {network: backend}}",
-            &[Unsupported::SourceKind { index: 1, network: "internet".into(), kind: "external" }],
-        ),
+        ("{sources: [frontend, internet, storage], destination: {network: backend}}", &[]),
         // One-way paths between l3 networks are compiled (reply-only routes back).
         (
             "{sources: [frontend], destination: {network: backend}, direction: sourceToDestination}",
@@ -1249,8 +1250,7 @@ fn routing_support_says_what_is_not_supported_yet() {
             "{sources: [corp], destination: {network: corp}, direction: sourceToDestination, nextHop: {gateway: 192.0.2.1}}",
             &[
                 Unsupported::NextHopGateway,
-                Unsupported::DestinationKind { network: "corp".into(), kind: "external" },
-                Unsupported::SourceKind { index: 0, network: "corp".into(), kind: "external" },
+                Unsupported::OneWayToExternal { network: "corp".into() },
             ],
         ),
     ];
@@ -1270,12 +1270,8 @@ fn routing_support_says_what_is_not_supported_yet() {
         (Unsupported::NextHopEndpoint, "spec.nextHop.endpoint (a transit endpoint) is not supported yet"),
         (Unsupported::NextHopGateway, "spec.nextHop.gateway (an uplink gateway) is not supported yet"),
         (
-            Unsupported::DestinationKind { network: "corp".into(), kind: "external" },
-            "spec.destination.network \"corp\" is an external network; paths to external networks are not supported yet",
-        ),
-        (
-            Unsupported::SourceKind { index: 1, network: "internet".into(), kind: "external" },
-            "spec.sources[1] \"internet\" is an external network; paths from external networks are not supported yet",
+            Unsupported::OneWayToExternal { network: "corp".into() },
+            "spec.destination.network \"corp\" is an external network and the direction is sourceToDestination; one-way paths to external networks are not supported yet (use bidirectional)",
         ),
     ];
     for (u, m) in &messages {

@@ -52,6 +52,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lace_shared::types::{IfName, MacAddr, NetworkId, NodeId};
 
 use crate::api::limits::*;
+use crate::api::Direction;
 use crate::api::{
     AllocationSpec, FdbEntrySpec, L2Spec, LabelSelector, LabelSelectorRequirement, NeighborSpec,
     NetworkBindingPolicySpec, NetworkEndpointSpec, NetworkRoutingPolicySpec, NetworkSpec,
@@ -589,25 +590,12 @@ pub enum Unsupported {
     /// An uplink gateway as next hop.
     #[error("spec.nextHop.gateway (an uplink gateway) is not supported yet")]
     NextHopGateway,
-    /// A destination network of a type the compiler does not route to yet (external: the
-    /// uplink side).
-    #[error("spec.destination.network {network:?} is an {kind} network; paths to {kind} networks are not supported yet")]
-    DestinationKind {
+    /// A one-way path toward an external network: its replies come back through the uplink
+    /// node, which does not track the connections opened toward it yet.
+    #[error("spec.destination.network {network:?} is an external network and the direction is sourceToDestination; one-way paths to external networks are not supported yet (use bidirectional)")]
+    OneWayToExternal {
         /// The network.
         network: String,
-        /// Its type (`external`).
-        kind: &'static str,
-    },
-    /// A source network of a type the compiler does not route from yet (with a bidirectional
-    /// path a source is also a destination).
-    #[error("spec.sources[{index}] {network:?} is an {kind} network; paths from {kind} networks are not supported yet")]
-    SourceKind {
-        /// Index in `spec.sources`.
-        index: usize,
-        /// The network.
-        network: String,
-        /// Its type (`external`).
-        kind: &'static str,
     },
 }
 
@@ -1802,25 +1790,12 @@ pub fn routing_support(
             features.push(Unsupported::NextHopGateway);
         }
     }
-    // l3 and l2 networks are routed between so far.
-    let unsupported_kind = |network: &str| match kind_of(network) {
-        Some(t @ NetworkType::External) => Some(t.as_str()),
-        Some(NetworkType::L3 | NetworkType::L2) | None => None,
-    };
-    if let Some(kind) = unsupported_kind(&spec.destination.network) {
-        features.push(Unsupported::DestinationKind {
+    if spec.direction == Direction::SourceToDestination
+        && kind_of(&spec.destination.network) == Some(NetworkType::External)
+    {
+        features.push(Unsupported::OneWayToExternal {
             network: spec.destination.network.clone(),
-            kind,
         });
-    }
-    for (index, s) in spec.sources.iter().enumerate() {
-        if let Some(kind) = unsupported_kind(s) {
-            features.push(Unsupported::SourceKind {
-                index,
-                network: s.clone(),
-                kind,
-            });
-        }
     }
     if features.is_empty() {
         Ok(())

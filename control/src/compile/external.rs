@@ -11,6 +11,12 @@
 //!   the entry's `interface` names (every one when it names none). A next hop on none of them,
 //!   or one of the node's own addresses, is noted with the route and the reason, and the route
 //!   is left out.
+//! - **Its route set** (what routing policy imports into other networks, [`route_set`]): on a
+//!   node that carries it, its static routes narrowed to its `externalPrefixes` (traffic leaves
+//!   here); elsewhere its `externalPrefixes` to its End.DT46 SID on the first node (by name)
+//!   that carries it, which decapsulates into the network's table. Its own table imports the
+//!   route sets of the networks policy opens to it, as an l3 network's does; the node gets the
+//!   network's End.DT46 SID.
 //! - **The sources table** ([`NetworkId::EXTERNAL_SOURCES`]): every external network's
 //!   `externalPrefixes` → `NextHop::Network { id }`, the forwarder's classification of a plain
 //!   packet from the uplink by its source, longest match across networks. Programmed when the
@@ -22,20 +28,28 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use lace_shared::status::ExternalUplink;
-use lace_shared::types::{
-    L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, PortId,
-};
+use lace_shared::types::{L2Settings, MacAddr, NetworkInfo, NetworkKind, NextHop, PortId};
 
-use super::routes::Ctx;
+use super::encode::{encode_sid, SidFunction};
+use super::routes::{narrowed, Ctx};
 use super::{NetworkTables, Note, NoteKind, Route};
 use crate::api::NetworkType;
 use crate::world::{NetworkModel, UplinkModel, World};
 
+/// An external network this node carries: its static routes, before routing policy's.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Carried<'w> {
+    /// The network.
+    pub net: &'w NetworkModel,
+    /// Its static routes that fit the node's subnets.
+    pub routes: BTreeMap<IpNet, Route>,
+}
+
 /// The external networks' tables on this node.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct ExternalTables {
-    /// Each external network this node carries: (name, id, tables), by name.
-    pub networks: Vec<(String, NetworkId, NetworkTables)>,
+pub(super) struct ExternalTables<'w> {
+    /// Each external network this node carries, by name.
+    pub networks: Vec<Carried<'w>>,
     /// The sources table (when the node carries an external network).
     pub sources: Option<NetworkTables>,
     /// What was left out, and why.
@@ -57,8 +71,53 @@ pub(super) fn uplink_of<'a>(
         .find(|(_, u)| u.selects(labels))
 }
 
+/// Whether a node with `labels` carries `net`: its uplink entry there is untagged.
+fn carries(net: &NetworkModel, labels: &BTreeMap<String, String>) -> bool {
+    uplink_of(net, labels).is_some_and(|(_, u)| u.vlan.is_none())
+}
+
+/// External network `net`'s route set on this node (see the module docs).
+pub(super) fn route_set(ctx: &Ctx<'_>, net: &NetworkModel) -> (BTreeMap<IpNet, Route>, Vec<Note>) {
+    if let Some((i, up)) = uplink_of(net, &ctx.me.labels).filter(|(_, u)| u.vlan.is_none()) {
+        // The network's own compilation notes what its static routes leave out.
+        let routes = static_routes(ctx, net, i, up, &mut Vec::new());
+        return (narrowed(&routes, &net.external).collect(), Vec::new());
+    }
+    let carrier = ctx
+        .world
+        .nodes
+        .values()
+        .find(|n| n.name != ctx.me.name && carries(net, &n.labels));
+    let Some(carrier) = carrier else {
+        return (BTreeMap::new(), Vec::new());
+    };
+    match encode_sid(carrier.locator, SidFunction::EndDt46, net.id) {
+        Ok(sid) => {
+            let nh = Route::from(NextHop::Remote {
+                node: carrier.id,
+                sid,
+            });
+            (
+                net.external.iter().map(|p| (p.trunc(), nh)).collect(),
+                Vec::new(),
+            )
+        }
+        Err(e) => (
+            BTreeMap::new(),
+            vec![Note {
+                kind: NoteKind::Unsupported,
+                object: format!("Node {}", carrier.name),
+                message: format!(
+                    "it carries external network {}, unreachable from here: {e}",
+                    net.name
+                ),
+            }],
+        ),
+    }
+}
+
 /// The external networks' tables on this node (see the module docs).
-pub(super) fn compile(ctx: &Ctx<'_>) -> ExternalTables {
+pub(super) fn compile<'w>(ctx: &Ctx<'w>) -> ExternalTables<'w> {
     let mut out = ExternalTables::default();
     let externals = || {
         ctx.world
@@ -67,6 +126,15 @@ pub(super) fn compile(ctx: &Ctx<'_>) -> ExternalTables {
             .filter(|n| n.kind == NetworkType::External)
     };
     for net in externals() {
+        if !ctx.world.nodes.values().any(|n| carries(net, &n.labels)) {
+            out.notes.push(Note {
+                kind: NoteKind::Inconsistent,
+                object: net_obj(&net.name),
+                message: "no node carries it: no untagged spec.uplinks[] entry selects a \
+                          node's labels, so routing policy toward it opens nothing"
+                    .into(),
+            });
+        }
         let Some((i, up)) = uplink_of(net, &ctx.me.labels) else {
             continue;
         };
@@ -83,8 +151,7 @@ pub(super) fn compile(ctx: &Ctx<'_>) -> ExternalTables {
             continue;
         }
         let routes = static_routes(ctx, net, i, up, &mut out.notes);
-        out.networks
-            .push((net.name.clone(), net.id, tables(ctx, routes)));
+        out.networks.push(Carried { net, routes });
     }
     if !out.networks.is_empty() {
         out.sources = Some(tables(ctx, sources(ctx.world, &mut out.notes)));
@@ -94,7 +161,7 @@ pub(super) fn compile(ctx: &Ctx<'_>) -> ExternalTables {
 
 /// An external network's tables with `routes`: no gateway of its own (the node's addresses
 /// there are the forwarder's configuration), nothing tracked.
-fn tables(ctx: &Ctx<'_>, routes: BTreeMap<IpNet, Route>) -> NetworkTables {
+pub(super) fn tables(ctx: &Ctx<'_>, routes: BTreeMap<IpNet, Route>) -> NetworkTables {
     NetworkTables {
         info: NetworkInfo {
             kind: NetworkKind::External,

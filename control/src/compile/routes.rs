@@ -353,7 +353,7 @@ impl FibBuilder<'_> {
 
 /// `routes` narrowed to `prefixes` (all of them when empty): a route inside a prefix stays; a
 /// prefix inside a route is added with the route's next hop.
-fn narrowed<'r, V: Copy>(
+pub(super) fn narrowed<'r, V: Copy>(
     routes: &'r BTreeMap<IpNet, V>,
     prefixes: &'r [IpNet],
 ) -> impl Iterator<Item = (IpNet, V)> + 'r {
@@ -425,7 +425,7 @@ impl Cache {
         );
     }
 
-    /// Network `name`'s route set (l3 and l2; empty for external or unknown networks).
+    /// Network `name`'s route set (empty for an unknown network).
     fn set(&mut self, ctx: &Ctx<'_>, name: &str) -> Arc<RouteSet> {
         if let Some(s) = self.sets.get(name) {
             return Arc::clone(s);
@@ -433,7 +433,11 @@ impl Cache {
         let s = Arc::new(match ctx.world.networks.get(name) {
             Some(n) if n.kind == NetworkType::L3 => self.compute_set(ctx, name, n),
             Some(n) if n.kind == NetworkType::L2 => self.compute_l2_set(ctx, name, n),
-            _ => RouteSet::default(),
+            Some(n) => {
+                let (routes, notes) = super::external::route_set(ctx, n);
+                RouteSet { routes, notes }
+            }
+            None => RouteSet::default(),
         });
         self.sets.insert(name.to_string(), Arc::clone(&s));
         s
@@ -903,8 +907,8 @@ impl Cache {
         }
     }
 
-    /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations (l3 and
-    /// l2 networks; external ones are not routed yet), and returns the l3 networks whose
+    /// Adds the route sets routing policy opens toward `name`'s endpoints' destinations, and
+    /// returns the l3 networks whose
     /// Services `name` reaches through policy (each once, in policy order; an l2 network's own
     /// Services are not placed, see [`Cache::compute_out`]).
     fn import(
@@ -922,12 +926,7 @@ impl Cache {
             }
         };
         for p in &world.routing {
-            let routed = |n: &str| {
-                world
-                    .networks
-                    .get(n)
-                    .filter(|m| m.kind != NetworkType::External)
-            };
+            let routed = |n: &str| world.networks.get(n);
             if p.sources.iter().any(|s| s == name) {
                 if let Some(d) = routed(&p.destination) {
                     if p.destination != name && overlaps(net, d) {
@@ -944,7 +943,11 @@ impl Cache {
                     }
                 }
             }
-            if p.destination == name {
+            // A one-way path toward an external network is refused before it gets here
+            // (`routing_support`): the uplink node does not track its connections.
+            let one_way_out =
+                net.kind == NetworkType::External && p.direction == Direction::SourceToDestination;
+            if p.destination == name && !one_way_out {
                 // One way: the sources' routes carry only the replies of connections they
                 // opened (the flow table decides); both ways: anything.
                 let flags = match p.direction {
@@ -1163,29 +1166,55 @@ impl Cache {
     fn assemble_external(&mut self, ctx: &Ctx<'_>, t: &mut NodeTables, notes: &mut Vec<Note>) {
         let ext = super::external::compile(ctx);
         notes.extend(ext.notes);
+        let prev = std::mem::take(&mut self.external);
         let mut kept = BTreeMap::new();
         let mut add = |id: NetworkId, tables: NetworkTables, t: &mut NodeTables| {
-            let shared = match self.external.get(&id) {
+            let shared = match prev.get(&id) {
                 Some(prev) if **prev == tables => Arc::clone(prev),
                 _ => Arc::new(tables),
             };
             kept.insert(id, Arc::clone(&shared));
             t.networks.insert(id, shared);
         };
-        for (name, id, tables) in ext.networks {
+        for carried in ext.networks {
+            let (name, id) = (&carried.net.name, carried.net.id);
             if !id.assignable() {
-                notes.push(reserved_note(&name, id));
-            } else if t.networks.contains_key(&id) {
+                notes.push(reserved_note(name, id));
+                continue;
+            }
+            if t.networks.contains_key(&id) {
                 notes.push(Note {
                     kind: NoteKind::Conflict,
-                    object: net_obj(&name),
+                    object: net_obj(name),
                     message: format!(
                         "network id {} is also another network's; this one is not programmed",
                         id.0
                     ),
                 });
-            } else {
-                add(id, tables, t);
+                continue;
+            }
+            // Its static routes, then what routing policy opens to it.
+            let mut fib = FibBuilder {
+                net: name,
+                routes: BTreeMap::new(),
+                notes: Vec::new(),
+            };
+            for (p, r) in carried.routes {
+                fib.insert(p, r, &|| "a static route".into());
+            }
+            self.import(ctx, name, carried.net, &mut fib);
+            notes.append(&mut fib.notes);
+            add(id, super::external::tables(ctx, fib.routes), t);
+            // Where other nodes send what leaves through this node's uplink.
+            match encode_sid(ctx.me.locator, SidFunction::EndDt46, id) {
+                Ok(s) => {
+                    t.sids.insert(s, SidBehavior::EndDt46(id));
+                }
+                Err(e) => notes.push(Note {
+                    kind: NoteKind::Inconsistent,
+                    object: net_obj(name),
+                    message: format!("no End.DT46 SID: {e}"),
+                }),
             }
         }
         if let Some(sources) = ext.sources {
@@ -1392,48 +1421,30 @@ fn port_info(net: NetworkId, e: &EndpointModel) -> PortInfo {
     }
 }
 
-/// Notes that do not belong to one programmed network: policies the data plane cannot carry
-/// yet, references to missing networks.
+/// Notes that do not belong to one programmed network: references to missing networks.
 fn global_notes(world: &World, index: &LocalIndex) -> Vec<Note> {
     let mut notes = Vec::new();
     for p in &world.routing {
-        match world.networks.get(&p.destination) {
-            None => notes.push(Note {
+        if !world.networks.contains_key(&p.destination) {
+            notes.push(Note {
                 kind: NoteKind::Inconsistent,
                 object: policy_obj(&p.name),
                 message: format!(
                     "destination network {} does not exist; the policy opens nothing",
                     p.destination
                 ),
-            }),
-            Some(d) if d.kind == NetworkType::External => notes.push(Note {
-                kind: NoteKind::Unsupported,
-                object: policy_obj(&p.name),
-                message: format!(
-                    "destination {} is an external network; only l3 and l2 destinations are \
-                     compiled so far, the policy opens nothing yet",
-                    p.destination,
-                ),
-            }),
-            Some(_) => {}
+            });
         }
-        for s in &p.sources {
-            match world.networks.get(s) {
-                None => notes.push(Note {
-                    kind: NoteKind::Inconsistent,
-                    object: policy_obj(&p.name),
-                    message: format!("source network {s} does not exist; skipped"),
-                }),
-                Some(m) if m.kind == NetworkType::External => notes.push(Note {
-                    kind: NoteKind::Unsupported,
-                    object: policy_obj(&p.name),
-                    message: format!(
-                        "source network {s} is external; only l3 and l2 sources are compiled so \
-                         far"
-                    ),
-                }),
-                Some(_) => {}
-            }
+        for s in p
+            .sources
+            .iter()
+            .filter(|s| !world.networks.contains_key(*s))
+        {
+            notes.push(Note {
+                kind: NoteKind::Inconsistent,
+                object: policy_obj(&p.name),
+                message: format!("source network {s} does not exist; skipped"),
+            });
         }
     }
     for net in index.0.networks() {
