@@ -837,3 +837,83 @@ fn the_demo_manifests_parse() {
     let checked = validate::validate_routing_policy("frontend-backend", routing);
     assert!(checked.is_ok(), "{:?}", checked.map_err(|e| e.messages()));
 }
+
+/// `calico-vrf/`: Calico's VRF Network sample (seed 003) as lace objects. They parse and
+/// validate; the uplink entry is Calico's `hostConfig` (every node, eth1 VLAN 100, the default
+/// route); the routing policy opens it both ways (supported); the binding policy puts a pod
+/// with Calico's annotation on `vrf1` and leaves others alone.
+#[test]
+fn the_calico_vrf_example_parses_and_binds() {
+    let mut source = StandaloneSource::polling(examples().join("calico-vrf")).unwrap();
+    let snapshot = load(&mut source);
+    assert_eq!(snapshot.problems, vec![], "{:#?}", snapshot.problems);
+    let o = &snapshot.objects;
+    assert_eq!(
+        o.networks.keys().collect::<Vec<_>>(),
+        ["vrf1", "vrf1-uplink"]
+    );
+    let uplink = validate::network_model(
+        "vrf1-uplink",
+        lace_shared::types::NetworkId(2),
+        &o.networks["vrf1-uplink"].spec,
+    )
+    .unwrap();
+    assert_eq!(uplink.kind, NetworkType::External);
+    assert_eq!(uplink.uplinks.len(), 1);
+    let entry = &uplink.uplinks[0];
+    assert!(
+        entry.node_selector.is_empty(),
+        "every node, as nodeSelector \"\""
+    );
+    assert_eq!(
+        (entry.interface.as_deref(), entry.vlan),
+        (Some("eth1"), Some(100))
+    );
+    assert_eq!(
+        entry.static_routes,
+        [("0.0.0.0/0".parse().unwrap(), "2.100.0.1".parse().unwrap())]
+    );
+    validate::network_model(
+        "vrf1",
+        lace_shared::types::NetworkId(1),
+        &o.networks["vrf1"].spec,
+    )
+    .unwrap();
+    let out = &o.routing_policies["vrf1-out"].spec;
+    assert!(validate::validate_routing_policy("vrf1-out", out).is_ok());
+    let kinds = |n: &str| o.networks.get(n).map(|n| n.spec.type_);
+    assert_eq!(validate::routing_support("vrf1-out", out, kinds), Ok(()));
+
+    let policies: Vec<_> = o.binding_policies.values().cloned().collect();
+    let set = lace_control::bind::BindingPolicies::new(&policies);
+    assert!(set.errors().is_empty(), "{:?}", set.errors());
+    let pod = |annotations: serde_json::Value| serde_json::json!({"metadata": {"name": "p", "namespace": "apps", "annotations": annotations}});
+    let none = std::collections::BTreeMap::new();
+    let kind = lace_control::api::MatchKind::Pod;
+    let d = set.decide(
+        kind,
+        &pod(serde_json::json!({"cni.projectcalico.org/networks": "vrf1"})),
+        &none,
+    );
+    assert_eq!(
+        d.binding,
+        lace_control::bind::Binding::Network("vrf1".into())
+    );
+    for other in [
+        serde_json::json!({"cni.projectcalico.org/networks": "vrf2"}),
+        serde_json::json!({}),
+    ] {
+        let d = set.decide(kind, &pod(other), &none);
+        assert!(d.errors.is_empty(), "{:?}", d.errors);
+        assert_ne!(
+            d.binding,
+            lace_control::bind::Binding::Network("vrf1".into())
+        );
+    }
+    let d = set.decide(
+        kind,
+        &serde_json::json!({"metadata": {"name": "p", "namespace": "apps"}}),
+        &none,
+    );
+    assert!(d.errors.is_empty(), "no annotations at all: {:?}", d.errors);
+}
