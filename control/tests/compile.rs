@@ -1391,6 +1391,26 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
     }
     step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 1, 3))]);
 
+    // The forwarder reports the default route's next hop as not answering: the route stays
+    // (the forwarder drops its packets while it does not resolve), noted as down.
+    world.unresolved = vec![ip("192.0.2.1")];
+    let down = c.plan(&world, &[Change::All]).unwrap();
+    step(&mut c, &mut w, &world, &[Change::All]);
+    assert_eq!(
+        down.tables.networks[&NetworkId(20)].routes[&p("0.0.0.0/0")].nh,
+        via("192.0.2.1")
+    );
+    assert!(
+        down.notes.iter().any(|n| n.kind == NoteKind::Down
+            && n.object == "Network ext-a"
+            && n.message.contains(
+                "spec.uplinks[1].staticRoutes[0] (0.0.0.0/0 via 192.0.2.1) is down on node node-1"
+            )),
+        "{:#?}",
+        down.notes
+    );
+    world.unresolved.clear();
+
     // The forwarder's entry is renamed: the uplink entry names an interface the node has no
     // addresses on, so no static route is programmed; the network and the sources stay.
     world.external_uplinks[0].interface = "eth2".into();

@@ -930,6 +930,7 @@ spec:
     - {destination: 198.51.100.0/24, nextHop: 192.0.2.1}
     - {destination: 10.99.0.0/16, nextHop: 198.18.0.1}
     - {destination: 203.0.113.0/24, nextHop: 192.0.2.50}
+    - {destination: 10.77.0.0/16, nextHop: 192.0.2.77}
 "#;
 
 /// Opens the path between the pods of `backend` and the hosts of `outside`, both ways.
@@ -1031,6 +1032,18 @@ fn external_network_end_to_end() {
         why.contains("is on none of its subnets on interface \"eth1\" (192.0.2.0/24)"),
         "{why}"
     );
+
+    // A next hop nobody answers for: its route is down while traffic waits for it, and said so.
+    ipn(&h, "route add 10.77.0.0/16 via 192.0.2.10");
+    let before = lab.drops(0, DropReason::GatewayUnresolved);
+    assert!(!ping_from(&h, "203.0.113.5", "10.77.0.1", 3));
+    assert!(lab.drops(0, DropReason::GatewayUnresolved) > before);
+    wait_for("the note on the route down", WAIT, || {
+        ping_from(&h, "203.0.113.5", "10.77.0.1", 1);
+        notes(&lab).into_iter().find(|n| {
+            n.contains("staticRoutes[3] (10.77.0.0/16 via 192.0.2.77) is down on node node-a")
+        })
+    });
 
     // A source outside the network's prefixes belongs to no external network.
     let before = lab.drops(0, DropReason::NoExternalNetwork);

@@ -165,6 +165,7 @@ impl Lab {
             attached: &self.attached,
             host: None,
             external_uplinks: &[],
+            unresolved: &[],
         })
     }
 

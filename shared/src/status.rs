@@ -24,6 +24,9 @@
 //! - **The node's external uplinks** (ADR 0054): each `[[uplink.external]]` entry of the
 //!   forwarder's configuration, its interface name and the node's addresses there, so that
 //!   control can check a static route's next hop against the node's subnets.
+//! - **Neighbors that do not answer**: the uplink's next hops (gateways of external networks,
+//!   underlay next hops) that traffic is waiting for and that do not resolve, refreshed every
+//!   second: their routes are down.
 //!
 //! ```text
 //!  0 header │ 4096 info (pid, heartbeat, mbufs, stage names, external uplinks)
@@ -425,8 +428,17 @@ const EXT_NAMES: u64 = INFO_EXTERNAL + 16;
 const EXT_ADDRESS: u64 = EXT_NAMES + (MAX_EXTERNAL_UPLINKS * EXTERNAL_NAME_LEN) as u64;
 const EXT_ADDRESS_SLOT: u64 = 24;
 const _: () = assert!(INFO_NAMES + (MAX_STAGES * STAGE_NAME_LEN) as u64 <= INFO_EXTERNAL);
+/// Unresolved neighbors: a sequence word (odd while written), the count, the addresses (two
+/// words each, IPv4 mapped).
+const INFO_UNRESOLVED: u64 = INFO + 2560;
+const UNRESOLVED_SEQ: u64 = INFO_UNRESOLVED;
+const UNRESOLVED_COUNT: u64 = INFO_UNRESOLVED + 8;
+const UNRESOLVED_ADDRS: u64 = INFO_UNRESOLVED + 16;
+/// Most unresolved neighbors the region lists.
+pub const MAX_UNRESOLVED: usize = 16;
 const _: () =
-    assert!(EXT_ADDRESS + EXT_ADDRESS_SLOT * MAX_EXTERNAL_ADDRESSES as u64 <= INFO + 4096);
+    assert!(EXT_ADDRESS + EXT_ADDRESS_SLOT * MAX_EXTERNAL_ADDRESSES as u64 <= INFO_UNRESOLVED);
+const _: () = assert!(UNRESOLVED_ADDRS + 16 * MAX_UNRESOLVED as u64 <= INFO + 4096);
 const PORTS: u64 = INFO + 4096;
 /// Bytes per port slot: state, endpoint, then the [`PortCounter`]s (room for 14).
 const PORT_SLOT: u64 = 128;
@@ -668,6 +680,24 @@ impl StatusWriter {
     pub fn set_mbufs(&self, in_use: u64, capacity: u64) {
         self.store(INFO_MBUFS_IN_USE, in_use);
         self.store(INFO_MBUFS, capacity);
+    }
+
+    /// Publishes the uplink's neighbors that traffic waits for and that do not answer (the
+    /// first [`MAX_UNRESOLVED`]); readers never see a list half written.
+    pub fn set_unresolved(&self, addrs: &[IpAddr]) {
+        let seq = self.cell(UNRESOLVED_SEQ).load(Ordering::Relaxed);
+        self.store(UNRESOLVED_SEQ, seq | 1);
+        let n = addrs.len().min(MAX_UNRESOLVED);
+        for (k, a) in addrs[..n].iter().enumerate() {
+            let bits = u128::from(match a {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => *v6,
+            });
+            self.store(UNRESOLVED_ADDRS + 16 * k as u64, (bits >> 64) as u64);
+            self.store(UNRESOLVED_ADDRS + 16 * k as u64 + 8, bits as u64);
+        }
+        self.store(UNRESOLVED_COUNT, n as u64);
+        self.store(UNRESOLVED_SEQ, (seq | 1) + 1);
     }
 
     /// Reports what happened to a requested port (for the endpoint `endpoint`).
@@ -945,6 +975,30 @@ impl StatusReader {
         (0..n)
             .map(|i| self.load_text(INFO_NAMES + (i * STAGE_NAME_LEN) as u64, STAGE_NAME_LEN))
             .collect()
+    }
+
+    /// The uplink's neighbors traffic waits for and that do not answer, as last published
+    /// (IPv4 ones as IPv4); empty while the list is being rewritten at every try.
+    pub fn unresolved(&self) -> Vec<IpAddr> {
+        for _ in 0..16 {
+            let seq = self.load(UNRESOLVED_SEQ);
+            if seq & 1 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let n = (self.load(UNRESOLVED_COUNT) as usize).min(MAX_UNRESOLVED);
+            let out: Vec<IpAddr> = (0..n as u64)
+                .map(|k| {
+                    let hi = u128::from(self.load(UNRESOLVED_ADDRS + 16 * k));
+                    let lo = u128::from(self.load(UNRESOLVED_ADDRS + 16 * k + 8));
+                    IpAddr::V6(Ipv6Addr::from(hi << 64 | lo)).to_canonical()
+                })
+                .collect();
+            if self.load(UNRESOLVED_SEQ) == seq {
+                return out;
+            }
+        }
+        Vec::new()
     }
 
     /// The node's external uplinks as the forwarder published them (empty when it has none,

@@ -150,3 +150,23 @@ fn external_uplinks_reach_a_reader() {
         assert_eq!(r.external(), entries);
     }
 }
+
+#[test]
+fn unresolved_neighbors_reach_a_reader() {
+    let (_dir, p) = path("unresolved");
+    let w = StatusWriter::create(&p, 1, &["port-input"]).unwrap();
+    let r = StatusReader::open(&p).unwrap();
+    assert!(r.unresolved().is_empty());
+    let a: Vec<std::net::IpAddr> = vec!["192.0.2.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+    w.set_unresolved(&a);
+    assert_eq!(r.unresolved(), a);
+    // The external uplinks beside it are untouched.
+    assert!(r.external().is_empty());
+    let many: Vec<std::net::IpAddr> = (0..=MAX_UNRESOLVED as u8)
+        .map(|i| std::net::IpAddr::from([192, 0, 2, i]))
+        .collect();
+    w.set_unresolved(&many);
+    assert_eq!(r.unresolved(), many[..MAX_UNRESOLVED]);
+    w.set_unresolved(&[]);
+    assert!(r.unresolved().is_empty());
+}

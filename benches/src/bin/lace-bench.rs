@@ -275,7 +275,8 @@ fn count_instructions(args: &Args, bursts: usize) -> anyhow::Result<()> {
         workers: Vec::new(),
     })
     .context("starting DPDK")?;
-    pipeline::count_instructions(eal, bursts)
+    pipeline::count_instructions(eal, bursts)?;
+    eal.cleanup().context("DPDK's cleanup")
 }
 
 /// Runs of the report saved with `--save-baseline` unless `--runs` says otherwise.
@@ -688,6 +689,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     notes.extend(kube.notes);
     report.extend(kube_scale.figures);
     notes.extend(kube_scale.notes);
+    // Measured: DPDK's memory and its runtime directory (/var/run/dpdk/<prefix>) go now.
+    if let Err(e) = eal.cleanup() {
+        notes.push(format!(
+            "DPDK's cleanup failed, its runtime directory stays: {e}"
+        ));
+    }
     set_targets(&mut report, &Ids::new(&scale, &workloads));
     notes.extend(fib_misses(&report, &Ids::new(&scale, &workloads)));
 

@@ -10,7 +10,8 @@
 //!   the `[[uplink.external]]` entries of the node's forwarder ([`World::external_uplinks`]) that
 //!   the entry's `interface` names (every one when it names none). A next hop on none of them,
 //!   or one of the node's own addresses, is noted with the route and the reason, and the route
-//!   is left out.
+//!   is left out. A route whose next hop the forwarder reports as not answering
+//!   ([`World::unresolved`]) stays, noted as down.
 //! - **Its route set** (what routing policy imports into other networks, [`route_set`]): on a
 //!   node that carries it, its static routes narrowed to its `externalPrefixes` (traffic leaves
 //!   here); elsewhere its `externalPrefixes` to its End.DT46 SID on the first node (by name)
@@ -261,6 +262,22 @@ fn static_routes(
                 ),
             });
             continue;
+        }
+        if ctx.world.unresolved.contains(nh) {
+            notes.push(Note {
+                kind: NoteKind::Down,
+                object: net_obj(&net.name),
+                message: format!(
+                    "spec.uplinks[{i}].staticRoutes[{j}] ({dst} via {nh}) is down on node {node}: \
+                     the next hop does not answer {}; its packets are dropped \
+                     (gateway-unresolved) until it does",
+                    if nh.is_ipv4() {
+                        "ARP"
+                    } else {
+                        "neighbor solicitations"
+                    }
+                ),
+            });
         }
         let route = Route::from(NextHop::Uplink {
             port: PortId::UPLINK,

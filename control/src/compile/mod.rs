@@ -312,6 +312,8 @@ pub enum NoteKind {
     Inconsistent,
     /// The world asks for more than the tables hold; the last good tables stay in force.
     Limit,
+    /// A path the tables hold does not work now: its next hop on the uplink does not answer.
+    Down,
 }
 
 /// Something the daemon should surface as a condition: the compilation went ahead without it.

@@ -750,12 +750,17 @@ impl<S: IpamStore, R: StatusSink> Control<S, R> {
                 .uplinks
                 .as_ref()
                 .map_or(&[][..], super::external::ForwarderUplinks::current);
+            let unresolved = self
+                .uplinks
+                .as_ref()
+                .map_or(&[][..], super::external::ForwarderUplinks::unresolved);
             self.store.read(|ipam| {
                 core.build(BuildInputs {
                     ipam,
                     attached: marks.keys(),
                     host: host_port,
                     external_uplinks,
+                    unresolved,
                 })
             })
         };

@@ -292,6 +292,8 @@ pub struct BuildInputs<'a> {
     pub host: Option<HostPort>,
     /// This node's `[[uplink.external]]` entries, as its forwarder publishes them.
     pub external_uplinks: &'a [lace_shared::status::ExternalUplink],
+    /// The uplink's next hops that do not answer, as its forwarder publishes them.
+    pub unresolved: &'a [std::net::IpAddr],
 }
 
 /// The core's state (see the module docs).
@@ -1087,6 +1089,7 @@ fn build_world(core: &Core, cx: BuildInputs<'_>) -> Built {
             .unwrap_or_default(),
     });
     world.external_uplinks = cx.external_uplinks.to_vec();
+    world.unresolved = cx.unresolved.to_vec();
     let (services, services_in_force) = build_services(core, &mut world);
     Built {
         world,
@@ -1641,7 +1644,10 @@ pub fn world_changes(old: &World, new: &World) -> Vec<Change> {
             .into_iter()
             .map(Change::NetworkPolicy),
     );
-    if old.host != new.host || old.external_uplinks != new.external_uplinks {
+    if old.host != new.host
+        || old.external_uplinks != new.external_uplinks
+        || old.unresolved != new.unresolved
+    {
         // Every programmed network routes the node's addresses to the host; static routes'
         // next hops are checked against the node's external subnets.
         out.push(Change::All);
@@ -1794,6 +1800,7 @@ spec: {podSelector: {}}
             attached,
             host: None,
             external_uplinks: &[],
+            unresolved: &[],
         });
         (changes, out.answers)
     }

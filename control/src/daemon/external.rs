@@ -6,7 +6,12 @@
 //! What was last read stays while the forwarder is down or starting: its tables stay in force
 //! meanwhile, and a forwarder restarted with the same configuration changes nothing. A
 //! restart with other entries (another region, read once it runs) recompiles.
+//!
+//! Beside them, at every tick: the uplink's next hops that traffic waits for and that do not
+//! answer ([`World::unresolved`](crate::world::World::unresolved)): the static routes through
+//! them are down, which the compiler notes.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use lace_shared::status::{ExternalUplink, RunState, StatusReader};
@@ -17,6 +22,7 @@ pub struct ForwarderUplinks {
     /// The region of the running forwarder whose entries are `current`.
     read: Option<StatusReader>,
     current: Vec<ExternalUplink>,
+    unresolved: Vec<IpAddr>,
 }
 
 impl std::fmt::Debug for ForwarderUplinks {
@@ -35,14 +41,32 @@ impl ForwarderUplinks {
             path: path.to_path_buf(),
             read: None,
             current: Vec::new(),
+            unresolved: Vec::new(),
         }
     }
 
-    /// Looks at the region again: true when the forwarder now publishes other entries. Each
-    /// forwarder's region is read once, when it runs (it writes them before it says so).
+    /// Looks at the region again: true when the forwarder now publishes other entries or other
+    /// unresolved next hops. Each forwarder's entries are read once, when it runs (it writes
+    /// them before it says so).
     pub fn refresh(&mut self) -> bool {
-        if self.read.as_ref().is_some_and(StatusReader::alive) {
-            return false;
+        if let Some(r) = self.read.as_ref().filter(|r| r.alive()) {
+            let mut unresolved = r.unresolved();
+            unresolved.sort();
+            if unresolved == self.unresolved {
+                return false;
+            }
+            if !unresolved.is_empty() {
+                tracing::warn!(
+                    "next hops on the uplink that do not answer: {}",
+                    unresolved
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            self.unresolved = unresolved;
+            return true;
         }
         self.read = None;
         let Ok(reader) = StatusReader::open(&self.path) else {
@@ -71,6 +95,11 @@ impl ForwarderUplinks {
     /// The entries last read.
     pub fn current(&self) -> &[ExternalUplink] {
         &self.current
+    }
+
+    /// The next hops traffic waits for that do not answer, as last read (sorted).
+    pub fn unresolved(&self) -> &[IpAddr] {
+        &self.unresolved
     }
 }
 
@@ -153,5 +182,15 @@ mod tests {
         w.set_state(RunState::Running);
         assert!(u.refresh());
         assert_eq!(u.current(), second);
+
+        // Next hops that do not answer are read at every look.
+        let gw: IpAddr = "192.0.2.1".parse().unwrap();
+        w.set_unresolved(&[gw]);
+        assert!(u.refresh());
+        assert_eq!(u.unresolved(), [gw]);
+        assert!(!u.refresh());
+        w.set_unresolved(&[]);
+        assert!(u.refresh());
+        assert!(u.unresolved().is_empty());
     }
 }

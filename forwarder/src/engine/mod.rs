@@ -307,7 +307,10 @@ fn run_with_eal(
             &mailboxes,
             &mut pods,
             &mut uplink,
-            &pool,
+            Gauges {
+                pool: &pool,
+                neighbors: &neighbors,
+            },
             stop,
         );
         status.set_state(RunState::Stopping);
@@ -469,15 +472,24 @@ fn stop_workers(mailboxes: &[Arc<Mailbox>], running: Vec<Worker>) -> anyhow::Res
 
 /// The main thread's loop: heartbeat, signals, tables, pod ports, counters (and the packet
 /// buffers of `pool` in use).
+/// What the main loop publishes in the status region beside the counters.
+struct Gauges<'a> {
+    /// The packet buffers (in use, capacity).
+    pool: &'a Mempool,
+    /// The uplink's neighbors (those traffic waits for that do not answer).
+    neighbors: &'a UnderlayNeighbors,
+}
+
 fn main_loop(
     config: &Config,
     status: &StatusWriter,
     mailboxes: &[Arc<Mailbox>],
     pods: &mut PodPorts,
     uplink: &mut Attached,
-    pool: &Mempool,
+    gauges: Gauges<'_>,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
+    let Gauges { pool, neighbors } = gauges;
     let tables_cfg = config.tables();
     let mut next_counters = Instant::now();
     let tables_path = tables_cfg.tables_path();
@@ -548,6 +560,12 @@ fn main_loop(
             }
             pods.refresh_counters(status, &net_dev);
             status.set_mbufs(u64::from(pool.in_use()), u64::from(pool.capacity()));
+            let waiting: Vec<std::net::IpAddr> = neighbors
+                .waiting()
+                .into_iter()
+                .map(|a| std::net::IpAddr::V6(a).to_canonical())
+                .collect();
+            status.set_unresolved(&waiting);
         }
         std::thread::sleep(TICK);
     }

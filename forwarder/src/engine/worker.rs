@@ -811,6 +811,7 @@ pub fn run(setup: WorkerSetup) -> i32 {
         }
         handle.quiescent();
         pipeline.sweep_flows(now_ns);
+        pipeline.maintain_neighbors(&mut io);
         // Drain every TX buffer filled this round.
         for &p in io.dirty.iter() {
             if let Some(Some(slot)) = io.tx.get_mut(p as usize) {

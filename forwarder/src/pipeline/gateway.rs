@@ -28,24 +28,46 @@ pub(super) fn unresolved<B: PacketBuf, I: Io<B>>(
     io: &mut I,
 ) -> DropReason {
     if neigh.should_solicit(gateway, io.now_ns()) {
-        let Some(src) = cfg.uplink_hosts.source_for(gateway) else {
-            return DropReason::GatewayUnresolved;
-        };
-        let Some(mut b) = io.alloc() else {
-            return DropReason::NoBuffer;
-        };
-        let built = match (src, gateway.to_ipv4_mapped()) {
-            (IpAddr::V4(src), Some(target)) => build_arp_request(cfg, src, target, &mut b),
-            (IpAddr::V6(src), None) => build_solicitation(cfg, src, gateway, &mut b),
-            // `source_for` answers in the gateway's family.
-            _ => false,
-        };
-        if !built {
-            return DropReason::NoBuffer;
+        if let Err(e) = solicit(cfg, gateway, io) {
+            return e;
         }
-        io.send(PortId::UPLINK, b);
     }
     DropReason::GatewayUnresolved
+}
+
+/// Asks the uplink for `addr`'s MAC: an ARP request for an IPv4 address (IPv4-mapped), from
+/// the node's IPv4 address there ([`super::UplinkHosts::source_for`]); a neighbor solicitation
+/// for an IPv6 one, from the node's address on its subnet (an `[[uplink.external]]` address)
+/// or else its underlay address. Not rate-limited: the caller is
+/// ([`UnderlayNeighbors::should_solicit`], [`UnderlayNeighbors::maintain`]).
+pub(super) fn solicit<B: PacketBuf, I: Io<B>>(
+    cfg: &Config,
+    addr: Ipv6Addr,
+    io: &mut I,
+) -> Result<(), DropReason> {
+    let src = match addr.to_ipv4_mapped() {
+        // No IPv4 address of the node's on the uplink: nothing to ask from.
+        Some(_) => cfg
+            .uplink_hosts
+            .source_for(addr)
+            .ok_or(DropReason::GatewayUnresolved)?,
+        None => cfg
+            .uplink_hosts
+            .on_subnet(addr)
+            .unwrap_or(IpAddr::V6(cfg.underlay_addr)),
+    };
+    let mut b = io.alloc().ok_or(DropReason::NoBuffer)?;
+    let built = match (src, addr.to_ipv4_mapped()) {
+        (IpAddr::V4(src), Some(target)) => build_arp_request(cfg, src, target, &mut b),
+        (IpAddr::V6(src), None) => build_solicitation(cfg, src, addr, &mut b),
+        // `source_for` answers in the address's family.
+        _ => false,
+    };
+    if !built {
+        return Err(DropReason::NoBuffer);
+    }
+    io.send(PortId::UPLINK, b);
+    Ok(())
 }
 
 /// Writes a broadcast ARP request for `target` from `src` and the uplink's MAC into an empty

@@ -168,10 +168,19 @@ impl UplinkHosts {
     }
 
     /// The address the node speaks from to `peer` on the uplink (an ARP request, a neighbor
-    /// solicitation): the one whose subnet holds it, else the family's first; `None` when the
-    /// node has no address of the family. `peer` is IPv4-mapped for IPv4.
+    /// solicitation): the one whose subnet holds it ([`Self::on_subnet`]), else the family's
+    /// first; `None` when the node has no address of the family. `peer` is IPv4-mapped for
+    /// IPv4.
     pub fn source_for(&self, peer: Ipv6Addr) -> Option<IpAddr> {
-        /// The first of `hosts` whose subnet (`lens`) holds `peer`, else the first.
+        self.on_subnet(peer).or(match peer.to_ipv4_mapped() {
+            Some(_) => self.v4[..self.n4].first().copied().map(IpAddr::V4),
+            None => self.v6[..self.n6].first().copied().map(IpAddr::V6),
+        })
+    }
+
+    /// The node's address whose subnet holds `peer` (IPv4-mapped for IPv4), if any.
+    pub fn on_subnet(&self, peer: Ipv6Addr) -> Option<IpAddr> {
+        /// The first of `hosts` whose subnet (`lens`) holds `peer`.
         fn pick<K: LpmKey, A: Copy>(
             hosts: &[A],
             lens: &[u8],
@@ -183,7 +192,6 @@ impl UplinkHosts {
                 .zip(lens)
                 .find(|(a, &len)| key(**a).same_prefix(peer, u32::from(len)))
                 .map(|(a, _)| *a)
-                .or_else(|| hosts.first().copied())
         }
         match peer.to_ipv4_mapped() {
             Some(p) => pick(
@@ -727,6 +735,17 @@ impl<B: PacketBuf> Pipeline<B> {
     /// time (call it between bursts; it returns quickly). `now_ns` is the pipeline's clock.
     pub fn sweep_flows(&mut self, now_ns: u64) -> u32 {
         self.ct.sweep(now_ns)
+    }
+
+    /// Keeps the uplink's neighbor cache fresh (call it between bursts; it returns at once but
+    /// every 100 ms): probes neighbors unconfirmed for 30 s, and unresolves those that leave
+    /// three probes unanswered ([`neigh::UnderlayNeighbors::maintain`]).
+    pub fn maintain_neighbors<I: Io<B>>(&mut self, io: &mut I) {
+        let cfg = &self.cfg;
+        self.neigh.maintain(io.now_ns(), |addr| {
+            // A probe that finds no buffer is sent at the next interval.
+            let _ = gateway::solicit(cfg, addr, io);
+        });
     }
 
     /// The flow table (shared by the node's workers).

@@ -9,6 +9,13 @@
 //!
 //! Solicitations are rate-limited per entry: [`UnderlayNeighbors::should_solicit`] lets one
 //! worker send one per interval for an unresolved address.
+//!
+//! Entries are kept fresh as a host keeps its neighbors (RFC 4861 §7.3, the same for ARP): an
+//! entry is reachable for [`REACHABLE_NS`] after its neighbor last answered or spoke; then it is
+//! probed every [`PROBE_NS`], and after [`PROBES`] unanswered probes it is no longer resolved: a
+//! route through it is down (its packets are dropped as unresolved, and it is solicited again)
+//! until the neighbor answers. A neighbor replaced by another MAC is learned from its answer. [`UnderlayNeighbors::maintain`], called
+//! by the workers between bursts, keeps the cache's clock and does this.
 
 use std::net::Ipv6Addr;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -17,6 +24,15 @@ use lace_shared::types::MacAddr;
 
 /// How often an unresolved next hop is solicited.
 pub const SOLICIT_INTERVAL_NS: u64 = 200_000_000;
+/// How long an entry stays reachable after its neighbor last answered (Linux's base reachable
+/// time).
+pub const REACHABLE_NS: u64 = 30_000_000_000;
+/// How often a stale entry is probed.
+pub const PROBE_NS: u64 = 1_000_000_000;
+/// Probes left unanswered before an entry is no longer resolved.
+pub const PROBES: u64 = 3;
+/// How often the cache is scanned for stale entries.
+const SCAN_NS: u64 = 100_000_000;
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -27,9 +43,25 @@ struct Entry {
     mac: AtomicU64,
     /// Last time a solicitation was sent for this address.
     solicited: AtomicU64,
+    /// Last time its neighbor answered or spoke (the cache's clock then; 0: before the clock
+    /// started, counted from the first scan).
+    confirmed: AtomicU64,
 }
 
 const RESOLVED: u64 = 1 << 63;
+/// Marks an entry that holds an address but no MAC (a pending or expired one).
+const PRESENT: u64 = 1 << 62;
+
+/// What [`UnderlayNeighbors::write`] does to an address's entry.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    /// Resolved to this MAC, just now.
+    Learn(MacAddr),
+    /// Present, for the solicitation rate limit, as it was.
+    Pending,
+    /// No longer resolved, if still unconfirmed since `confirmed`.
+    Expire { confirmed: u64 },
+}
 
 /// The cache. Create one per forwarder and share it (`Arc`) among the workers.
 #[derive(Debug)]
@@ -39,6 +71,10 @@ pub struct UnderlayNeighbors {
     /// Bumped after every change of an entry: a worker that keeps a resolved MAC from burst to
     /// burst checks it is unchanged.
     version: AtomicU64,
+    /// The workers' clock as of the last scan of [`UnderlayNeighbors::maintain`].
+    clock: AtomicU64,
+    /// When the next scan for stale entries is due.
+    next_scan: AtomicU64,
 }
 
 fn split(a: Ipv6Addr) -> (u64, u64) {
@@ -54,6 +90,8 @@ impl UnderlayNeighbors {
             entries: (0..n).map(|_| Entry::default()).collect(),
             mask: n - 1,
             version: AtomicU64::new(0),
+            clock: AtomicU64::new(0),
+            next_scan: AtomicU64::new(0),
         }
     }
 
@@ -100,18 +138,20 @@ impl UnderlayNeighbors {
                 return None;
             }
             if (ehi, elo) == (hi, lo) {
-                return (mac & RESOLVED != 0).then(|| MacAddr::from_u64(mac & !RESOLVED));
+                return (mac & RESOLVED != 0)
+                    .then(|| MacAddr::from_u64(mac & !(RESOLVED | PRESENT)));
             }
         }
         None
     }
 
-    /// Learns (or refreshes) `addr` → `mac`. Returns false when the probe window is full.
+    /// Learns (or refreshes) `addr` → `mac`: it is reachable again. Returns false when the
+    /// probe window is full.
     pub fn learn(&self, addr: Ipv6Addr, mac: MacAddr) -> bool {
-        self.write(addr, Some(mac))
+        self.write(addr, Write::Learn(mac))
     }
 
-    fn write(&self, addr: Ipv6Addr, mac: Option<MacAddr>) -> bool {
+    fn write(&self, addr: Ipv6Addr, what: Write) -> bool {
         let (hi, lo) = split(addr);
         for e in self.probe(hi, lo) {
             let s = e.seq.load(Ordering::Acquire);
@@ -136,14 +176,24 @@ impl UnderlayNeighbors {
             }
             // Re-check under the entry's lock: it may have been filled since we looked.
             let (ehi, elo) = (e.hi.load(Ordering::Relaxed), e.lo.load(Ordering::Relaxed));
-            let still = (ehi == 0 && elo == 0 && e.mac.load(Ordering::Relaxed) == 0)
+            let mut still = (ehi == 0 && elo == 0 && e.mac.load(Ordering::Relaxed) == 0)
                 || (ehi, elo) == (hi, lo);
+            if let Write::Expire { confirmed } = what {
+                // Only the entry the scan saw stale: not one its neighbor answered since.
+                still &= (ehi, elo) == (hi, lo) && e.confirmed.load(Ordering::Relaxed) == confirmed;
+            }
             if still {
                 e.hi.store(hi, Ordering::Relaxed);
                 e.lo.store(lo, Ordering::Relaxed);
-                let word = match mac {
-                    Some(m) => m.to_u64() | RESOLVED,
-                    None => e.mac.load(Ordering::Relaxed) | 1 << 62,
+                let old = e.mac.load(Ordering::Relaxed);
+                let word = match what {
+                    Write::Learn(m) => {
+                        e.confirmed
+                            .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
+                        m.to_u64() | RESOLVED
+                    }
+                    Write::Pending => old | PRESENT,
+                    Write::Expire { .. } => (old & !RESOLVED) | PRESENT,
                 };
                 e.mac.store(word, Ordering::Relaxed);
             }
@@ -154,6 +204,73 @@ impl UnderlayNeighbors {
             }
         }
         false
+    }
+
+    /// At most every 100 ms (one caller): sets the cache's clock (what [`Self::learn`] stamps
+    /// entries with) to `now_ns` and keeps the entries fresh: `probe(addr)` for each resolved entry unconfirmed for [`REACHABLE_NS`]
+    /// (every [`PROBE_NS`]), and no longer resolved after [`PROBES`] unanswered probes.
+    pub fn maintain(&self, now_ns: u64, mut probe: impl FnMut(Ipv6Addr)) {
+        // Every worker reads this between bursts; one writes, once per scan.
+        let due = self.next_scan.load(Ordering::Relaxed);
+        if now_ns < due
+            || self
+                .next_scan
+                .compare_exchange(due, now_ns + SCAN_NS, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        self.clock.store(now_ns, Ordering::Relaxed);
+        for e in self.entries.iter() {
+            let Some((hi, lo, mac)) = self.read(e) else {
+                continue;
+            };
+            if mac & RESOLVED == 0 {
+                continue;
+            }
+            let addr = Ipv6Addr::from(u128::from(hi) << 64 | u128::from(lo));
+            let confirmed = e.confirmed.load(Ordering::Relaxed);
+            if confirmed == 0 {
+                // Learned before the first clock: it counts from now.
+                e.confirmed.store(now_ns.max(1), Ordering::Relaxed);
+                continue;
+            }
+            let age = now_ns.saturating_sub(confirmed);
+            if age < REACHABLE_NS {
+                continue;
+            }
+            if age >= REACHABLE_NS + PROBES * PROBE_NS {
+                self.write(addr, Write::Expire { confirmed });
+                continue;
+            }
+            let last = e.solicited.load(Ordering::Relaxed);
+            if now_ns.saturating_sub(last) >= PROBE_NS
+                && e.solicited
+                    .compare_exchange(last, now_ns.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                probe(addr);
+            }
+        }
+    }
+
+    /// The addresses traffic waits for that do not resolve: unresolved, and solicited in the
+    /// two seconds before the last scan (packets through them keep asking every 200 ms). Their
+    /// routes are down.
+    pub fn waiting(&self) -> Vec<Ipv6Addr> {
+        let since = self
+            .clock
+            .load(Ordering::Relaxed)
+            .saturating_sub(2_000_000_000);
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                let (hi, lo, mac) = self.read(e)?;
+                let asked = e.solicited.load(Ordering::Relaxed);
+                (mac & RESOLVED == 0 && mac & PRESENT != 0 && asked != 0 && asked >= since)
+                    .then(|| Ipv6Addr::from(u128::from(hi) << 64 | u128::from(lo)))
+            })
+            .collect()
     }
 
     /// Whether the caller should send a solicitation for `addr` now (unresolved and none sent
@@ -167,7 +284,7 @@ impl UnderlayNeighbors {
         let e = match found {
             Some(e) => e,
             None => {
-                if !self.write(addr, None) {
+                if !self.write(addr, Write::Pending) {
                     return false;
                 }
                 match self
@@ -226,6 +343,53 @@ mod tests {
         assert!(n.should_solicit(a(5), 1_000 + SOLICIT_INTERVAL_NS));
         n.learn(a(5), MacAddr([2, 0, 0, 0, 0, 5]));
         assert_eq!(n.lookup(a(5)), Some(MacAddr([2, 0, 0, 0, 0, 5])));
+    }
+
+    #[test]
+    fn entries_are_probed_when_stale_and_unresolved_when_probes_go_unanswered() {
+        let n = UnderlayNeighbors::new(16);
+        let mac = MacAddr([2, 0, 0, 0, 0, 7]);
+        let probed = |t: u64| {
+            let mut out = Vec::new();
+            n.maintain(t, |a| out.push(a));
+            out
+        };
+        const S: u64 = 1_000_000_000;
+        // Learned before the clock started: counted from the first scan.
+        n.learn(a(7), mac);
+        assert!(probed(S).is_empty());
+        assert!(probed(30 * S).is_empty(), "reachable for 30 s");
+        assert_eq!(probed(31 * S + 1), [a(7)], "stale: probed");
+        assert!(probed(31 * S + SCAN_NS + 1).is_empty(), "once per second");
+        assert_eq!(n.lookup(a(7)), Some(mac), "still used while probed");
+        assert_eq!(probed(32 * S + 2), [a(7)]);
+        // It answers: reachable again, from the clock of the last scan.
+        n.learn(a(7), mac);
+        assert!(probed(33 * S + 3).is_empty());
+        assert!(probed(62 * S).is_empty());
+        // Three probes unanswered: no longer resolved; the version tells cached plans.
+        assert_eq!(probed(63 * S), [a(7)]);
+        assert_eq!(probed(64 * S), [a(7)]);
+        assert_eq!(probed(65 * S), [a(7)]);
+        let v = n.version();
+        assert!(probed(66 * S).is_empty());
+        assert_eq!(n.lookup(a(7)), None);
+        assert!(n.version() > v);
+        // Down, just probed in vain; then, without traffic asking for it, no longer listed.
+        assert_eq!(n.waiting(), [a(7)]);
+        assert!(probed(70 * S).is_empty());
+        assert!(n.waiting().is_empty());
+        // Solicited again (not probed: it is unresolved): traffic waits for it.
+        assert!(n.should_solicit(a(7), 70 * S));
+        assert!(probed(71 * S).is_empty());
+        assert_eq!(n.waiting(), [a(7)]);
+        // Nobody asks any more: no longer waited for.
+        assert!(probed(73 * S).is_empty());
+        assert!(n.waiting().is_empty());
+        // Back when it answers, with a new MAC if it changed.
+        n.learn(a(7), MacAddr([2, 0, 0, 0, 0, 8]));
+        assert_eq!(n.lookup(a(7)), Some(MacAddr([2, 0, 0, 0, 0, 8])));
+        assert!(n.waiting().is_empty());
     }
 
     #[test]

@@ -717,13 +717,9 @@ fn unresolved<B: PacketBuf, I: Io<B>>(
     io: &mut I,
 ) -> DropReason {
     if neigh.should_solicit(addr, io.now_ns()) {
-        let Some(mut ns) = io.alloc() else {
-            return DropReason::NoBuffer;
-        };
-        if !build_solicitation(cfg, cfg.underlay_addr, addr, &mut ns) {
-            return DropReason::NoBuffer;
+        if let Err(e) = super::gateway::solicit(cfg, addr, io) {
+            return e;
         }
-        io.send(PortId::UPLINK, ns);
     }
     DropReason::NeighborUnresolved
 }

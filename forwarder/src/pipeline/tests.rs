@@ -1121,6 +1121,62 @@ fn a_route_out_of_the_uplink_resolves_its_gateway_and_is_down_until_it_does() {
     assert_eq!(out[14 + 7], 63, "hop limit");
 }
 
+/// A resolved gateway is kept fresh: after 30 s without a word from it, it is probed (an ARP
+/// request, still forwarding); after three unanswered probes its route is down
+/// (`gateway-unresolved`, asked for again), and its answer brings it back up.
+#[test]
+fn a_gateway_that_stops_answering_takes_its_route_down() {
+    const S: u64 = 1_000_000_000;
+    let mut node = node();
+    let neigh = Arc::new(UnderlayNeighbors::new(64));
+    let mut pipe = Pipeline::new(cfg(), neigh.clone());
+    let mut io = test_io();
+    let outside = Ipv4Addr::new(10, 7, 10, 9);
+    let pkt = || from_a4(outside, 64, &udp(1, 2, b"out"));
+    let reply = || {
+        eth(
+            UPLINK_MAC,
+            EXT_ROUTER_MAC,
+            0x0806,
+            &arp(2, EXT_ROUTER_MAC, EXT_ROUTER4, UPLINK_MAC, EXT_ME4),
+        )
+    };
+    let request = eth(
+        [0xff; 6],
+        UPLINK_MAC,
+        0x0806,
+        &arp(1, UPLINK_MAC, EXT_ME4, [0; 6], EXT_ROUTER4),
+    );
+    let maintain = |pipe: &mut Pipeline<VecBuf>, io: &mut TestIo, t: u64| {
+        io.now = t;
+        pipe.maintain_neighbors(io);
+        io.sent
+            .drain(..)
+            .map(|(p, b)| (p, b.data().to_vec()))
+            .collect::<Vec<_>>()
+    };
+    assert!(maintain(&mut pipe, &mut io, S).is_empty());
+    io.now = 2 * S;
+    answered_then_out(&mut node, &mut pipe, &mut io, reply(), pkt());
+    // Its reply was stamped with the clock of the last scan (1 s): reachable until 31 s.
+    assert!(maintain(&mut pipe, &mut io, 30 * S).is_empty(), "reachable");
+    for half in [63, 65, 67] {
+        assert_eq!(
+            maintain(&mut pipe, &mut io, half * S / 2),
+            [(PortId::UPLINK, request.clone())],
+            "probe at {half}/2 s"
+        );
+        let (port, _) = run_on(&mut node, &mut pipe, &mut io, A, pkt()).one();
+        assert_eq!(port, PortId::UPLINK, "forwarded while probed");
+    }
+    assert!(maintain(&mut pipe, &mut io, 34 * S).is_empty());
+    let r = run_on(&mut node, &mut pipe, &mut io, A, pkt());
+    assert_eq!(r.counters.drop(DropReason::GatewayUnresolved), 1);
+    assert_eq!(r.one(), (PortId::UPLINK, &request[..]), "asked for again");
+    // It answers: up again.
+    answered_then_out(&mut node, &mut pipe, &mut io, reply(), pkt());
+}
+
 /// The fixture's external router's `answer` (consumed), then `pkt` from pod A, which leaves the
 /// uplink to the router's MAC, from the uplink's: returned.
 fn answered_then_out(
