@@ -30,8 +30,9 @@
 //!   only replies of connections the flow table saw opened the allowed way (ADR 0029). A prefix
 //!   reached once plainly and once reply-only is plain. An l2 network's route set is every
 //!   address its neighbor table resolves (not the gateways) → the local port and MAC, or the
-//!   End.DT46 SID of the network on the node the FDB names (ADR 0049). Policies with external
-//!   ends compile to nothing and are noted as [`NoteKind::Unsupported`] (ADR 0007). A prefix reached
+//!   End.DT46 SID of the network on the node the FDB names (ADR 0049). An external network's
+//!   route set is its static routes narrowed to its prefixes on a node that carries it, else
+//!   its prefixes to a carrier's End.DT46 SID (ADR 0054, `external.rs`). A prefix reached
 //!   twice with different next hops keeps the first and is reported as a
 //!   [`NoteKind::Conflict`], never silently overwritten.
 //! - **Services** (ADR 0029): last, each ClusterIP's host route → `NextHop::Service` in the
@@ -53,7 +54,7 @@
 //!   ([`L2_ENCAP_OVERHEAD`]). Routing policy imports into their FIB as into an l3 one's (their
 //!   packets to other networks leave through the gateway), with the ClusterIPs of the l3
 //!   networks reached; their own Services are not placed (ADR 0049).
-//! - **external** networks ([`external`], ADR 0054): on a node one of their `spec.uplinks[]`
+//! - **external** networks (`external.rs`, ADR 0054): on a node one of their `spec.uplinks[]`
 //!   entries selects, their static routes whose next hop lies on the node's subnets there →
 //!   `NextHop::Uplink`; and, on a node with one, the sources table
 //!   ([`NetworkId::EXTERNAL_SOURCES`]): every external network's prefixes → its id. A network
