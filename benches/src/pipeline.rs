@@ -13,6 +13,7 @@
 //! | `pipeline.l3_decap.cycles`, `.mpps` | 82 B IPv6(SID) + UDP/IPv4 | uplink → pod B: uplink-input, srv6-decap (End.DT46), ip4-lookup, local-rewrite, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.<path>.above_floor` | as the path | the path's cycles minus `dpdk.null_fwd_write.cycles` in the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` |
 //! | `pipeline.external_in.cycles`, `.mpps` | 64 B UDP/IPv4 | a host of an external network, through the uplink, → a pod behind the remote node: uplink-input (the external network by source, ADR 0054), ip4-lookup in it, srv6-encap, underlay-out, tx | `dpdk.null_fwd.*` |
+//! | `pipeline.vlan_out.cycles`, `.mpps` | 64 B UDP/IPv4 | pod A → a host outside, through an external network's router on VLAN 100 of the uplink (ADR 0054): pod-input, ip4-lookup, local-rewrite (the router's MAC), tx (the 802.1Q tag pushed) | `dpdk.null_fwd.*` |
 //! | `pipeline.arp_reply.cycles`, `.mpps` | 64 B ARP (42 B + padding) | pod A asks for its gateway: pod-input, arp-reply, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l2_encap.cycles`, `.mpps` | 64 B UDP/IPv4 | l2 pod → the MAC of an endpoint on the remote node: pod-input, l2-forward, l2-encap (H.Encaps.L2.Red, +54 B), underlay-out, tx | `dpdk.null_fwd.*` |
 //! | `pipeline.l2_decap.cycles`, `.mpps` | 118 B IPv6(DT2U SID) + the 64 B frame | uplink → l2 pod: uplink-input, l2-decap (End.DT2U), l2-forward, tx | `dpdk.null_fwd.*` |
@@ -61,7 +62,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use lace_forwarder::dpdk::{self as fwd, Burst, Mbuf, Mempool, Port, PortConfig, RxQueue, TxQueue};
 use lace_forwarder::pipeline::{
-    Config, Counters, CtTimeouts, Io, Pipeline, Stage, UnderlayNeighbors,
+    Config, Counters, CtTimeouts, Io, Neighbor, Pipeline, Stage, UnderlayNeighbors,
 };
 use lace_forwarder::wire::checksum;
 use lace_shared::flow::{FlowCache, FlowCounts, FlowKey, FlowTable, FlowView, Origin};
@@ -89,6 +90,12 @@ const EXT_ME4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 /// A host of it, behind its router.
 const EXT_HOST4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 5);
 const EXT_ROUTER_MAC: [u8; 6] = [0x02, 0xee, 0, 0, 0, 1];
+/// The uplink's VLAN of another external network: the node has [`EXT_ME4`] there too, and
+/// pods of [`NET`] reach [`EXT_OUT4`] through its router [`EXT_ROUTER4`] (of MAC
+/// [`EXT_ROUTER_MAC`]).
+const EXT_VLAN: u16 = 100;
+const EXT_ROUTER4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const EXT_OUT4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 9);
 const GW_MAC: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
 const GW4: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
 const GW6: Ipv6Addr = Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, 1);
@@ -218,8 +225,11 @@ fn config() -> Config {
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x1ace,
-        uplink_hosts: lace_forwarder::pipeline::UplinkHosts::new(&[(EXT_ME4.into(), 24)])
-            .expect("one address"),
+        uplink_hosts: lace_forwarder::pipeline::UplinkHosts::new(&[
+            (0, EXT_ME4.into(), 24),
+            (EXT_VLAN, EXT_ME4.into(), 24),
+        ])
+        .expect("two addresses"),
     }
 }
 
@@ -370,7 +380,19 @@ fn external_network(w: &mut TableWriter) -> anyhow::Result<()> {
             },
         )?;
     }
-    remote_block(w, EXTNET)
+    remote_block(w, EXTNET)?;
+    // Out of the uplink on a VLAN, as routing policy toward a network carried there opens it.
+    w.add_route(
+        NET,
+        Ipv4Addr::new(198, 18, 0, 0).into(),
+        16,
+        NextHop::Uplink {
+            port: PortId::UPLINK,
+            gateway: EXT_ROUTER4.to_ipv6_mapped(),
+            vlan: EXT_VLAN,
+        },
+    )?;
+    Ok(())
 }
 
 /// In `net`'s FIB, the remote node's /24 of [`NET`] ([`REMOTE4`] is in it), to its End.DT46
@@ -602,6 +624,9 @@ pub enum Path {
     /// classified by source, looked up in the external network, SRv6 H.Encaps.Red (64-byte
     /// UDP/IPv4 in).
     ExternalIn,
+    /// Pod A → a host behind an external network's router on a VLAN of the uplink: the
+    /// route's gateway resolved, the frame rewritten to it and tagged.
+    VlanOut,
     /// Pod A's ARP request for its gateway, answered in place (64 bytes, padded).
     ArpReply,
     /// l2 pod → the MAC of the endpoint behind node 2: H.Encaps.L2.Red (64-byte UDP/IPv4 in).
@@ -638,11 +663,12 @@ pub const FLOOD_COPIES: u64 = 3;
 impl Path {
     /// Every path, in report order (the variants' order: templates are kept by discriminant,
     /// these first, then [`Path::CT`], then [`Path::POLICY`]).
-    pub const ALL: [Path; 10] = [
+    pub const ALL: [Path; 11] = [
         Path::L3Local,
         Path::L3Encap,
         Path::L3Decap,
         Path::ExternalIn,
+        Path::VlanOut,
         Path::ArpReply,
         Path::L2Encap,
         Path::L2Decap,
@@ -662,6 +688,7 @@ impl Path {
             Path::L3Encap => "l3_encap",
             Path::L3Decap => "l3_decap",
             Path::ExternalIn => "external_in",
+            Path::VlanOut => "vlan_out",
             Path::ArpReply => "arp_reply",
             Path::L2Encap => "l2_encap",
             Path::L2Decap => "l2_decap",
@@ -706,9 +733,12 @@ impl Path {
     const fn tx_ports(self) -> &'static [(PortId, u64)] {
         match self {
             Path::L3Local | Path::L3Decap => &[(POD_B, 1)],
-            Path::L3Encap | Path::ExternalIn | Path::L2Encap | Path::CtHit | Path::CtNew => {
-                &[(PortId::UPLINK, 1)]
-            }
+            Path::L3Encap
+            | Path::ExternalIn
+            | Path::VlanOut
+            | Path::L2Encap
+            | Path::CtHit
+            | Path::CtNew => &[(PortId::UPLINK, 1)],
             Path::ArpReply => &[(POD_A, 1)],
             Path::L2Decap | Path::ArpProxy | Path::NdProxy => &[(POD_L2A, 1)],
             Path::L2Flood => &[(POD_L2B, 1), (PortId::UPLINK, FLOOD_COPIES - 1)],
@@ -756,7 +786,7 @@ impl Path {
     /// The stages every packet must go through (as often as listed), and no others.
     const fn stages(self) -> &'static [Stage] {
         match self {
-            Path::L3Local => &[
+            Path::L3Local | Path::VlanOut => &[
                 Stage::PodInput,
                 Stage::Ip4Lookup,
                 Stage::LocalRewrite,
@@ -844,6 +874,7 @@ impl Path {
             Path::ExternalIn => {
                 udp4_frame(EXT_ROUTER_MAC, UPLINK_MAC, EXT_HOST4, REMOTE4, FRAME_LEN)
             }
+            Path::VlanOut => udp4_frame(MAC_A, GW_MAC, A4, EXT_OUT4, FRAME_LEN),
             Path::L3Decap => encapsulated(
                 MY_SID,
                 &udp4_frame(PEER_MAC, UPLINK_MAC, REMOTE4, B4, 14 + 28),
@@ -1961,6 +1992,20 @@ impl Rounds {
     }
 }
 
+/// The node's uplink neighbor cache: the VLAN's router answered ARP once (the bench keeps no
+/// neighbor fresh, so it stays resolved).
+fn neighbors() -> Arc<UnderlayNeighbors> {
+    let neigh = Arc::new(UnderlayNeighbors::new(64));
+    neigh.learn(
+        Neighbor {
+            vlan: EXT_VLAN,
+            addr: EXT_ROUTER4.to_ipv6_mapped(),
+        },
+        MacAddr(EXT_ROUTER_MAC),
+    );
+    neigh
+}
+
 /// Every pipeline figure `want` asks for, and notes for the report. `worker_lcore` is an EAL
 /// worker lcore for the two-worker scaling figure (`None`: skipped, with a note).
 pub fn figures(
@@ -1972,7 +2017,7 @@ pub fn figures(
     let sizes = Sizes::of(scale);
     let fwd_eal = eal.forwarder()?;
     let mut node = Node::create().context("building the pipeline tables")?;
-    let neigh = Arc::new(UnderlayNeighbors::new(64));
+    let neigh = neighbors();
     let mut w0 = Worker::new(&fwd_eal, 0, &node, &neigh).context("setting up worker 0")?;
     let mut figures = Vec::new();
     let mut notes = Vec::new();
@@ -2143,7 +2188,7 @@ fn counted_contenders() -> Vec<(String, Contender)> {
 pub fn count_instructions(eal: Eal, bursts: usize) -> anyhow::Result<()> {
     let fwd_eal = eal.forwarder()?;
     let node = Node::create().context("building the pipeline tables")?;
-    let neigh = Arc::new(UnderlayNeighbors::new(64));
+    let neigh = neighbors();
     let mut w = Worker::new(&fwd_eal, 0, &node, &neigh).context("setting up worker 0")?;
     w.open_ct_hit().context("pipeline.ct_hit")?;
     w.open_policy_hit().context("pipeline.policy_hit")?;

@@ -290,9 +290,10 @@ pub struct World {
     /// This node's `[[uplink.external]]` entries, as its forwarder publishes them in its
     /// status region (ADR 0054): the subnets a static route's next hop must lie on.
     pub external_uplinks: Vec<ExternalUplink>,
-    /// The uplink's next hops traffic waits for that do not answer, as this node's forwarder
-    /// publishes them (sorted): routes through them are down.
-    pub unresolved: Vec<IpAddr>,
+    /// The uplink's next hops traffic waits for that do not answer, each with its VLAN (0:
+    /// untagged), as this node's forwarder publishes them (sorted): routes through them are
+    /// down.
+    pub unresolved: Vec<(u16, IpAddr)>,
 }
 
 impl World {

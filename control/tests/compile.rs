@@ -1210,19 +1210,25 @@ fn p(s: &str) -> IpNet {
 }
 
 fn via(gateway: &str) -> NextHop {
+    via_vlan(gateway, 0)
+}
+
+fn via_vlan(gateway: &str, vlan: u16) -> NextHop {
     NextHop::Uplink {
         port: PortId::UPLINK,
         gateway: match gateway.parse::<IpAddr>().unwrap() {
             IpAddr::V4(a) => a.to_ipv6_mapped(),
             IpAddr::V6(a) => a,
         },
+        vlan,
     }
 }
 
 /// Three external networks over the two-node world: `ext-a` with uplinks on node 1 (its first
 /// entry selects another rack, its second node 1) and static routes some of which do not fit
-/// the node's subnets; `ext-b`, on a VLAN, with a prefix inside `ext-a`'s and one the same as
-/// `ext-a`'s; `ext-c`, on no node here.
+/// the node's subnets; `ext-b`, on node 1's VLAN 100 (the same subnet and gateway address as
+/// `ext-a`'s, untagged), with a prefix inside `ext-a`'s and one the same as `ext-a`'s;
+/// `ext-c`, on no node here, with a prefix the same as `ext-a`'s.
 fn external_world() -> World {
     let mut w = two_nodes();
     w.nodes
@@ -1253,22 +1259,34 @@ fn external_world() -> World {
         "ext-b",
         21,
         &["203.0.113.128/25", "203.0.113.0/24"],
-        vec![uplink(&[], Some("eth1"), &[("0.0.0.0/0", "192.0.2.1")])],
+        vec![uplink(
+            &[("lace-cni.io/uplink", "a")],
+            Some("eth1"),
+            &[("0.0.0.0/0", "192.0.2.1")],
+        )],
     );
     b.uplinks[0].vlan = Some(100);
     let c = external(
         "ext-c",
         22,
-        &["198.18.0.0/15"],
+        &["198.18.0.0/15", "2001:db8:100::/48"],
         vec![uplink(&[("lace-cni.io/uplink", "z")], None, &[])],
     );
     for n in [a, b, c] {
         w.networks.insert(n.name.clone(), n);
     }
-    w.external_uplinks = vec![ExternalUplink {
-        interface: "eth1".into(),
-        addresses: vec![(ip("192.0.2.10"), 24), (ip("2001:db8::10"), 64)],
-    }];
+    w.external_uplinks = vec![
+        ExternalUplink {
+            interface: "eth1".into(),
+            vlan: 0,
+            addresses: vec![(ip("192.0.2.10"), 24), (ip("2001:db8::10"), 64)],
+        },
+        ExternalUplink {
+            interface: "eth1".into(),
+            vlan: 100,
+            addresses: vec![(ip("192.0.2.10"), 24)],
+        },
+    ];
     w
 }
 
@@ -1304,26 +1322,36 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
         Some(via("192.0.2.1"))
     );
     assert_eq!(v.hop(20, ip("2001:4860::8888")), Some(via("2001:db8::1")));
-    // ext-b is on a VLAN, ext-c selects no node here.
-    assert_eq!((v.info(21), v.info(22)), (None, None));
+    // ext-b leaves tagged with its VLAN, to the gateway of the same address there.
+    assert_eq!(v.info(21).map(|i| i.kind), Some(NetworkKind::External));
+    assert_eq!(
+        hops(&compiled.tables.networks[&NetworkId(21)].routes),
+        BTreeMap::from([(p("0.0.0.0/0"), via_vlan("192.0.2.1", 100))])
+    );
+    // ext-c selects no node here.
+    assert_eq!(v.info(22), None);
 
-    // Classification by source, longest match across networks.
+    // Classification by source, longest match across the networks of the VLAN a packet
+    // arrives on: ext-b's prefixes, inside and equal to ext-a's, are its own on VLAN 100 only.
     let sources = NetworkId::EXTERNAL_SOURCES.0;
-    for (src, net) in [
-        ("203.0.113.5", 20),
-        ("203.0.113.200", 21),
-        ("2001:db8:100::7", 20),
-        ("198.19.1.1", 22),
+    let vlan100 = NetworkId::external_sources(100).unwrap().0;
+    for (table, src, net) in [
+        (sources, "203.0.113.5", Some(20)),
+        (sources, "203.0.113.200", Some(20)),
+        (sources, "2001:db8:100::7", Some(20)),
+        (sources, "198.19.1.1", Some(22)),
+        (sources, "192.0.2.50", None),
+        (vlan100, "203.0.113.5", Some(21)),
+        (vlan100, "203.0.113.200", Some(21)),
+        (vlan100, "2001:db8:100::7", None),
+        (vlan100, "198.19.1.1", None),
     ] {
         assert_eq!(
-            v.hop(sources, ip(src)),
-            Some(NextHop::Network {
-                net: NetworkId(net)
-            }),
-            "{src}"
+            v.hop(table, ip(src)),
+            net.map(|n| NextHop::Network { net: NetworkId(n) }),
+            "{src} in table {table}"
         );
     }
-    assert_eq!(v.hop(sources, ip("192.0.2.50")), None);
 
     let has = |kind: NoteKind, object: &str, text: &[&str]| {
         assert!(
@@ -1360,19 +1388,16 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
         ],
     );
     has(
-        NoteKind::Unsupported,
-        "Network ext-b",
-        &["spec.uplinks[0]", "VLAN 100"],
+        NoteKind::Conflict,
+        "Network ext-c",
+        &["2001:db8:100::/48 is also network ext-a's"],
     );
     has(
-        NoteKind::Conflict,
-        "Network ext-b",
-        &["203.0.113.0/24 is also network ext-a's"],
+        NoteKind::Inconsistent,
+        "Network ext-c",
+        &["no node carries it"],
     );
-    for net in ["Network ext-b", "Network ext-c"] {
-        has(NoteKind::Inconsistent, net, &["no node carries it"]);
-    }
-    assert_eq!(notes.len(), 7, "{notes:#?}");
+    assert_eq!(notes.len(), 5, "{notes:#?}");
     // Other nodes reach the network through node 1's End.DT46 SID of it.
     let dt46 = encode_sid(node(1).locator, SidFunction::EndDt46, NetworkId(20)).unwrap();
     assert_eq!(v.sid(dt46), Some(SidBehavior::EndDt46(NetworkId(20))));
@@ -1383,7 +1408,12 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
     // A pod's change leaves the external tables as they were, shared.
     add_pod(&mut world, 1, 1, 3);
     let next = c.plan(&world, &[Change::Endpoint(key(1, 1, 3))]).unwrap();
-    for id in [NetworkId(20), NetworkId::EXTERNAL_SOURCES] {
+    for id in [
+        NetworkId(20),
+        NetworkId(21),
+        NetworkId::EXTERNAL_SOURCES,
+        NetworkId(vlan100),
+    ] {
         assert!(std::sync::Arc::ptr_eq(
             &next.tables.networks[&id],
             &c.last().networks[&id]
@@ -1392,8 +1422,9 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
     step(&mut c, &mut w, &world, &[Change::Endpoint(key(1, 1, 3))]);
 
     // The forwarder reports the default route's next hop as not answering: the route stays
-    // (the forwarder drops its packets while it does not resolve), noted as down.
-    world.unresolved = vec![ip("192.0.2.1")];
+    // (the forwarder drops its packets while it does not resolve), noted as down. The same
+    // address on VLAN 100 is another neighbor, and ext-b's route is not down.
+    world.unresolved = vec![(0, ip("192.0.2.1"))];
     let down = c.plan(&world, &[Change::All]).unwrap();
     step(&mut c, &mut w, &world, &[Change::All]);
     assert_eq!(
@@ -1409,11 +1440,30 @@ fn external_networks_get_their_static_routes_and_the_sources_table() {
         "{:#?}",
         down.notes
     );
+    assert!(
+        !down
+            .notes
+            .iter()
+            .any(|n| n.kind == NoteKind::Down && n.object == "Network ext-b"),
+        "{:#?}",
+        down.notes
+    );
+    world.unresolved = vec![(100, ip("192.0.2.1"))];
+    let down = c.plan(&world, &[Change::All]).unwrap();
+    assert!(
+        down.notes.iter().any(|n| n.kind == NoteKind::Down
+            && n.object == "Network ext-b"
+            && n.message.contains("(0.0.0.0/0 via 192.0.2.1) is down")),
+        "{:#?}",
+        down.notes
+    );
     world.unresolved.clear();
 
-    // The forwarder's entry is renamed: the uplink entry names an interface the node has no
-    // addresses on, so no static route is programmed; the network and the sources stay.
-    world.external_uplinks[0].interface = "eth2".into();
+    // The forwarder's entries are renamed: the uplink entry names an interface the node has
+    // no addresses on, so no static route is programmed; the network and the sources stay.
+    for e in &mut world.external_uplinks {
+        e.interface = "eth2".into();
+    }
     let compiled = c.plan(&world, &[Change::All]).unwrap();
     step(&mut c, &mut w, &world, &[Change::All]);
     assert!(compiled.tables.networks[&NetworkId(20)].routes.is_empty());

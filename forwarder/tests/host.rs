@@ -543,7 +543,7 @@ fn the_uplink_answers_for_the_nodes_external_addresses() {
     let _serial = serial();
     prerequisites([]);
     let mut lab = Lab::new("uplink_external");
-    lab.external = vec![(1, "192.0.2.10/24"), (1, "2001:db8:e::10/64")];
+    lab.external = vec![(1, 0, "192.0.2.10/24"), (1, 0, "2001:db8:e::10/64")];
     lab.add_fwd_node(1);
     lab.start(1);
     let u = lab.underlay_ns.clone();
@@ -577,12 +577,137 @@ fn the_uplink_answers_for_the_nodes_external_addresses() {
         published,
         [lace_shared::status::ExternalUplink {
             interface: String::new(),
+            vlan: 0,
             addresses: vec![
                 ("192.0.2.10".parse().unwrap(), 24),
                 ("2001:db8:e::10".parse().unwrap(), 64)
             ],
         }]
     );
+}
+
+/// External networks on 802.1Q VLANs of the uplink (ADR 0054), against a router outside the
+/// cluster: a Linux guest (802.1Q is in its kernel) with one namespace per VLAN. On VLANs 100
+/// and 200 alike the router is 192.0.2.1 with the host 198.51.100.1 behind it, and the node is
+/// 192.0.2.10: two external networks with overlapping addresses. Pod a's network reaches
+/// 198.51.100.0/24 through VLAN 100, pod b's through VLAN 200; each VLAN's network lets in
+/// only its own pod. The routers answer with different TTLs, so each pod's replies name the
+/// VLAN they came back on.
+#[test]
+#[ignore = "host test with a Linux peer guest: needs root, host tools, QEMU, tests/linux-peer/prepare; run with --include-ignored"]
+fn external_networks_on_vlans_stay_apart() {
+    use lace_shared::types::{L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop};
+    use std::net::Ipv4Addr;
+    let _serial = serial();
+    prerequisites(guest::needs());
+    let mut lab = Lab::new("vlans");
+    lab.nets.push(2);
+    lab.external = vec![(1, 100, "192.0.2.10/24"), (1, 200, "192.0.2.10/24")];
+    lab.add_fwd_node(1);
+    let a = lab.add_pod(1, 1, 2);
+    let b = lab.add_pod(1, 2, 2);
+    let vlans = [100u16, 200];
+    let routers = lab.add_vlan_router(
+        "rt",
+        &[
+            (100, MacAddr([2, 0xee, 0, 0, 1, 0])),
+            (200, MacAddr([2, 0xee, 0, 0, 2, 0])),
+            (300, MacAddr([2, 0xee, 0, 0, 3, 0])),
+        ],
+    );
+    lab.start(1);
+    let outside: IpAddr = "198.51.100.1".parse().unwrap();
+    // Each VLAN's network: its sources table holds 198.51.100.0/24, its table the way back
+    // to its pod; each pod's network goes out through that VLAN's router.
+    lab.tables(1, |w| {
+        let info = NetworkInfo {
+            kind: NetworkKind::External,
+            anonymous: false,
+            gateway_mac: MacAddr([0; 6]),
+            gateway4: None,
+            gateway6: None,
+            mtu: POD_MTU as u16,
+            stateful: false,
+            l2: L2Settings::default(),
+        };
+        for (vlan, pod) in vlans.iter().zip([&a, &b]) {
+            let ext = NetworkId(50 + u32::from(*vlan));
+            let sources = NetworkId::external_sources(*vlan).unwrap();
+            let net: IpAddr = Ipv4Addr::new(198, 51, 100, 0).into();
+            w.set_network(ext, &info).unwrap();
+            w.set_network(sources, &info).unwrap();
+            w.add_route(sources, net, 24, NextHop::Network { net: ext })
+                .unwrap();
+            let back = NextHop::Local {
+                port: pod.port,
+                mac: pod.mac,
+            };
+            w.add_route(ext, IpAddr::V4(pod.ip4), 32, back).unwrap();
+            let out = NextHop::Uplink {
+                port: PortId::UPLINK,
+                gateway: Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped(),
+                vlan: *vlan,
+            };
+            w.add_route(NetworkId(pod.net), net, 24, out).unwrap();
+        }
+    });
+    for (ns, (vlan, ttl)) in routers.iter().zip([(100, 100), (200, 200), (300, 64)]) {
+        ipn(ns, &format!("addr add 192.0.2.1/24 dev v{vlan}"));
+        ipn(ns, "addr add 198.51.100.1/32 dev lo");
+        ipn(ns, "route add 10.0.0.0/8 via 192.0.2.10");
+        sysctl(ns, &[&format!("net.ipv4.ip_default_ttl={ttl}")]);
+    }
+    // The node answers ARP and ping on each of its VLANs, from its one address.
+    for ns in &routers[..2] {
+        ping_ok(ns, "192.0.2.10".parse().unwrap(), 3, || lab.diagnose());
+    }
+    // ... and not on a VLAN it has no address on.
+    let r = ping(&routers[2], "192.0.2.10".parse().unwrap(), 2, None);
+    assert_eq!(r.received, 0, "answered on VLAN 300: {}", r.output);
+    assert!(
+        lab.drops(1, DropReason::UnknownVlan) > 0,
+        "{}",
+        lab.diagnose()
+    );
+    // Each pod reaches the host behind its VLAN's router, and the reply comes back through
+    // that VLAN's network (one hop: the router's TTL less one).
+    for (pod, ttl) in [(&a, 99), (&b, 199)] {
+        let r = ping(&pod.ns, outside, 3, None);
+        assert!(
+            r.received == 3 && r.output.contains(&format!("ttl={ttl} ")),
+            "pod {} to {outside}: {}
+{}",
+            pod.ns,
+            r.output,
+            lab.diagnose()
+        );
+    }
+    // From outside: the host behind VLAN 100 reaches pod a; behind VLAN 200 it does not (its
+    // network there lets in pod b only), though the source address is the same.
+    let from = Some(outside);
+    let r = ping(&routers[0], a.ip4.into(), 3, from);
+    assert_eq!(
+        r.received,
+        3,
+        "{}
+{}",
+        r.output,
+        lab.diagnose()
+    );
+    let r = ping(&routers[1], a.ip4.into(), 2, from);
+    assert_eq!(r.received, 0, "VLAN 200's host reached pod a: {}", r.output);
+    let r = ping(&routers[1], b.ip4.into(), 3, from);
+    assert_eq!(
+        r.received,
+        3,
+        "{}
+{}",
+        r.output,
+        lab.diagnose()
+    );
+    // Control reads each entry's VLAN in the status region.
+    let vlans_published: Vec<u16> = lab.status(1).external().iter().map(|e| e.vlan).collect();
+    assert_eq!(vlans_published, [100, 200]);
 }
 
 /// MTU with large segments: the pods' MTU raised above what the underlay carries, offloads on.

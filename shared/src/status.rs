@@ -157,11 +157,14 @@ pub enum DropReason {
     /// advertisement yet): the route is down; the gateway is solicited again at most every
     /// 200 ms while packets want it.
     GatewayUnresolved = 43,
+    /// A frame from the uplink tagged with an 802.1Q VLAN the node has no
+    /// `[[uplink.external]]` entry for, or with more than one tag (ADR 0054).
+    UnknownVlan = 44,
 }
 
 impl DropReason {
     /// Number of reasons (counter slots in use).
-    pub const COUNT: usize = 44;
+    pub const COUNT: usize = 45;
     /// Counter slots reserved per worker (room to add reasons without a layout change).
     pub const SLOTS: usize = 64;
 
@@ -213,6 +216,7 @@ impl DropReason {
             NoLocalEndpoint,
             NoExternalNetwork,
             GatewayUnresolved,
+            UnknownVlan,
         ]
     };
 
@@ -264,6 +268,7 @@ impl DropReason {
             NoLocalEndpoint => "no-local-endpoint",
             NoExternalNetwork => "no-external-network",
             GatewayUnresolved => "gateway-unresolved",
+            UnknownVlan => "unknown-vlan",
         }
     }
 
@@ -333,12 +338,14 @@ pub const EXTERNAL_NAME_LEN: usize = 32;
 
 /// One `[[uplink.external]]` entry of the forwarder's configuration, as the status region
 /// carries it (ADR 0054): the interface name the operator gave it (which a Network's
-/// `spec.uplinks[].interface` names; empty when unnamed) and the node's addresses there, each
-/// with its subnet's prefix length.
+/// `spec.uplinks[].interface` names; empty when unnamed), its VLAN, and the node's addresses
+/// there, each with its subnet's prefix length.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExternalUplink {
     /// The interface name (at most [`EXTERNAL_NAME_LEN`] bytes; empty: unnamed).
     pub interface: String,
+    /// The 802.1Q VLAN (1–4094; 0: untagged).
+    pub vlan: u16,
     /// The node's addresses there.
     pub addresses: Vec<(IpAddr, u8)>,
 }
@@ -427,18 +434,20 @@ const EXT_ADDRESSES: u64 = INFO_EXTERNAL + 8;
 const EXT_NAMES: u64 = INFO_EXTERNAL + 16;
 const EXT_ADDRESS: u64 = EXT_NAMES + (MAX_EXTERNAL_UPLINKS * EXTERNAL_NAME_LEN) as u64;
 const EXT_ADDRESS_SLOT: u64 = 24;
+/// The entries' VLANs, four to a word.
+const EXT_VLANS: u64 = EXT_ADDRESS + EXT_ADDRESS_SLOT * MAX_EXTERNAL_ADDRESSES as u64;
 const _: () = assert!(INFO_NAMES + (MAX_STAGES * STAGE_NAME_LEN) as u64 <= INFO_EXTERNAL);
 /// Unresolved neighbors: a sequence word (odd while written), the count, the addresses (two
-/// words each, IPv4 mapped).
+/// words each, IPv4 mapped), then their VLANs (a word each).
 const INFO_UNRESOLVED: u64 = INFO + 2560;
 const UNRESOLVED_SEQ: u64 = INFO_UNRESOLVED;
 const UNRESOLVED_COUNT: u64 = INFO_UNRESOLVED + 8;
 const UNRESOLVED_ADDRS: u64 = INFO_UNRESOLVED + 16;
 /// Most unresolved neighbors the region lists.
 pub const MAX_UNRESOLVED: usize = 16;
-const _: () =
-    assert!(EXT_ADDRESS + EXT_ADDRESS_SLOT * MAX_EXTERNAL_ADDRESSES as u64 <= INFO_UNRESOLVED);
-const _: () = assert!(UNRESOLVED_ADDRS + 16 * MAX_UNRESOLVED as u64 <= INFO + 4096);
+const UNRESOLVED_VLANS: u64 = UNRESOLVED_ADDRS + 16 * MAX_UNRESOLVED as u64;
+const _: () = assert!(EXT_VLANS + 2 * MAX_EXTERNAL_UPLINKS as u64 <= INFO_UNRESOLVED);
+const _: () = assert!(UNRESOLVED_VLANS + 8 * MAX_UNRESOLVED as u64 <= INFO + 4096);
 const PORTS: u64 = INFO + 4096;
 /// Bytes per port slot: state, endpoint, then the [`PortCounter`]s (room for 14).
 const PORT_SLOT: u64 = 128;
@@ -630,6 +639,13 @@ impl StatusWriter {
         if let Some(what) = refused {
             return Err(Error::Invalid { what });
         }
+        let mut vlans = [0u64; MAX_EXTERNAL_UPLINKS / 4];
+        for (i, e) in entries.iter().enumerate() {
+            vlans[i / 4] |= u64::from(e.vlan) << (16 * (i % 4));
+        }
+        for (k, &w) in vlans.iter().enumerate() {
+            self.store(EXT_VLANS + 8 * k as u64, w);
+        }
         let mut slot = EXT_ADDRESS;
         for (i, e) in entries.iter().enumerate() {
             self.store_bytes(
@@ -683,18 +699,20 @@ impl StatusWriter {
     }
 
     /// Publishes the uplink's neighbors that traffic waits for and that do not answer (the
-    /// first [`MAX_UNRESOLVED`]); readers never see a list half written.
-    pub fn set_unresolved(&self, addrs: &[IpAddr]) {
+    /// first [`MAX_UNRESOLVED`]), each with its VLAN (0: untagged); readers never see a list
+    /// half written.
+    pub fn set_unresolved(&self, addrs: &[(u16, IpAddr)]) {
         let seq = self.cell(UNRESOLVED_SEQ).load(Ordering::Relaxed);
         self.store(UNRESOLVED_SEQ, seq | 1);
         let n = addrs.len().min(MAX_UNRESOLVED);
-        for (k, a) in addrs[..n].iter().enumerate() {
+        for (k, (vlan, a)) in addrs[..n].iter().enumerate() {
             let bits = u128::from(match a {
                 IpAddr::V4(v4) => v4.to_ipv6_mapped(),
                 IpAddr::V6(v6) => *v6,
             });
             self.store(UNRESOLVED_ADDRS + 16 * k as u64, (bits >> 64) as u64);
             self.store(UNRESOLVED_ADDRS + 16 * k as u64 + 8, bits as u64);
+            self.store(UNRESOLVED_VLANS + 8 * k as u64, u64::from(*vlan));
         }
         self.store(UNRESOLVED_COUNT, n as u64);
         self.store(UNRESOLVED_SEQ, (seq | 1) + 1);
@@ -977,9 +995,10 @@ impl StatusReader {
             .collect()
     }
 
-    /// The uplink's neighbors traffic waits for and that do not answer, as last published
-    /// (IPv4 ones as IPv4); empty while the list is being rewritten at every try.
-    pub fn unresolved(&self) -> Vec<IpAddr> {
+    /// The uplink's neighbors traffic waits for and that do not answer, as last published,
+    /// each with its VLAN (0: untagged; IPv4 ones as IPv4); empty while the list is being
+    /// rewritten at every try.
+    pub fn unresolved(&self) -> Vec<(u16, IpAddr)> {
         for _ in 0..16 {
             let seq = self.load(UNRESOLVED_SEQ);
             if seq & 1 == 1 {
@@ -987,11 +1006,15 @@ impl StatusReader {
                 continue;
             }
             let n = (self.load(UNRESOLVED_COUNT) as usize).min(MAX_UNRESOLVED);
-            let out: Vec<IpAddr> = (0..n as u64)
+            let out: Vec<(u16, IpAddr)> = (0..n as u64)
                 .map(|k| {
                     let hi = u128::from(self.load(UNRESOLVED_ADDRS + 16 * k));
                     let lo = u128::from(self.load(UNRESOLVED_ADDRS + 16 * k + 8));
-                    IpAddr::V6(Ipv6Addr::from(hi << 64 | lo)).to_canonical()
+                    let vlan = self.load(UNRESOLVED_VLANS + 8 * k) as u16;
+                    (
+                        vlan,
+                        IpAddr::V6(Ipv6Addr::from(hi << 64 | lo)).to_canonical(),
+                    )
                 })
                 .collect();
             if self.load(UNRESOLVED_SEQ) == seq {
@@ -1012,6 +1035,7 @@ impl StatusReader {
                     EXT_NAMES + (i * EXTERNAL_NAME_LEN) as u64,
                     EXTERNAL_NAME_LEN,
                 ),
+                vlan: (self.load(EXT_VLANS + 8 * (i / 4) as u64) >> (16 * (i % 4))) as u16,
                 addresses: Vec::new(),
             })
             .collect();

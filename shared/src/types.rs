@@ -23,11 +23,29 @@ impl NetworkId {
     /// uplink is looked up in by its **source** address, each route's next hop the
     /// [`NextHop::Network`] it belongs to, the longest match across all external networks
     /// winning. Control never gives this id to a Network either.
+    /// This is the untagged uplink's; each VLAN has its own ([`NetworkId::external_sources`]).
     pub const EXTERNAL_SOURCES: NetworkId = NetworkId(0xfffe);
+    /// The first id of the block the node's own tables are numbered in (through
+    /// [`NetworkId::HOST`]): the sources tables of VLANs 1–4094, the untagged one's, the host
+    /// network's.
+    pub const NODE_TABLES: NetworkId = NetworkId(0xf000);
 
-    /// Whether control may give this id to a Network (not 0, not a reserved table's).
+    /// The sources table of the uplink's VLAN `vlan` (0: untagged, [`NetworkId::EXTERNAL_SOURCES`];
+    /// `None` for 4095 and above, which are not VLANs): a packet arriving tagged is classified
+    /// among the external networks the node carries on that VLAN only, so that two networks
+    /// with overlapping prefixes on different VLANs stay apart (ADR 0054).
+    pub const fn external_sources(vlan: u16) -> Option<NetworkId> {
+        match vlan {
+            0 => Some(NetworkId::EXTERNAL_SOURCES),
+            1..=4094 => Some(NetworkId(NetworkId::NODE_TABLES.0 + vlan as u32 - 1)),
+            _ => None,
+        }
+    }
+
+    /// Whether control may give this id to a Network: not 0, not in the block of the node's
+    /// own tables ([`NetworkId::NODE_TABLES`] through [`NetworkId::HOST`]).
     pub fn assignable(self) -> bool {
-        self.0 != 0 && self != NetworkId::HOST && self != NetworkId::EXTERNAL_SOURCES
+        self.0 != 0 && !(NetworkId::NODE_TABLES.0..=NetworkId::HOST.0).contains(&self.0)
     }
 }
 
@@ -173,6 +191,8 @@ pub enum NextHop {
         port: PortId,
         /// The gateway, IPv4-mapped for IPv4.
         gateway: Ipv6Addr,
+        /// The 802.1Q VLAN the gateway is on (1–4094; 0: untagged).
+        vlan: u16,
     },
     /// Addressed to the forwarder itself (the network gateway): ARP/NDP/echo are answered.
     Receive,
@@ -206,7 +226,9 @@ pub struct NextHopRec {
     pub id: u32,
     /// SID (`Remote`) or gateway (`Uplink`), network order.
     pub addr: [u8; 16],
-    _pad2: u32,
+    /// The VLAN of `Uplink` (0: untagged).
+    pub vlan: u16,
+    _pad2: u16,
 }
 // SAFETY: repr(C), integers and byte arrays, explicit padding, every bit pattern valid.
 unsafe impl Pod for NextHopRec {}
@@ -227,10 +249,15 @@ impl NextHop {
                 r.id = node.0;
                 r.addr = sid.0.octets();
             }
-            NextHop::Uplink { port, gateway } => {
+            NextHop::Uplink {
+                port,
+                gateway,
+                vlan,
+            } => {
                 r.kind = 4;
                 r.id = port.0;
                 r.addr = gateway.octets();
+                r.vlan = vlan;
             }
             NextHop::Receive => r.kind = 5,
             NextHop::Drop => r.kind = 6,
@@ -265,6 +292,7 @@ impl NextHop {
             4 => NextHop::Uplink {
                 port: PortId(r.id),
                 gateway: Ipv6Addr::from(r.addr),
+                vlan: r.vlan,
             },
             5 => NextHop::Receive,
             6 => NextHop::Drop,
@@ -925,6 +953,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_sources_tables_are_node_tables_apart_from_each_other() {
+        let ids: Vec<NetworkId> = (0..=4094)
+            .map(|v| NetworkId::external_sources(v).unwrap())
+            .collect();
+        let distinct: std::collections::BTreeSet<u32> = ids.iter().map(|n| n.0).collect();
+        assert_eq!(distinct.len(), ids.len());
+        assert!(!distinct.contains(&NetworkId::HOST.0));
+        assert!(ids.iter().all(|n| !n.assignable()));
+        assert_eq!(
+            NetworkId::external_sources(0),
+            Some(NetworkId::EXTERNAL_SOURCES)
+        );
+        assert_eq!(NetworkId::external_sources(1), Some(NetworkId::NODE_TABLES));
+        assert_eq!(NetworkId::external_sources(4095), None);
+        assert!(NetworkId(NetworkId::NODE_TABLES.0 - 1).assignable());
+        assert!(NetworkId(NetworkId::HOST.0 + 1).assignable());
+        assert!(!NetworkId(0).assignable());
+    }
+
+    #[test]
     fn records_round_trip() {
         let hops = [
             NextHop::Local {
@@ -938,6 +986,12 @@ mod tests {
             NextHop::Uplink {
                 port: PortId(1),
                 gateway: "::ffff:192.0.2.1".parse().unwrap(),
+                vlan: 0,
+            },
+            NextHop::Uplink {
+                port: PortId(0),
+                gateway: "2001:db8::1".parse().unwrap(),
+                vlan: 4094,
             },
             NextHop::Receive,
             NextHop::Drop,

@@ -107,6 +107,7 @@ fn external_uplinks_reach_a_reader() {
     let entries = vec![
         ExternalUplink {
             interface: "eth1".into(),
+            vlan: 0,
             addresses: vec![
                 ("192.0.2.10".parse().unwrap(), 24),
                 ("2001:db8::10".parse().unwrap(), 64),
@@ -114,11 +115,24 @@ fn external_uplinks_reach_a_reader() {
         },
         ExternalUplink {
             interface: String::new(),
+            vlan: 4094,
             addresses: vec![("::ffff:198.51.100.7".parse().unwrap(), 120)],
         },
         ExternalUplink {
             interface: "x".repeat(EXTERNAL_NAME_LEN),
+            vlan: 100,
             addresses: vec![("198.51.100.7".parse().unwrap(), 25)],
+        },
+        // Entries past the first word of VLANs keep theirs.
+        ExternalUplink {
+            interface: "eth2".into(),
+            vlan: 0,
+            addresses: Vec::new(),
+        },
+        ExternalUplink {
+            interface: "eth2".into(),
+            vlan: 7,
+            addresses: vec![("198.51.100.8".parse().unwrap(), 25)],
         },
     ];
     w.set_external(&entries).unwrap();
@@ -128,11 +142,12 @@ fn external_uplinks_reach_a_reader() {
 
     let too_long = ExternalUplink {
         interface: "x".repeat(EXTERNAL_NAME_LEN + 1),
-        addresses: Vec::new(),
+        ..ExternalUplink::default()
     };
     let too_many = vec![ExternalUplink::default(); MAX_EXTERNAL_UPLINKS + 1];
     let addrs = ExternalUplink {
         interface: "eth1".into(),
+        vlan: 0,
         addresses: (0..=MAX_EXTERNAL_ADDRESSES as u8)
             .map(|i| (std::net::IpAddr::from([192, 0, 2, i]), 24))
             .collect(),
@@ -157,13 +172,18 @@ fn unresolved_neighbors_reach_a_reader() {
     let w = StatusWriter::create(&p, 1, &["port-input"]).unwrap();
     let r = StatusReader::open(&p).unwrap();
     assert!(r.unresolved().is_empty());
-    let a: Vec<std::net::IpAddr> = vec!["192.0.2.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+    // The same address on two VLANs is two neighbors.
+    let a: Vec<(u16, std::net::IpAddr)> = vec![
+        (0, "192.0.2.1".parse().unwrap()),
+        (100, "192.0.2.1".parse().unwrap()),
+        (4094, "fd00::1".parse().unwrap()),
+    ];
     w.set_unresolved(&a);
     assert_eq!(r.unresolved(), a);
     // The external uplinks beside it are untouched.
     assert!(r.external().is_empty());
-    let many: Vec<std::net::IpAddr> = (0..=MAX_UNRESOLVED as u8)
-        .map(|i| std::net::IpAddr::from([192, 0, 2, i]))
+    let many: Vec<(u16, std::net::IpAddr)> = (0..=MAX_UNRESOLVED as u8)
+        .map(|i| (u16::from(i), std::net::IpAddr::from([192, 0, 2, i])))
         .collect();
     w.set_unresolved(&many);
     assert_eq!(r.unresolved(), many[..MAX_UNRESOLVED]);

@@ -42,7 +42,7 @@
 //! | `multi.<n>x<r>.lookup_cycles`, `.mlookups_per_s` | random network per address, bursts of the first burst size, `Fib::lookup_bulk_mixed` | `fib4.<t>.lookup_cycles` (lace's BGP-like table, same run) |
 //! | `multi.<n>x<r>.lookup_cycles.single` | random network per address, single `lookup` | `fib4.1k.lookup_cycles.single` (same run) |
 //! | `multi.<n>x<r>.lookup_cycles.grouped<b>` | random network per burst, bulk | `fib4.1k.lookup_cycles` (same run) |
-//! | `pipeline.{l3_local,l3_encap,l3_decap,external_in,arp_reply,l2_encap,l2_decap,arp_proxy,nd_proxy,l2_flood}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82, l2_decap and nd_proxy 118) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
+//! | `pipeline.{l3_local,l3_encap,l3_decap,external_in,vlan_out,arp_reply,l2_encap,l2_decap,arp_proxy,nd_proxy,l2_flood}.cycles`, `.mpps` | cycles per packet (and Mpps on one core) from a `net_null` port through lace-forwarder's `Pipeline` to another (64-byte frames; decap 82, l2_decap and nd_proxy 118) | `dpdk.null_fwd.cycles` / `.mpps`: `rx_burst` + `tx_burst` only, same rounds |
 //! | `pipeline.l2_flood.cycles_per_copy` | l2_flood's cycles ÷ its three copies | `dpdk.null_fwd.cycles` |
 //! | `pipeline.<path>.above_floor` | the path's cycles minus the I/O floor of the same round (median over rounds): the pipeline's own cost | `dpdk.null_fwd_write.cycles` (rx, the frame written, tx) |
 //! | `pipeline.ct_hit.cycles`, `.mpps` | a tracked connection through policy and Service NAT: pod → ClusterIP, flow-table hit, DNAT, lookup again, SRv6 encap (64-byte TCP) | `pipeline.l3_encap.*`, same rounds |
@@ -1914,6 +1914,10 @@ fn set_targets(report: &mut Report, ids: &Ids) {
         (
             "pipeline.external_in.above_floor".to_owned(),
             Target::ValueAtMost(70.0),
+        ),
+        (
+            "pipeline.vlan_out.above_floor".to_owned(),
+            Target::ValueAtMost(60.0),
         ),
         (
             "pipeline.l2_encap.above_floor".to_owned(),

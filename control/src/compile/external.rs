@@ -3,12 +3,12 @@
 //!
 //! - **Which.** An external network is programmed on this node when one of its
 //!   `spec.uplinks[]` entries selects the node (the first whose `nodeSelector` matches the
-//!   node's labels wins). An entry with a `vlan` is not carried yet (step 4 of ADR 0054): noted,
-//!   not programmed.
+//!   node's labels wins): untagged on the uplink, or on the 802.1Q VLAN the entry names.
 //! - **Its table.** Each static route of that entry, `destination → NextHop::Uplink { UPLINK,
-//!   nextHop }`, once its next hop is checked against the node's subnets there: the addresses of
-//!   the `[[uplink.external]]` entries of the node's forwarder ([`World::external_uplinks`]) that
-//!   the entry's `interface` names (every one when it names none). A next hop on none of them,
+//!   nextHop, vlan }`, once its next hop is checked against the node's subnets there: the
+//!   addresses of the `[[uplink.external]]` entries of the node's forwarder
+//!   ([`World::external_uplinks`]) on the entry's VLAN that its `interface` names (every one
+//!   when it names none). A next hop on none of them,
 //!   or one of the node's own addresses, is noted with the route and the reason, and the route
 //!   is left out. A route whose next hop the forwarder reports as not answering
 //!   ([`World::unresolved`]) stays, noted as down.
@@ -18,24 +18,29 @@
 //!   that carries it, which decapsulates into the network's table. Its own table imports the
 //!   route sets of the networks policy opens to it, as an l3 network's does; the node gets the
 //!   network's End.DT46 SID.
-//! - **The sources table** ([`NetworkId::EXTERNAL_SOURCES`]): every external network's
-//!   `externalPrefixes` → `NextHop::Network { id }`, the forwarder's classification of a plain
-//!   packet from the uplink by its source, longest match across networks. Programmed when the
-//!   node carries an external network. A prefix two networks list stays the first's (by name),
-//!   noted.
+//! - **The sources tables** ([`NetworkId::external_sources`]), one per VLAN the node carries an
+//!   external network on: `externalPrefixes` → `NextHop::Network { id }`, the forwarder's
+//!   classification of a plain packet from the uplink by its source, longest match across
+//!   networks. A VLAN's table holds the networks carried on it here, so that two networks with
+//!   overlapping prefixes on different VLANs stay apart; the untagged table also holds every
+//!   network this node does not carry (the seed's match across all external networks; their
+//!   packets then find no table here). Programmed when the node carries an external network. A
+//!   prefix two networks of one table list stays the first's (by name), noted.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use lace_shared::status::ExternalUplink;
-use lace_shared::types::{L2Settings, MacAddr, NetworkInfo, NetworkKind, NextHop, PortId};
+use lace_shared::types::{
+    L2Settings, MacAddr, NetworkId, NetworkInfo, NetworkKind, NextHop, PortId,
+};
 
 use super::encode::{encode_sid, SidFunction};
 use super::routes::{narrowed, Ctx};
 use super::{NetworkTables, Note, NoteKind, Route};
 use crate::api::NetworkType;
-use crate::world::{NetworkModel, UplinkModel, World};
+use crate::world::{NetworkModel, UplinkModel};
 
 /// An external network this node carries: its static routes, before routing policy's.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,8 +56,9 @@ pub(super) struct Carried<'w> {
 pub(super) struct ExternalTables<'w> {
     /// Each external network this node carries, by name.
     pub networks: Vec<Carried<'w>>,
-    /// The sources table (when the node carries an external network).
-    pub sources: Option<NetworkTables>,
+    /// The sources tables by VLAN (0: untagged; none unless the node carries an external
+    /// network).
+    pub sources: BTreeMap<u16, NetworkTables>,
     /// What was left out, and why.
     pub notes: Vec<Note>,
 }
@@ -72,14 +78,14 @@ pub(super) fn uplink_of<'a>(
         .find(|(_, u)| u.selects(labels))
 }
 
-/// Whether a node with `labels` carries `net`: its uplink entry there is untagged.
+/// Whether a node with `labels` carries `net`.
 fn carries(net: &NetworkModel, labels: &BTreeMap<String, String>) -> bool {
-    uplink_of(net, labels).is_some_and(|(_, u)| u.vlan.is_none())
+    uplink_of(net, labels).is_some()
 }
 
 /// External network `net`'s route set on this node (see the module docs).
 pub(super) fn route_set(ctx: &Ctx<'_>, net: &NetworkModel) -> (BTreeMap<IpNet, Route>, Vec<Note>) {
-    if let Some((i, up)) = uplink_of(net, &ctx.me.labels).filter(|(_, u)| u.vlan.is_none()) {
+    if let Some((i, up)) = uplink_of(net, &ctx.me.labels) {
         // The network's own compilation notes what its static routes leave out.
         let routes = static_routes(ctx, net, i, up, &mut Vec::new());
         return (narrowed(&routes, &net.external).collect(), Vec::new());
@@ -131,31 +137,22 @@ pub(super) fn compile<'w>(ctx: &Ctx<'w>) -> ExternalTables<'w> {
             out.notes.push(Note {
                 kind: NoteKind::Inconsistent,
                 object: net_obj(&net.name),
-                message: "no node carries it: no untagged spec.uplinks[] entry selects a \
-                          node's labels, so routing policy toward it opens nothing"
+                message: "no node carries it: no spec.uplinks[] entry selects a node's \
+                          labels, so routing policy toward it opens nothing"
                     .into(),
             });
         }
         let Some((i, up)) = uplink_of(net, &ctx.me.labels) else {
             continue;
         };
-        if let Some(vlan) = up.vlan {
-            out.notes.push(Note {
-                kind: NoteKind::Unsupported,
-                object: net_obj(&net.name),
-                message: format!(
-                    "spec.uplinks[{i}] selects node {} with VLAN {vlan}; VLANs on the uplink \
-                     are not carried yet, so the network is not programmed there",
-                    ctx.me.name
-                ),
-            });
-            continue;
-        }
         let routes = static_routes(ctx, net, i, up, &mut out.notes);
         out.networks.push(Carried { net, routes });
     }
     if !out.networks.is_empty() {
-        out.sources = Some(tables(ctx, sources(ctx.world, &mut out.notes)));
+        out.sources = sources(ctx, &mut out.notes)
+            .into_iter()
+            .map(|(vlan, routes)| (vlan, tables(ctx, routes)))
+            .collect();
     }
     out
 }
@@ -196,15 +193,18 @@ fn static_routes(
         return routes;
     }
     let node = &ctx.me.name;
+    let vlan = up.vlan.unwrap_or(0);
     let carriers: Vec<&ExternalUplink> = ctx
         .world
         .external_uplinks
         .iter()
-        .filter(|u| up.interface.as_ref().is_none_or(|i| *i == u.interface))
+        .filter(|u| u.vlan == vlan && up.interface.as_ref().is_none_or(|i| *i == u.interface))
         .collect();
-    let interface = match &up.interface {
-        Some(i) => format!("interface {i:?}"),
-        None => "the uplink".to_owned(),
+    let interface = match (&up.interface, up.vlan) {
+        (Some(i), None) => format!("interface {i:?}"),
+        (Some(i), Some(v)) => format!("VLAN {v} of interface {i:?}"),
+        (None, None) => "the uplink".to_owned(),
+        (None, Some(v)) => format!("VLAN {v} of the uplink"),
     };
     if carriers.is_empty() {
         notes.push(Note {
@@ -215,9 +215,13 @@ fn static_routes(
                  [[uplink.external]] entry for {interface}: its static routes are not \
                  programmed there. Give the forwarder the node's address on the network's \
                  subnet{}",
-                match &up.interface {
-                    Some(i) => format!(" in an entry with interface = {i:?}"),
-                    None => String::new(),
+                match (&up.interface, up.vlan) {
+                    (Some(i), None) => format!(" in an entry with interface = {i:?}"),
+                    (Some(i), Some(v)) => {
+                        format!(" in an entry with interface = {i:?} and vlan = {v}")
+                    }
+                    (None, None) => String::new(),
+                    (None, Some(v)) => format!(" in an entry with vlan = {v}"),
                 }
             ),
         });
@@ -263,7 +267,7 @@ fn static_routes(
             });
             continue;
         }
-        if ctx.world.unresolved.contains(nh) {
+        if ctx.world.unresolved.contains(&(vlan, *nh)) {
             notes.push(Note {
                 kind: NoteKind::Down,
                 object: net_obj(&net.name),
@@ -285,6 +289,7 @@ fn static_routes(
                 IpAddr::V4(a) => a.to_ipv6_mapped(),
                 IpAddr::V6(a) => a,
             },
+            vlan,
         });
         match routes.get(dst) {
             None => {
@@ -308,31 +313,47 @@ fn static_routes(
     routes
 }
 
-/// The sources table: every external network's prefixes → the network (first by name).
-fn sources(world: &World, notes: &mut Vec<Note>) -> BTreeMap<IpNet, Route> {
-    let mut owner: BTreeMap<IpNet, &str> = BTreeMap::new();
-    let mut routes = BTreeMap::new();
-    for net in world
+/// The sources tables' routes by VLAN: each external network's prefixes → the network, in
+/// the table of the VLAN this node carries it on, or the untagged one when it does not carry
+/// it; in one table a prefix stays the first network's (by name).
+fn sources(ctx: &Ctx<'_>, notes: &mut Vec<Note>) -> BTreeMap<u16, BTreeMap<IpNet, Route>> {
+    let mut owner: BTreeMap<(u16, IpNet), &str> = BTreeMap::new();
+    let mut tables: BTreeMap<u16, BTreeMap<IpNet, Route>> = BTreeMap::new();
+    for net in ctx
+        .world
         .networks
         .values()
         .filter(|n| n.kind == NetworkType::External)
     {
+        let vlan = uplink_of(net, &ctx.me.labels).map_or(0, |(_, u)| u.vlan.unwrap_or(0));
+        if NetworkId::external_sources(vlan).is_none() {
+            // Validation keeps VLANs within 1–4094.
+            continue;
+        }
         for p in &net.external {
             let p = p.trunc();
-            if let Some(first) = owner.get(&p) {
+            if let Some(first) = owner.get(&(vlan, p)) {
                 notes.push(Note {
                     kind: NoteKind::Conflict,
                     object: net_obj(&net.name),
                     message: format!(
-                        "external prefix {p} is also network {first}'s; packets from it belong \
-                         to {first}. Give external networks distinct prefixes"
+                        "external prefix {p} is also network {first}'s{}; packets from it \
+                         belong to {first}. Give external networks distinct prefixes, or \
+                         distinct VLANs",
+                        match vlan {
+                            0 => String::new(),
+                            v => format!(" on VLAN {v}"),
+                        }
                     ),
                 });
                 continue;
             }
-            owner.insert(p, &net.name);
-            routes.insert(p, Route::from(NextHop::Network { net: net.id }));
+            owner.insert((vlan, p), &net.name);
+            tables
+                .entry(vlan)
+                .or_default()
+                .insert(p, Route::from(NextHop::Network { net: net.id }));
         }
     }
-    routes
+    tables
 }

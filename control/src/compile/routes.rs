@@ -1217,8 +1217,10 @@ impl Cache {
                 }),
             }
         }
-        if let Some(sources) = ext.sources {
-            add(NetworkId::EXTERNAL_SOURCES, sources, t);
+        for (vlan, sources) in ext.sources {
+            if let Some(id) = NetworkId::external_sources(vlan) {
+                add(id, sources, t);
+            }
         }
         self.external = kept;
     }

@@ -292,8 +292,9 @@ pub struct BuildInputs<'a> {
     pub host: Option<HostPort>,
     /// This node's `[[uplink.external]]` entries, as its forwarder publishes them.
     pub external_uplinks: &'a [lace_shared::status::ExternalUplink],
-    /// The uplink's next hops that do not answer, as its forwarder publishes them.
-    pub unresolved: &'a [std::net::IpAddr],
+    /// The uplink's next hops that do not answer, with their VLANs, as its forwarder
+    /// publishes them.
+    pub unresolved: &'a [(u16, std::net::IpAddr)],
 }
 
 /// The core's state (see the module docs).

@@ -22,7 +22,7 @@ pub struct ForwarderUplinks {
     /// The region of the running forwarder whose entries are `current`.
     read: Option<StatusReader>,
     current: Vec<ExternalUplink>,
-    unresolved: Vec<IpAddr>,
+    unresolved: Vec<(u16, IpAddr)>,
 }
 
 impl std::fmt::Debug for ForwarderUplinks {
@@ -60,7 +60,7 @@ impl ForwarderUplinks {
                     "next hops on the uplink that do not answer: {}",
                     unresolved
                         .iter()
-                        .map(ToString::to_string)
+                        .map(|&(vlan, a)| on_vlan(a, vlan))
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
@@ -97,9 +97,18 @@ impl ForwarderUplinks {
         &self.current
     }
 
-    /// The next hops traffic waits for that do not answer, as last read (sorted).
-    pub fn unresolved(&self) -> &[IpAddr] {
+    /// The next hops traffic waits for that do not answer, each with its VLAN (0: untagged),
+    /// as last read (sorted).
+    pub fn unresolved(&self) -> &[(u16, IpAddr)] {
         &self.unresolved
+    }
+}
+
+/// `addr`, with its VLAN when tagged.
+fn on_vlan(addr: impl std::fmt::Display, vlan: u16) -> String {
+    match vlan {
+        0 => addr.to_string(),
+        v => format!("{addr} (VLAN {v})"),
     }
 }
 
@@ -117,7 +126,7 @@ fn describe(entries: &[ExternalUplink]) -> String {
             } else {
                 &e.interface
             };
-            format!("{name} {}", addrs.join(" "))
+            format!("{} {}", on_vlan(name, e.vlan), addrs.join(" "))
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -139,6 +148,7 @@ mod tests {
     fn entry(name: &str, addr: &str, len: u8) -> ExternalUplink {
         ExternalUplink {
             interface: name.into(),
+            vlan: 0,
             addresses: vec![(addr.parse().unwrap(), len)],
         }
     }
@@ -177,14 +187,18 @@ mod tests {
 
         // Restarted with other entries.
         let w = StatusWriter::create(&path, 1, &["port-input"]).unwrap();
-        let second = vec![first[0].clone(), entry("", "2001:db8::10", 64)];
+        let tagged = ExternalUplink {
+            vlan: 100,
+            ..entry("eth1", "198.51.100.10", 24)
+        };
+        let second = vec![first[0].clone(), entry("", "2001:db8::10", 64), tagged];
         w.set_external(&second).unwrap();
         w.set_state(RunState::Running);
         assert!(u.refresh());
         assert_eq!(u.current(), second);
 
         // Next hops that do not answer are read at every look.
-        let gw: IpAddr = "192.0.2.1".parse().unwrap();
+        let gw = (100, "192.0.2.1".parse().unwrap());
         w.set_unresolved(&[gw]);
         assert!(u.refresh());
         assert_eq!(u.unresolved(), [gw]);

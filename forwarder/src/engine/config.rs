@@ -177,25 +177,33 @@ impl std::fmt::Display for UplinkAddress {
     }
 }
 
-/// One `[[uplink.external]]` entry: the node's addresses on an external network's subnet, and
-/// the interface name a Network's `spec.uplinks[].interface` gives for it (none: an entry
-/// that only Networks naming no interface use).
+/// One `[[uplink.external]]` entry: the node's addresses on an external network's subnet, the
+/// 802.1Q VLAN they are on (none: untagged), and the interface name a Network's
+/// `spec.uplinks[].interface` gives for it (none: an entry that only Networks naming no
+/// interface use).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExternalEntry {
     /// `interface`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
+    /// `vlan` (1–4094).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
     /// `addresses`.
     pub addresses: Vec<UplinkAddress>,
 }
 
 impl UplinkConfig {
-    /// Every `[[uplink.external]]` address, as the pipeline's uplink hosts take them.
-    pub fn external_addresses(&self) -> Vec<(IpAddr, u8)> {
+    /// Every `[[uplink.external]]` address with its VLAN, as the pipeline's uplink hosts take
+    /// them.
+    pub fn external_addresses(&self) -> Vec<crate::pipeline::UplinkAddress> {
         self.external
             .iter()
-            .flat_map(|e| &e.addresses)
-            .map(|a| (a.addr, a.prefix_len))
+            .flat_map(|e| {
+                e.addresses
+                    .iter()
+                    .map(|a| (e.vlan.unwrap_or(0), a.addr, a.prefix_len))
+            })
             .collect()
     }
 
@@ -205,6 +213,7 @@ impl UplinkConfig {
             .iter()
             .map(|e| lace_shared::status::ExternalUplink {
                 interface: e.interface.clone().unwrap_or_default(),
+                vlan: e.vlan.unwrap_or(0),
                 addresses: e.addresses.iter().map(|a| (a.addr, a.prefix_len)).collect(),
             })
             .collect()
@@ -437,6 +446,7 @@ struct FileUplink {
 #[serde(deny_unknown_fields)]
 struct FileExternal {
     interface: Option<String>,
+    vlan: Option<u16>,
     addresses: Vec<String>,
 }
 
@@ -923,10 +933,11 @@ fn check_large_frame_link(device: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `[[uplink.external]]`: at most [`MAX_EXTERNAL_UPLINKS`] entries, each named at most once
-/// (1 to [`EXTERNAL_NAME_LEN`] bytes, no whitespace) or unnamed; their addresses each
-/// `address/prefix-length`, unicast, not the underlay address, none twice, at most
-/// [`UplinkHosts::MAX`] per address family.
+/// `[[uplink.external]]`: at most [`MAX_EXTERNAL_UPLINKS`] entries, each on a VLAN from 1 to
+/// 4094 or untagged, each interface name (1 to [`EXTERNAL_NAME_LEN`] bytes, no whitespace) at
+/// most once per VLAN, or unnamed; their addresses each `address/prefix-length`, unicast, not
+/// the underlay address, none twice on one VLAN, at most [`UplinkHosts::MAX`] per address
+/// family.
 fn external_entries(
     entries: &[FileExternal],
     underlay: Ipv6Addr,
@@ -941,6 +952,15 @@ fn external_entries(
     }
     let mut out: Vec<ExternalEntry> = Vec::new();
     for e in entries {
+        if let Some(vlan) = e.vlan.filter(|v| !(1..=4094).contains(v)) {
+            return Err(ConfigError::Invalid {
+                field: "uplink.external.vlan",
+                value: vlan.to_string(),
+                why: "is outside 1..=4094: use a VLAN id from 1 to 4094, or omit it for \
+                      untagged traffic"
+                    .into(),
+            });
+        }
         if let Some(name) = &e.interface {
             let why = if name.is_empty() || name.len() > EXTERNAL_NAME_LEN {
                 Some(format!(
@@ -948,9 +968,13 @@ fn external_entries(
                 ))
             } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 Some("must not contain whitespace".to_owned())
-            } else if out.iter().any(|o| o.interface.as_ref() == Some(name)) {
+            } else if out
+                .iter()
+                .any(|o| o.interface.as_ref() == Some(name) && o.vlan == e.vlan)
+            {
                 Some(
-                    "names two entries: give each interface one entry with all its addresses"
+                    "names two entries on one VLAN: give each interface one entry per VLAN \
+                     with all its addresses there"
                         .into(),
                 )
             } else {
@@ -966,6 +990,7 @@ fn external_entries(
         }
         out.push(ExternalEntry {
             interface: e.interface.clone(),
+            vlan: e.vlan,
             addresses: Vec::new(),
         });
     }
@@ -978,7 +1003,7 @@ fn external_entries(
 }
 
 /// Every `[[uplink.external]]` address, in order: each `address/prefix-length`, unicast, not the
-/// underlay address, none twice, at most [`UplinkHosts::MAX`] per address family.
+/// underlay address, none twice on one VLAN, at most [`UplinkHosts::MAX`] per address family.
 fn external_addresses(
     entries: &[FileExternal],
     underlay: Ipv6Addr,
@@ -990,7 +1015,11 @@ fn external_addresses(
         why: why.to_owned(),
     };
     let mut out: Vec<UplinkAddress> = Vec::new();
-    for text in entries.iter().flat_map(|e| &e.addresses) {
+    let mut vlans: Vec<u16> = Vec::new();
+    let on = entries
+        .iter()
+        .flat_map(|e| e.addresses.iter().map(|a| (e.vlan.unwrap_or(0), a)));
+    for (vlan, text) in on {
         let (a, len) = text.split_once('/').ok_or_else(|| {
             invalid(
                 text,
@@ -1022,12 +1051,21 @@ fn external_addresses(
                  external network",
             ));
         }
-        if out.iter().any(|o| o.addr == addr) {
-            return Err(invalid(text, "is listed twice"));
+        if out
+            .iter()
+            .zip(&vlans)
+            .any(|(o, &v)| o.addr == addr && v == vlan)
+        {
+            return Err(invalid(text, "is listed twice on one VLAN"));
         }
         out.push(UplinkAddress { addr, prefix_len });
+        vlans.push(vlan);
     }
-    let addrs: Vec<_> = out.iter().map(|a| (a.addr, a.prefix_len)).collect();
+    let addrs: Vec<_> = out
+        .iter()
+        .zip(&vlans)
+        .map(|(a, &v)| (v, a.addr, a.prefix_len))
+        .collect();
     if UplinkHosts::new(&addrs).is_none() {
         return Err(ConfigError::Invalid {
             field: FIELD,
@@ -1098,28 +1136,36 @@ mod tests {
     fn external_addresses_on_the_uplink() {
         let c = load(&format!(
             "{MINIMAL}\n[[uplink.external]]\naddresses = [\"192.0.2.10/24\", \"2001:db8::10/64\"]\n\
-             [[uplink.external]]\naddresses = [\"198.51.100.7/25\"]"
+             [[uplink.external]]\naddresses = [\"198.51.100.7/25\"]\n\
+             [[uplink.external]]\nvlan = 100\naddresses = [\"192.0.2.10/24\"]"
         ))
         .unwrap();
         let shown: Vec<String> = c
             .uplink
             .external_addresses()
             .iter()
-            .map(|(a, l)| format!("{a}/{l}"))
+            .map(|(v, a, l)| format!("{v} {a}/{l}"))
             .collect();
+        // The same address on another VLAN is another host of the node's.
         assert_eq!(
             shown,
-            ["192.0.2.10/24", "2001:db8::10/64", "198.51.100.7/25"]
+            [
+                "0 192.0.2.10/24",
+                "0 2001:db8::10/64",
+                "0 198.51.100.7/25",
+                "100 192.0.2.10/24"
+            ]
         );
         // Each entry keeps its own addresses, and the status region gets them so.
         let published = c.uplink.external_uplinks();
-        assert_eq!(published.len(), 2);
+        assert_eq!(published.len(), 3);
         assert_eq!(published[0].addresses.len(), 2);
         assert_eq!(published[1].interface, "");
         assert_eq!(
             published[1].addresses,
             [("198.51.100.7".parse().unwrap(), 25)]
         );
+        assert_eq!((published[1].vlan, published[2].vlan), (0, 100));
         // The effective configuration `check` prints is read back the same.
         let printed = toml::to_string(&c).unwrap();
         assert_eq!(
@@ -1140,7 +1186,7 @@ mod tests {
             ("\"192.0.2.10/33\"", "outside 0..=32"),
             ("\"fd00::a/64\"", "underlay address"),
             ("\"224.0.0.1/4\"", "unicast"),
-            ("\"192.0.2.10/24\", \"192.0.2.10/25\"", "twice"),
+            ("\"192.0.2.10/24\", \"192.0.2.10/25\"", "twice on one VLAN"),
             ("\"eth0/24\"", "not an IPv4 or IPv6"),
         ] {
             let e = err(addrs);
@@ -1151,6 +1197,17 @@ mod tests {
         }
         let nine: Vec<String> = (1..=9).map(|i| format!("\"192.0.2.{i}/24\"")).collect();
         assert!(err(&nine.join(", ")).contains("at most 8"));
+        for vlan in [0, 4095] {
+            let e = load(&format!(
+                "{MINIMAL}\n[[uplink.external]]\nvlan = {vlan}\naddresses = [\"192.0.2.10/24\"]"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("uplink.external.vlan") && e.contains("outside 1..=4094"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -1158,26 +1215,38 @@ mod tests {
         let entry = |name: &str, addr: &str| {
             format!("[[uplink.external]]\ninterface = \"{name}\"\naddresses = [\"{addr}\"]\n")
         };
+        let tagged = |name: &str, vlan: u16, addr: &str| {
+            format!(
+                "[[uplink.external]]\ninterface = \"{name}\"\nvlan = {vlan}\n\
+                 addresses = [\"{addr}\"]\n"
+            )
+        };
+        // One entry per interface and VLAN.
         let c = load(&format!(
-            "{MINIMAL}\n{}{}",
+            "{MINIMAL}\n{}{}{}",
             entry("eth1", "192.0.2.10/24"),
-            entry("vf-3", "198.51.100.7/25")
+            entry("vf-3", "198.51.100.7/25"),
+            tagged("eth1", 100, "192.0.2.10/24")
         ))
         .unwrap();
         let published = c.uplink.external_uplinks();
         assert_eq!(
             published
                 .iter()
-                .map(|e| e.interface.as_str())
+                .map(|e| (e.interface.as_str(), e.vlan))
                 .collect::<Vec<_>>(),
-            ["eth1", "vf-3"]
+            [("eth1", 0), ("vf-3", 0), ("eth1", 100)]
         );
         let printed = toml::to_string(&c).unwrap();
         assert_eq!(load(&printed).unwrap().uplink, c.uplink, "{printed}");
         for (entries, why) in [
             (
                 entry("eth1", "192.0.2.10/24") + &entry("eth1", "192.0.2.11/24"),
-                "names two entries",
+                "names two entries on one VLAN",
+            ),
+            (
+                tagged("eth1", 7, "192.0.2.10/24") + &tagged("eth1", 7, "192.0.2.11/24"),
+                "names two entries on one VLAN",
             ),
             (entry("", "192.0.2.10/24"), "1 to 32 bytes"),
             (entry(&"e".repeat(33), "192.0.2.10/24"), "1 to 32 bytes"),

@@ -560,10 +560,10 @@ fn main_loop(
             }
             pods.refresh_counters(status, &net_dev);
             status.set_mbufs(u64::from(pool.in_use()), u64::from(pool.capacity()));
-            let waiting: Vec<std::net::IpAddr> = neighbors
+            let waiting: Vec<(u16, std::net::IpAddr)> = neighbors
                 .waiting()
                 .into_iter()
-                .map(|a| std::net::IpAddr::V6(a).to_canonical())
+                .map(|w| (w.vlan, std::net::IpAddr::V6(w.addr).to_canonical()))
                 .collect();
             status.set_unresolved(&waiting);
         }

@@ -20,6 +20,11 @@ const RCVBUF: libc::c_int = 8 << 20;
 const SNDBUF: libc::c_int = 4 << 20;
 /// At most this many iovecs per burst: one header and one buffer per packet, plus a header.
 const TX_IOVS: usize = 2 * 64;
+/// Words of a received message's control buffer: room for the `PACKET_AUXDATA` message
+/// (`CMSG_SPACE` of a `tpacket_auxdata`, 40 bytes on Linux) with some to spare.
+const CTL_WORDS: usize = 8;
+/// Bytes of an 802.1Q tag.
+const TAG_LEN: usize = 4;
 
 /// Fanout group ids handed out in this process (unique per socket group on a host when
 /// combined with the pid).
@@ -148,6 +153,9 @@ impl PacketSocket {
             1,
             "PACKET_IGNORE_OUTGOING",
         )?;
+        // The kernel takes the 802.1Q tag off every frame it receives (into the packet's
+        // metadata); the auxiliary data gives it back, so that frames come in as on the wire.
+        opt(libc::SOL_PACKET, libc::PACKET_AUXDATA, 1, "PACKET_AUXDATA")?;
         if setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RCVBUF).is_err() {
             opt(libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF, "SO_RCVBUF")?;
         }
@@ -325,6 +333,8 @@ pub struct RxQueue {
     /// Overflow space per slot for frames longer than an mbuf's room.
     big: Vec<Box<[u8]>>,
     hdrs: [[u8; VnetHdr::LEN]; MAX_RX_BURST],
+    /// A control buffer per message slot (the `PACKET_AUXDATA` message).
+    ctl: [[u64; CTL_WORDS]; MAX_RX_BURST],
     /// Large segments received into `big`, waiting for room in the output: (slot, length).
     pending: [(u8, u32); MAX_RX_BURST],
     pending_head: usize,
@@ -338,6 +348,52 @@ impl std::fmt::Debug for RxQueue {
             .field("pending", &(self.pending_len - self.pending_head))
             .finish()
     }
+}
+
+/// The 802.1Q tag the kernel took off a received frame, as `PACKET_AUXDATA` reports it in
+/// `msg`'s control buffer: the tag's 4 bytes (TPID, TCI) as on the wire.
+fn stripped_tag(msg: &libc::msghdr) -> Option<[u8; TAG_LEN]> {
+    // SAFETY: `msg` is a message recvmmsg filled: its control buffer is live, and
+    // `msg_controllen` says how much of it the kernel wrote; the CMSG macros walk only within
+    // that, and the auxiliary data is read unaligned from inside the message that holds it.
+    let aux = unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        loop {
+            if c.is_null() {
+                return None;
+            }
+            if (*c).cmsg_level == libc::SOL_PACKET
+                && (*c).cmsg_type == libc::PACKET_AUXDATA
+                && (*c).cmsg_len as usize
+                    >= libc::CMSG_LEN(std::mem::size_of::<libc::tpacket_auxdata>() as u32) as usize
+            {
+                break std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::tpacket_auxdata>());
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    };
+    if aux.tp_status & libc::TP_STATUS_VLAN_VALID == 0 {
+        return None;
+    }
+    let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+        aux.tp_vlan_tpid
+    } else {
+        0x8100
+    };
+    let [t0, t1] = tpid.to_be_bytes();
+    let [c0, c1] = aux.tp_vlan_tci.to_be_bytes();
+    Some([t0, t1, c0, c1])
+}
+
+/// Puts `tag` back after the addresses of the frame in `m`; false without the headroom.
+fn retag(m: &mut Mbuf, tag: [u8; TAG_LEN]) -> bool {
+    if m.prepend(TAG_LEN).is_none() {
+        return false;
+    }
+    let d = m.data_mut();
+    d.copy_within(TAG_LEN..TAG_LEN + 12, 0);
+    d[12..12 + TAG_LEN].copy_from_slice(&tag);
+    true
 }
 
 /// Segments a large frame (or completes a partial checksum) into `out`.
@@ -373,6 +429,7 @@ impl RxQueue {
                 .map(|_| vec![0u8; MAX_FRAME].into_boxed_slice())
                 .collect(),
             hdrs: [[0; VnetHdr::LEN]; MAX_RX_BURST],
+            ctl: [[0; CTL_WORDS]; MAX_RX_BURST],
             pending: [(0, 0); MAX_RX_BURST],
             pending_head: 0,
             pending_len: 0,
@@ -480,6 +537,8 @@ impl RxQueue {
             };
             msgs[ready].msg_hdr.msg_iov = iovs[ready].as_mut_ptr();
             msgs[ready].msg_hdr.msg_iovlen = k + 2;
+            msgs[ready].msg_hdr.msg_control = self.ctl[ready].as_mut_ptr().cast();
+            msgs[ready].msg_hdr.msg_controllen = std::mem::size_of_val(&self.ctl[ready]);
             ready += 1;
         }
         if ready == 0 {
@@ -487,8 +546,8 @@ impl RxQueue {
             return c;
         }
         // SAFETY: msgs[..ready] point to iovecs describing live, writable memory owned by this
-        // queue (the slots' mbuf rooms, the headers, the overflow buffers), none of which
-        // moves or is touched elsewhere during the call; no name or control buffers.
+        // queue (the slots' mbuf rooms, the headers, the overflow buffers) and to its control
+        // buffers, none of which moves or is touched elsewhere during the call; no names.
         let n = unsafe {
             libc::recvmmsg(
                 self.sock.as_raw_fd(),
@@ -515,6 +574,13 @@ impl RxQueue {
             } else {
                 VnetHdr::default()
             };
+            let tag = stripped_tag(&msg.msg_hdr);
+            if tag.is_some() && hdr.is_gso() {
+                // A large segment on a VLAN: the software segmentation cuts untagged frames
+                // only (turn GRO off on a trunk interface).
+                c.malformed += 1;
+                continue;
+            }
             if len <= room && !hdr.is_gso() {
                 let Some(mut m) = self.slots[i].take() else {
                     continue;
@@ -530,6 +596,13 @@ impl RxQueue {
                 {
                     c.malformed += 1;
                     continue;
+                }
+                if let Some(tag) = tag {
+                    if !retag(&mut m, tag) {
+                        c.no_buffer += 1;
+                        continue;
+                    }
+                    c.bytes += TAG_LEN as u64;
                 }
                 out.push(m);
                 continue;

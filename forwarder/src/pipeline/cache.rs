@@ -17,7 +17,7 @@ use lace_shared::types::{
     EncapRec, MacAddr, NetworkId, NetworkKind, NextHop, PortId, PortRec, Sid, SidBehavior,
 };
 
-use super::neigh::UnderlayNeighbors;
+use super::neigh::{Neighbor, UnderlayNeighbors};
 use super::srv6::EncapPlan;
 
 /// A network's settings the nodes need, decoded once per call.
@@ -56,8 +56,8 @@ pub(super) enum Hop {
     },
     /// Out of the uplink to a gateway on an external network (a static route, ADR 0054).
     Uplink {
-        /// The gateway, IPv4-mapped for IPv4.
-        gateway: Ipv6Addr,
+        /// The gateway, on its VLAN.
+        gateway: Neighbor,
     },
 }
 
@@ -103,7 +103,7 @@ pub(super) struct Memo {
     plan: Option<(u32, u64, EncapPlan)>,
     /// The last two underlay next hops' MACs, each found while the neighbor cache was at
     /// version `.2`, the latest first (a frame flooded to two nodes alternates between them).
-    underlay: [Option<(Ipv6Addr, MacAddr, u64)>; 2],
+    underlay: [Option<(Neighbor, MacAddr, u64)>; 2],
 }
 
 /// A local destination port's record and whether its network is connection-tracked.
@@ -302,21 +302,29 @@ impl<'s, 'a> Cx<'s, 'a> {
             Some(NextHop::Drop) => Route::Blackhole,
             Some(NextHop::Unreachable) => Route::Unreachable,
             Some(NextHop::Service) => Route::Service,
-            Some(NextHop::Uplink { port, gateway }) if port == PortId::UPLINK => {
-                forward(Hop::Uplink { gateway })
-            }
+            Some(NextHop::Uplink {
+                port,
+                gateway,
+                vlan,
+            }) if port == PortId::UPLINK => forward(Hop::Uplink {
+                gateway: Neighbor {
+                    vlan,
+                    addr: gateway,
+                },
+            }),
             Some(NextHop::Uplink { .. } | NextHop::Network { .. }) => Route::Unsupported,
         };
         self.memo.route = [Some((index, r)), self.memo.route[0]];
         r
     }
 
-    /// The external network a plain packet from the uplink belongs to, by its source `src`
-    /// (ADR 0054): the network of the longest external prefix holding it, across all
-    /// external networks ([`NetworkId::EXTERNAL_SOURCES`]); `None` when none does.
+    /// The external network a plain packet from the uplink's VLAN `vlan` (0: untagged)
+    /// belongs to, by its source `src` (ADR 0054): the network of the longest external prefix
+    /// holding it, across the external networks of that VLAN's sources table
+    /// ([`NetworkId::external_sources`]); `None` when none does.
     #[inline(never)]
-    pub(super) fn external_network(&mut self, src: IpAddr) -> Option<NetworkId> {
-        let view = self.view(NetworkId::EXTERNAL_SOURCES)?;
+    pub(super) fn external_network(&mut self, vlan: u16, src: IpAddr) -> Option<NetworkId> {
+        let view = self.view(NetworkId::external_sources(vlan)?)?;
         let index = match src {
             IpAddr::V4(a) => view.route4_index(a),
             IpAddr::V6(a) => view.route6_index(a),
@@ -384,36 +392,38 @@ impl<'s, 'a> Cx<'s, 'a> {
         // Read before the MAC: a change after this makes the next call build again.
         let version = neigh.version();
         let rewrite = self.encap(nh).filter(|e| e.usable())?;
-        let mac = self.underlay_mac(neigh, rewrite.underlay_addr())?;
+        let mac = self.underlay_mac(neigh, Neighbor::untagged(rewrite.underlay_addr()))?;
         let plan = build(rewrite, mac);
         self.memo.plan = Some((nh, version, plan));
         Some(plan)
     }
 
-    /// The MAC of underlay next hop `addr`: the static table first, then what NDP learned.
+    /// The MAC of next hop `who` on the uplink: for an untagged one the static table first,
+    /// then what NDP and ARP learned.
     #[inline(always)]
     pub(super) fn underlay_mac(
         &mut self,
         neigh: &UnderlayNeighbors,
-        addr: Ipv6Addr,
+        who: Neighbor,
     ) -> Option<MacAddr> {
         let version = neigh.version();
         match self.memo.underlay {
-            [Some((a, mac, v)), _] | [_, Some((a, mac, v))] if a == addr && v == version => {
+            [Some((a, mac, v)), _] | [_, Some((a, mac, v))] if a == who && v == version => {
                 Some(mac)
             }
-            _ => self.underlay_miss(neigh, addr),
+            _ => self.underlay_miss(neigh, who),
         }
     }
 
     #[inline(never)]
-    fn underlay_miss(&mut self, neigh: &UnderlayNeighbors, addr: Ipv6Addr) -> Option<MacAddr> {
+    fn underlay_miss(&mut self, neigh: &UnderlayNeighbors, who: Neighbor) -> Option<MacAddr> {
         let version = neigh.version();
-        let mac = self
-            .snap
-            .underlay_neighbor(addr)
-            .or_else(|| neigh.lookup(addr))?;
-        self.memo.underlay = [Some((addr, mac, version)), self.memo.underlay[0]];
+        let fixed = match who.vlan {
+            0 => self.snap.underlay_neighbor(who.addr),
+            _ => None,
+        };
+        let mac = fixed.or_else(|| neigh.lookup(who))?;
+        self.memo.underlay = [Some((who, mac, version)), self.memo.underlay[0]];
         Some(mac)
     }
 }

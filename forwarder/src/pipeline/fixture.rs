@@ -133,9 +133,24 @@ pub const EXT_PREFIX6: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 
 pub const EXT2_PREFIX4: (Ipv4Addr, u8) = (Ipv4Addr::new(203, 0, 113, 128), 25);
 pub const EXT2_PREFIX6: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2001, 0xdb8, 0x100, 1, 0, 0, 0, 0), 64);
 
-/// The external networks' prefixes in the sources table, and the pods each may reach.
+/// The uplink's VLAN of [`EXTNET_V`]: the node's address there is [`EXT_ME4`] too, and
+/// [`EXT_ROUTER4`] is its router, as on the untagged uplink.
+pub const EXT_VLAN: u16 = 100;
+/// An external network on [`EXT_VLAN`], with [`EXTNET`]'s IPv4 prefix: hosts there reach pod
+/// [`C`] ([`C4`]) only.
+pub const EXTNET_V: NetworkId = NetworkId(14);
+/// Where network 7 reaches [`EXTNET_V`]'s hosts: through [`EXT_ROUTER4`] on [`EXT_VLAN`].
+pub const EXT_V_OUT4: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 7, 12, 0), 24);
+
+/// The external networks' prefixes in the sources tables, and the pods each may reach.
 fn external_sources(w: &mut TableWriter, info: &NetworkInfo) {
     w.set_network(EXTNET2, info).unwrap();
+    w.set_network(EXTNET_V, info).unwrap();
+    let vlan = NetworkId::external_sources(EXT_VLAN).unwrap();
+    w.set_network(vlan, info).unwrap();
+    let (p4, l4) = EXT_PREFIX4;
+    w.add_route(vlan, IpAddr::V4(p4), l4, NextHop::Network { net: EXTNET_V })
+        .unwrap();
     w.set_network(NetworkId::EXTERNAL_SOURCES, info).unwrap();
     for (net, (p4, l4), (p6, l6)) in [
         (EXTNET, EXT_PREFIX4, EXT_PREFIX6),
@@ -156,6 +171,8 @@ fn external_sources(w: &mut TableWriter, info: &NetworkInfo) {
     w.add_route(EXTNET, IpAddr::V6(A6), 128, local(A, MAC_A))
         .unwrap();
     w.add_route(EXTNET2, IpAddr::V4(B4), 32, local(B, MAC_B))
+        .unwrap();
+    w.add_route(EXTNET_V, IpAddr::V4(C4), 32, local(C, MAC_C))
         .unwrap();
 }
 
@@ -409,8 +426,12 @@ pub fn cfg() -> Config {
         hop_limit: 64,
         underlay_mtu: 1500,
         flow_seed: 0x5eed,
-        uplink_hosts: UplinkHosts::new(&[(EXT_ME4.into(), 24), (EXT_ME6.into(), 64)])
-            .expect("two addresses"),
+        uplink_hosts: UplinkHosts::new(&[
+            (0, EXT_ME4.into(), 24),
+            (0, EXT_ME6.into(), 64),
+            (EXT_VLAN, EXT_ME4.into(), 24),
+        ])
+        .expect("three addresses"),
     }
 }
 
@@ -586,6 +607,19 @@ pub fn node() -> Node {
         NextHop::Uplink {
             port: PortId::UPLINK,
             gateway: EXT_ROUTER4.to_ipv6_mapped(),
+            vlan: 0,
+        },
+    )
+    .unwrap();
+    // The same router's address on a VLAN: another router.
+    w.add_route(
+        NET,
+        IpAddr::V4(EXT_V_OUT4.0),
+        EXT_V_OUT4.1,
+        NextHop::Uplink {
+            port: PortId::UPLINK,
+            gateway: EXT_ROUTER4.to_ipv6_mapped(),
+            vlan: EXT_VLAN,
         },
     )
     .unwrap();
@@ -596,6 +630,7 @@ pub fn node() -> Node {
         NextHop::Uplink {
             port: PortId::UPLINK,
             gateway: EXT_ROUTER6,
+            vlan: 0,
         },
     )
     .unwrap();

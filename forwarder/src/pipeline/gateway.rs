@@ -5,26 +5,24 @@
 //! its route is down: packets are dropped (`gateway-unresolved`) and it is asked again at most
 //! every [`super::neigh::SOLICIT_INTERVAL_NS`].
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
 use lace_shared::status::DropReason;
-use lace_shared::types::PortId;
 
 use super::input::L3;
-use super::neigh::UnderlayNeighbors;
+use super::neigh::{Neighbor, UnderlayNeighbors};
 use super::srv6::build_solicitation;
-use super::{Config, Io, PacketBuf};
+use super::{vlan, Config, Io, PacketBuf};
 use crate::wire::arp;
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::EthernetAddress;
 
-/// Gateway `gateway` (IPv4-mapped for IPv4) has no MAC yet: ask for it (rate-limited) from
-/// the node's address on its subnet. The packet that wanted it is dropped for the reason
-/// returned.
+/// Gateway `gateway` has no MAC yet: ask for it (rate-limited) from the node's address on its
+/// subnet. The packet that wanted it is dropped for the reason returned.
 pub(super) fn unresolved<B: PacketBuf, I: Io<B>>(
     cfg: &Config,
     neigh: &UnderlayNeighbors,
-    gateway: Ipv6Addr,
+    gateway: Neighbor,
     io: &mut I,
 ) -> DropReason {
     if neigh.should_solicit(gateway, io.now_ns()) {
@@ -35,41 +33,45 @@ pub(super) fn unresolved<B: PacketBuf, I: Io<B>>(
     DropReason::GatewayUnresolved
 }
 
-/// Asks the uplink for `addr`'s MAC: an ARP request for an IPv4 address (IPv4-mapped), from
-/// the node's IPv4 address there ([`super::UplinkHosts::source_for`]); a neighbor solicitation
-/// for an IPv6 one, from the node's address on its subnet (an `[[uplink.external]]` address)
-/// or else its underlay address. Not rate-limited: the caller is
-/// ([`UnderlayNeighbors::should_solicit`], [`UnderlayNeighbors::maintain`]).
+/// Asks the uplink for `who`'s MAC, on its VLAN (tagged when it has one): an ARP request for
+/// an IPv4 address (IPv4-mapped), from the node's IPv4 address there
+/// ([`super::UplinkHosts::source_for`]); a neighbor solicitation for an IPv6 one, from the
+/// node's address on its subnet (an `[[uplink.external]]` address) or else, untagged, its
+/// underlay address. Not rate-limited: the caller is ([`UnderlayNeighbors::should_solicit`],
+/// [`UnderlayNeighbors::maintain`]).
 pub(super) fn solicit<B: PacketBuf, I: Io<B>>(
     cfg: &Config,
-    addr: Ipv6Addr,
+    who: Neighbor,
     io: &mut I,
 ) -> Result<(), DropReason> {
-    let src = match addr.to_ipv4_mapped() {
-        // No IPv4 address of the node's on the uplink: nothing to ask from.
-        Some(_) => cfg
-            .uplink_hosts
-            .source_for(addr)
-            .ok_or(DropReason::GatewayUnresolved)?,
-        None => cfg
-            .uplink_hosts
-            .on_subnet(addr)
-            .unwrap_or(IpAddr::V6(cfg.underlay_addr)),
-    };
+    let hosts = &cfg.uplink_hosts;
+    let src = match (who.addr.to_ipv4_mapped(), who.vlan) {
+        // No IPv4 address of the node's on the uplink (or the VLAN): nothing to ask from.
+        (Some(_), _) => hosts.source_for(who.vlan, who.addr),
+        (None, 0) => Some(
+            hosts
+                .on_subnet(0, who.addr)
+                .unwrap_or(IpAddr::V6(cfg.underlay_addr)),
+        ),
+        (None, v) => hosts.source_for(v, who.addr),
+    }
+    .ok_or(DropReason::GatewayUnresolved)?;
     let mut b = io.alloc().ok_or(DropReason::NoBuffer)?;
-    let built = match (src, addr.to_ipv4_mapped()) {
+    let built = match (src, who.addr.to_ipv4_mapped()) {
         (IpAddr::V4(src), Some(target)) => build_arp_request(cfg, src, target, &mut b),
-        (IpAddr::V6(src), None) => build_solicitation(cfg, src, addr, &mut b),
+        (IpAddr::V6(src), None) => build_solicitation(cfg, src, who.addr, &mut b),
         // `source_for` answers in the address's family.
         _ => false,
     };
     if !built {
         return Err(DropReason::NoBuffer);
     }
-    io.send(PortId::UPLINK, b);
+    match who.vlan {
+        0 => io.send(lace_shared::types::PortId::UPLINK, b),
+        v => vlan::send(io, b, v)?,
+    }
     Ok(())
 }
-
 /// Writes a broadcast ARP request for `target` from `src` and the uplink's MAC into an empty
 /// buffer.
 fn build_arp_request<B: PacketBuf>(

@@ -12,7 +12,7 @@ use super::cache::{Cx, NetCtx};
 use super::lookup;
 use super::reply::{self, own_address};
 use super::srv6;
-use super::{Io, Meta, NodeCtx, PacketBuf, Stage, UplinkHosts, Verdict, VEC_CAP};
+use super::{vlan, Io, Meta, NodeCtx, PacketBuf, Stage, UplinkHosts, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{icmpv6, ipv4, ipv6, EthernetAddress, IpProtocol};
 
@@ -560,8 +560,8 @@ fn is_ndp(d: &[u8]) -> bool {
 /// chain ([`srv6::decap_fresh`], or l2-decap and [`bridge::forward_fresh`]). Every other packet
 /// takes the general checks.
 /// An IPv4 packet on the uplink, which carries IPv4 where the node has addresses there (ADR
-/// 0054): an echo request to one of them is answered; any other unicast packet belongs to
-/// the external network its source is in ([`external`]).
+/// 0054): an echo request to one of them (on the packet's VLAN) is answered; any other unicast
+/// packet belongs to the external network its source is in ([`external`]).
 fn uplink_ipv4<B: PacketBuf>(
     pkt: &mut B,
     hosts: &UplinkHosts,
@@ -574,7 +574,7 @@ fn uplink_ipv4<B: PacketBuf>(
     if multicast {
         return Err(DropReason::NotForUs);
     }
-    if hosts.has4(ip.dst_addr()) {
+    if hosts.has4(m.vlan, ip.dst_addr()) {
         return match ip.protocol() {
             IpProtocol::Icmp => Ok(Stage::IcmpEcho),
             _ => Err(DropReason::ReceiveUnsupported),
@@ -584,12 +584,12 @@ fn uplink_ipv4<B: PacketBuf>(
 }
 
 /// Puts a plain packet from the uplink, validated, with source `src`, into the external
-/// network whose prefixes hold `src` (ADR 0054: the longest match across all external
-/// networks), where it is looked up as any packet of that network; `no-external-network`
-/// when none does.
+/// network whose prefixes hold `src` (ADR 0054: the longest match across the external
+/// networks of the VLAN it came on), where it is looked up as any packet of that network;
+/// `no-external-network` when none does.
 fn external(src: IpAddr, cx: &mut Cx<'_, '_>, m: &mut Meta) -> Result<(), DropReason> {
     m.net = cx
-        .external_network(src)
+        .external_network(m.vlan, src)
         .ok_or(DropReason::NoExternalNetwork)?;
     m.flags |= Meta::CHECKED;
     Ok(())
@@ -685,7 +685,14 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
                 return Err(DropReason::NotForUs);
             }
             let hosts = &n.cfg.uplink_hosts;
-            match eth.ethertype() {
+            let mut ethertype = eth.ethertype();
+            if ethertype == EtherType::Vlan {
+                // An external network's VLAN (ADR 0054): on untagged from here, the VLAN kept.
+                n.meta[slot].vlan = vlan::pop(pkt, hosts)?;
+                ethertype = ethernet::Frame::new_unchecked(pkt.data()).ethertype();
+            }
+            let tag = n.meta[slot].vlan;
+            match ethertype {
                 EtherType::Ipv6 => {}
                 // The node's own IPv4 addresses on the uplink (ADR 0054).
                 EtherType::Arp if hosts.any4() => return Ok(Stage::ArpReply),
@@ -702,7 +709,7 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
                 icmp,
                 Some(icmpv6::Message::NeighborSolicit | icmpv6::Message::NeighborAdvert)
             );
-            if dst == underlay || hosts.has6(dst) {
+            if (tag == 0 && dst == underlay) || hosts.has6(tag, dst) {
                 return match icmp {
                     Some(icmpv6::Message::EchoRequest) => Ok(Stage::IcmpEcho),
                     _ if nd => Ok(Stage::NdReply),
@@ -718,6 +725,11 @@ pub(super) fn uplink_input<B: PacketBuf, I: Io<B>>(
             }
             if multicast {
                 return Err(DropReason::Multicast);
+            }
+            if tag != 0 {
+                // The underlay is untagged: on a VLAN, only an external network's packets.
+                return external(IpAddr::V6(ip.src_addr()), &mut n.cx, &mut n.meta[slot])
+                    .map(|()| Stage::Ip6Lookup);
             }
             match n.cx.local_sid(dst) {
                 Some(SidBehavior::EndDt46(net)) => {
@@ -780,11 +792,11 @@ fn external4_run<B: PacketBuf, I: Io<B>>(
             return None;
         }
         let (src, dst) = plain_ipv4(pkt, true)?;
-        if n.cfg.uplink_hosts.has4(Ipv4Addr::from(dst)) {
+        if n.cfg.uplink_hosts.has4(0, Ipv4Addr::from(dst)) {
             return None;
         }
         if last_src != Some(src) {
-            let of = n.cx.external_network(IpAddr::V4(Ipv4Addr::from(src)))?;
+            let of = n.cx.external_network(0, IpAddr::V4(Ipv4Addr::from(src)))?;
             if net.is_some_and(|x| x != of) {
                 return None;
             }

@@ -12,7 +12,7 @@ use super::ct;
 use super::gateway;
 use super::input::{check_ipv4, check_ipv6, L3};
 use super::srv6;
-use super::{Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
+use super::{vlan, Io, Meta, NodeCtx, PacketBuf, Stage, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{ipv4, ipv6};
 
@@ -294,6 +294,15 @@ fn fused<B: PacketBuf, I: Io<B>>(
             }
             None => 0,
         },
+        Route::Forward(hop @ Hop::Uplink { .. }) if n.io.port_up(PortId::UPLINK) => {
+            // Out of the uplink to an external network's gateway, once it resolves.
+            let Ok(plan) = delivery(n, fresh.net, hop) else {
+                return 0;
+            };
+            n.chain(Stage::LocalRewrite, count as u64);
+            deliver_run(n, slots, &plan, Some(Meta { hop, ..fresh }));
+            count
+        }
         Route::Forward(hop @ Hop::Local { port, mac }) if n.io.port_up(port) => {
             let plan = Delivery::new(port, mac, gw_mac, n.cx.dst_mtu(port));
             let miss = Meta { hop, ..fresh };
@@ -397,11 +406,14 @@ fn route<B: PacketBuf, I: Io<B>>(
     }
 }
 
-/// The delivery to one pod on this node, resolved once per vector: its port and the Ethernet
-/// headers from the network's gateway to it, one per IP version.
+/// The delivery to one pod on this node, or to a gateway out of the uplink, resolved once per
+/// vector: its port and the Ethernet headers to it, one per IP version, and the uplink's VLAN
+/// the gateway is on (tx tags the frame).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Delivery {
     port: PortId,
+    /// The VLAN (0: untagged, and always for a pod).
+    vlan: u16,
     /// The pod network's MTU: a longer IP packet is too big for the pod (a routed packet from
     /// a network with a larger MTU: an l3 network's into an l2 one, ADR 0049).
     mtu: u16,
@@ -427,6 +439,7 @@ impl Delivery {
         };
         Delivery {
             port,
+            vlan: 0,
             mtu,
             max_frame: L3 + usize::from(mtu),
             eth4: header(EtherType::Ipv4),
@@ -540,6 +553,8 @@ pub(super) fn local_rewrite<B: PacketBuf, I: Io<B>>(
             continue;
         }
         n.meta[slot].tx = port;
+        // Out on the gateway's VLAN (tx tags it), whichever the packet came in on.
+        n.meta[slot].vlan = p.vlan;
         to[k] = Stage::Tx;
     }
     n.hand_over(frame, &to[..frame.len()]);
@@ -559,12 +574,10 @@ fn delivery<B: PacketBuf, I: Io<B>>(
             Ok(Delivery::new(port, mac, ctx.gw_mac, n.cx.dst_mtu(port)))
         }
         Hop::Uplink { gateway } => match n.cx.underlay_mac(n.neigh, gateway) {
-            Some(mac) => Ok(Delivery::new(
-                PortId::UPLINK,
-                mac,
-                n.cfg.uplink_mac,
-                n.cfg.underlay_mtu,
-            )),
+            Some(mac) => Ok(Delivery {
+                vlan: gateway.vlan,
+                ..Delivery::new(PortId::UPLINK, mac, n.cfg.uplink_mac, n.cfg.underlay_mtu)
+            }),
             None => Err(gateway::unresolved(n.cfg, n.neigh, gateway, n.io)),
         },
         Hop::Remote { .. } | Hop::None => Err(DropReason::NoRoute),
@@ -618,10 +631,15 @@ pub(super) fn deliver_run<B: PacketBuf, I: Io<B>>(
             continue;
         };
         match deliver_one(&mut pkt, generated, plan) {
-            Ok(()) => {
+            Ok(()) if plan.vlan == 0 => {
                 n.io.send(plan.port, pkt);
                 sent += 1;
             }
+            // tx's work for a frame out on a VLAN: tagged.
+            Ok(()) => match vlan::send(n.io, pkt, plan.vlan) {
+                Ok(()) => sent += 1,
+                Err(why) => n.drops[why as usize] += 1,
+            },
             Err(why) => {
                 n.bufs[slot] = Some(pkt);
                 if let Some(m) = fresh {

@@ -86,6 +86,7 @@ pub mod sim;
 mod srv6;
 #[cfg(test)]
 mod tests;
+mod vlan;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -98,7 +99,7 @@ use lace_shared::types::{MacAddr, NetworkId, PortId};
 
 pub use buf::{PacketBuf, VecBuf, VEC_CAPACITY, VEC_HEADROOM};
 pub use ct::CtTimeouts;
-pub use neigh::UnderlayNeighbors;
+pub use neigh::{Neighbor, UnderlayNeighbors};
 
 use cache::{Cx, Hop, Memo};
 
@@ -121,17 +122,24 @@ pub struct Config {
     pub uplink_hosts: UplinkHosts,
 }
 
-/// The node's own addresses on the uplink besides its underlay address (ADR 0054), each with
-/// its subnet's prefix length, at most [`UplinkHosts::MAX`] per address family.
+/// The node's own addresses on the uplink besides its underlay address (ADR 0054), each on an
+/// 802.1Q VLAN (0: untagged) with its subnet's prefix length, at most [`UplinkHosts::MAX`] per
+/// address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UplinkHosts {
     v4: [Ipv4Addr; UplinkHosts::MAX],
     len4: [u8; UplinkHosts::MAX],
+    vlan4: [u16; UplinkHosts::MAX],
     n4: usize,
     v6: [Ipv6Addr; UplinkHosts::MAX],
     len6: [u8; UplinkHosts::MAX],
+    vlan6: [u16; UplinkHosts::MAX],
     n6: usize,
 }
+
+/// One address of the node's on the uplink: its VLAN (0: untagged), the address, its subnet's
+/// prefix length.
+pub type UplinkAddress = (u16, IpAddr, u8);
 
 impl UplinkHosts {
     /// Addresses per address family.
@@ -140,26 +148,29 @@ impl UplinkHosts {
     pub const NONE: UplinkHosts = UplinkHosts {
         v4: [Ipv4Addr::UNSPECIFIED; UplinkHosts::MAX],
         len4: [0; UplinkHosts::MAX],
+        vlan4: [0; UplinkHosts::MAX],
         n4: 0,
         v6: [Ipv6Addr::UNSPECIFIED; UplinkHosts::MAX],
         len6: [0; UplinkHosts::MAX],
+        vlan6: [0; UplinkHosts::MAX],
         n6: 0,
     };
 
-    /// `addrs`, each with its subnet's prefix length; `None` when one family has more than
-    /// [`UplinkHosts::MAX`].
-    pub fn new(addrs: &[(IpAddr, u8)]) -> Option<UplinkHosts> {
+    /// `addrs`; `None` when one family has more than [`UplinkHosts::MAX`].
+    pub fn new(addrs: &[UplinkAddress]) -> Option<UplinkHosts> {
         let mut h = UplinkHosts::NONE;
-        for &(a, len) in addrs {
+        for &(vlan, a, len) in addrs {
             match a {
                 IpAddr::V4(a) => {
                     *h.v4.get_mut(h.n4)? = a;
                     h.len4[h.n4] = len.min(32);
+                    h.vlan4[h.n4] = vlan;
                     h.n4 += 1;
                 }
                 IpAddr::V6(a) => {
                     *h.v6.get_mut(h.n6)? = a;
                     h.len6[h.n6] = len.min(128);
+                    h.vlan6[h.n6] = vlan;
                     h.n6 += 1;
                 }
             }
@@ -167,73 +178,79 @@ impl UplinkHosts {
         Some(h)
     }
 
-    /// The address the node speaks from to `peer` on the uplink (an ARP request, a neighbor
-    /// solicitation): the one whose subnet holds it ([`Self::on_subnet`]), else the family's
-    /// first; `None` when the node has no address of the family. `peer` is IPv4-mapped for
-    /// IPv4.
-    pub fn source_for(&self, peer: Ipv6Addr) -> Option<IpAddr> {
-        self.on_subnet(peer).or(match peer.to_ipv4_mapped() {
-            Some(_) => self.v4[..self.n4].first().copied().map(IpAddr::V4),
-            None => self.v6[..self.n6].first().copied().map(IpAddr::V6),
+    /// The address the node speaks from to `peer` on VLAN `vlan` of the uplink (an ARP
+    /// request, a neighbor solicitation): the one whose subnet holds it ([`Self::on_subnet`]),
+    /// else the family's first there; `None` when the node has no address of the family
+    /// there. `peer` is IPv4-mapped for IPv4.
+    pub fn source_for(&self, vlan: u16, peer: Ipv6Addr) -> Option<IpAddr> {
+        self.on_subnet(vlan, peer).or(match peer.to_ipv4_mapped() {
+            Some(_) => self.addrs4(vlan).next().map(|(a, _)| IpAddr::V4(a)),
+            None => self.addrs6(vlan).next().map(|(a, _)| IpAddr::V6(a)),
         })
     }
 
-    /// The node's address whose subnet holds `peer` (IPv4-mapped for IPv4), if any.
-    pub fn on_subnet(&self, peer: Ipv6Addr) -> Option<IpAddr> {
-        /// The first of `hosts` whose subnet (`lens`) holds `peer`.
-        fn pick<K: LpmKey, A: Copy>(
-            hosts: &[A],
-            lens: &[u8],
-            peer: K,
-            key: fn(A) -> K,
-        ) -> Option<A> {
-            hosts
-                .iter()
-                .zip(lens)
-                .find(|(a, &len)| key(**a).same_prefix(peer, u32::from(len)))
-                .map(|(a, _)| *a)
-        }
+    /// The node's address on VLAN `vlan` whose subnet holds `peer` (IPv4-mapped for IPv4), if
+    /// any.
+    pub fn on_subnet(&self, vlan: u16, peer: Ipv6Addr) -> Option<IpAddr> {
         match peer.to_ipv4_mapped() {
-            Some(p) => pick(
-                &self.v4[..self.n4],
-                &self.len4[..self.n4],
-                u32::from(p),
-                u32::from,
-            )
-            .map(IpAddr::V4),
-            None => pick(
-                &self.v6[..self.n6],
-                &self.len6[..self.n6],
-                u128::from(peer),
-                u128::from,
-            )
-            .map(IpAddr::V6),
+            Some(p) => self
+                .addrs4(vlan)
+                .find(|&(a, len)| u32::from(a).same_prefix(u32::from(p), u32::from(len)))
+                .map(|(a, _)| IpAddr::V4(a)),
+            None => self
+                .addrs6(vlan)
+                .find(|&(a, len)| u128::from(a).same_prefix(u128::from(peer), u32::from(len)))
+                .map(|(a, _)| IpAddr::V6(a)),
         }
     }
 
-    /// Whether the node has IPv4 addresses on the uplink (ARP and IPv4 are taken there).
+    /// The node's IPv4 addresses on VLAN `vlan`, with their prefix lengths.
+    fn addrs4(&self, vlan: u16) -> impl Iterator<Item = (Ipv4Addr, u8)> + '_ {
+        (0..self.n4)
+            .filter(move |&i| self.vlan4[i] == vlan)
+            .map(|i| (self.v4[i], self.len4[i]))
+    }
+
+    /// The node's IPv6 addresses on VLAN `vlan`, with their prefix lengths.
+    fn addrs6(&self, vlan: u16) -> impl Iterator<Item = (Ipv6Addr, u8)> + '_ {
+        (0..self.n6)
+            .filter(move |&i| self.vlan6[i] == vlan)
+            .map(|i| (self.v6[i], self.len6[i]))
+    }
+
+    /// Whether the node has IPv4 addresses on the uplink, on any VLAN (ARP and IPv4 are taken
+    /// there).
     #[inline]
     pub fn any4(&self) -> bool {
         self.n4 != 0
     }
 
-    /// Whether `a` is one of the node's IPv4 addresses on the uplink.
+    /// Whether `a` is one of the node's IPv4 addresses on VLAN `vlan` of the uplink.
     #[inline]
-    pub fn has4(&self, a: Ipv4Addr) -> bool {
-        self.v4[..self.n4].contains(&a)
+    pub fn has4(&self, vlan: u16, a: Ipv4Addr) -> bool {
+        self.addrs4(vlan).any(|(x, _)| x == a)
     }
 
-    /// Whether the node has IPv6 addresses on the uplink besides the underlay's (plain IPv6
-    /// from outside is routed there).
+    /// Whether the node has IPv6 addresses on the uplink besides the underlay's, on any VLAN
+    /// (plain IPv6 from outside is routed there).
     #[inline]
     pub fn any6(&self) -> bool {
         self.n6 != 0
     }
 
-    /// Whether `a` is one of the node's IPv6 addresses on the uplink, besides the underlay's.
+    /// Whether `a` is one of the node's IPv6 addresses on VLAN `vlan` of the uplink, besides
+    /// the underlay's.
     #[inline]
-    pub fn has6(&self, a: Ipv6Addr) -> bool {
-        self.v6[..self.n6].contains(&a)
+    pub fn has6(&self, vlan: u16, a: Ipv6Addr) -> bool {
+        self.addrs6(vlan).any(|(x, _)| x == a)
+    }
+
+    /// Whether the node has an address on tagged VLAN `vlan` (a frame tagged with another is
+    /// an `unknown-vlan` drop).
+    #[inline]
+    pub fn on_vlan(&self, vlan: u16) -> bool {
+        vlan != 0
+            && (self.vlan4[..self.n4].contains(&vlan) || self.vlan6[..self.n6].contains(&vlan))
     }
 }
 
@@ -466,6 +483,10 @@ struct Meta {
     /// [`Meta::TRACK_OUT`], [`Meta::TRACK_DONE`], [`Meta::REPLY_ONLY`], [`Meta::SERVICE`],
     /// [`Meta::FOREIGN`], [`Meta::LEARNED`].
     flags: u16,
+    /// The uplink's 802.1Q VLAN (0: untagged): the one the packet arrived on, which an answer
+    /// goes back on, until a route out of the uplink names the one it leaves on (`tx` pushes
+    /// its tag).
+    vlan: u16,
 }
 
 impl Meta {
@@ -503,6 +524,7 @@ impl Meta {
             param: 0,
             reason: DropReason::Malformed,
             flags: 0,
+            vlan: 0,
         }
     }
     #[inline]
@@ -742,9 +764,9 @@ impl<B: PacketBuf> Pipeline<B> {
     /// three probes unanswered ([`neigh::UnderlayNeighbors::maintain`]).
     pub fn maintain_neighbors<I: Io<B>>(&mut self, io: &mut I) {
         let cfg = &self.cfg;
-        self.neigh.maintain(io.now_ns(), |addr| {
+        self.neigh.maintain(io.now_ns(), |who| {
             // A probe that finds no buffer is sent at the next interval.
-            let _ = gateway::solicit(cfg, addr, io);
+            let _ = gateway::solicit(cfg, who, io);
         });
     }
 
@@ -885,8 +907,16 @@ impl<B: PacketBuf> Pipeline<B> {
 fn tx<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I>, frame: &[u8]) {
     for &i in frame {
         let k = usize::from(i);
-        if let Some(pkt) = n.bufs[k].take() {
-            n.io.send(n.meta[k].tx, pkt);
+        let Some(pkt) = n.bufs[k].take() else {
+            continue;
+        };
+        let Meta { tx, vlan, .. } = n.meta[k];
+        if vlan != 0 && tx == PortId::UPLINK {
+            if let Err(why) = vlan::send(n.io, pkt, vlan) {
+                n.drops[why as usize] += 1;
+            }
+        } else {
+            n.io.send(tx, pkt);
         }
     }
 }

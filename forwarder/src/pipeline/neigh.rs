@@ -1,5 +1,8 @@
-//! The underlay neighbor cache: IPv6 next hop → MAC, learned from neighbor advertisements
-//! (and solicitations) on the uplink, shared by every worker without locks.
+//! The uplink's neighbor cache: next hop → MAC, learned from neighbor advertisements (and
+//! solicitations) and ARP on the uplink, shared by every worker without locks. A neighbor is an
+//! address on a VLAN ([`Neighbor`]): the underlay's next hops are untagged, an external
+//! network's gateways on the VLAN it is carried on (ADR 0054), and the same address on two
+//! VLANs is two neighbors.
 //!
 //! A fixed, open-addressed table of entries, each guarded by a sequence counter (a seqlock):
 //! a writer makes the counter odd, writes the address and MAC, and makes it even again; a
@@ -22,6 +25,35 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use lace_shared::types::MacAddr;
 
+/// A neighbor on the uplink: its address (IPv4-mapped for IPv4) on an 802.1Q VLAN (0:
+/// untagged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Neighbor {
+    /// The VLAN (1–4094; 0: untagged).
+    pub vlan: u16,
+    /// The address, IPv4-mapped for IPv4.
+    pub addr: Ipv6Addr,
+}
+
+impl Neighbor {
+    /// `addr`, untagged (the underlay's next hops).
+    #[inline]
+    pub const fn untagged(addr: Ipv6Addr) -> Neighbor {
+        Neighbor { vlan: 0, addr }
+    }
+
+    /// The key as stored: the address's two halves, the VLAN in the MAC word's bits 48–59.
+    #[inline]
+    fn key(self) -> (u64, u64, u64) {
+        let v = u128::from(self.addr);
+        (
+            (v >> 64) as u64,
+            v as u64,
+            u64::from(self.vlan & 0xfff) << 48,
+        )
+    }
+}
+
 /// How often an unresolved next hop is solicited.
 pub const SOLICIT_INTERVAL_NS: u64 = 200_000_000;
 /// How long an entry stays reachable after its neighbor last answered (Linux's base reachable
@@ -39,7 +71,7 @@ struct Entry {
     seq: AtomicU64,
     hi: AtomicU64,
     lo: AtomicU64,
-    /// MAC in the low 48 bits, bit 63: resolved.
+    /// MAC in the low 48 bits, the VLAN in bits 48–59, bit 62: present, bit 63: resolved.
     mac: AtomicU64,
     /// Last time a solicitation was sent for this address.
     solicited: AtomicU64,
@@ -51,6 +83,10 @@ struct Entry {
 const RESOLVED: u64 = 1 << 63;
 /// Marks an entry that holds an address but no MAC (a pending or expired one).
 const PRESENT: u64 = 1 << 62;
+/// The VLAN's bits of the MAC word.
+const VLAN: u64 = 0xfff << 48;
+/// The MAC's bits of the MAC word.
+const MAC: u64 = (1 << 48) - 1;
 
 /// What [`UnderlayNeighbors::write`] does to an address's entry.
 #[derive(Debug, Clone, Copy)]
@@ -77,9 +113,12 @@ pub struct UnderlayNeighbors {
     next_scan: AtomicU64,
 }
 
-fn split(a: Ipv6Addr) -> (u64, u64) {
-    let v = u128::from(a);
-    ((v >> 64) as u64, v as u64)
+/// The neighbor an entry's words name.
+fn neighbor(hi: u64, lo: u64, mac: u64) -> Neighbor {
+    Neighbor {
+        vlan: ((mac & VLAN) >> 48) as u16,
+        addr: Ipv6Addr::from(u128::from(hi) << 64 | u128::from(lo)),
+    }
 }
 
 impl UnderlayNeighbors {
@@ -95,12 +134,13 @@ impl UnderlayNeighbors {
         }
     }
 
-    fn home(&self, hi: u64, lo: u64) -> usize {
-        let h = (hi ^ lo.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    fn home(&self, (hi, lo, vlan): (u64, u64, u64)) -> usize {
+        let h = (hi ^ lo.rotate_left(17) ^ vlan).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         (h >> 32) as usize & self.mask
     }
 
-    /// Reads one entry consistently: (address, mac word), or None while it is being written.
+    /// Reads one entry consistently: (address halves, MAC word), or None while it is being
+    /// written.
     fn read(&self, e: &Entry) -> Option<(u64, u64, u64)> {
         let s1 = e.seq.load(Ordering::Acquire);
         if s1 & 1 == 1 {
@@ -116,8 +156,8 @@ impl UnderlayNeighbors {
     }
 
     /// Probe sequence: at most 8 entries from the home slot.
-    fn probe(&self, hi: u64, lo: u64) -> impl Iterator<Item = &Entry> {
-        let home = self.home(hi, lo);
+    fn probe(&self, key: (u64, u64, u64)) -> impl Iterator<Item = &Entry> {
+        let home = self.home(key);
         (0..8).map(move |k| &self.entries[(home + k) & self.mask])
     }
 
@@ -128,32 +168,39 @@ impl UnderlayNeighbors {
         self.version.load(Ordering::Acquire)
     }
 
-    /// The MAC of `addr`, if resolved.
+    /// The MAC of `who`, if resolved.
     #[inline]
-    pub fn lookup(&self, addr: Ipv6Addr) -> Option<MacAddr> {
-        let (hi, lo) = split(addr);
-        for e in self.probe(hi, lo) {
+    pub fn lookup(&self, who: Neighbor) -> Option<MacAddr> {
+        let key @ (hi, lo, vlan) = who.key();
+        for e in self.probe(key) {
             let (ehi, elo, mac) = self.read(e)?;
             if mac == 0 && ehi == 0 && elo == 0 {
                 return None;
             }
-            if (ehi, elo) == (hi, lo) {
-                return (mac & RESOLVED != 0)
-                    .then(|| MacAddr::from_u64(mac & !(RESOLVED | PRESENT)));
+            if (ehi, elo, mac & VLAN) == (hi, lo, vlan) {
+                return (mac & RESOLVED != 0).then(|| MacAddr::from_u64(mac & MAC));
             }
         }
         None
     }
 
-    /// Learns (or refreshes) `addr` → `mac`: it is reachable again. Returns false when the
+    /// Learns (or refreshes) `who` → `mac`: it is reachable again. Returns false when the
     /// probe window is full.
-    pub fn learn(&self, addr: Ipv6Addr, mac: MacAddr) -> bool {
-        self.write(addr, Write::Learn(mac))
+    pub fn learn(&self, who: Neighbor, mac: MacAddr) -> bool {
+        self.write(who, Write::Learn(mac))
     }
 
-    fn write(&self, addr: Ipv6Addr, what: Write) -> bool {
-        let (hi, lo) = split(addr);
-        for e in self.probe(hi, lo) {
+    /// The entry of `key`, if it has one.
+    fn find(&self, key: (u64, u64, u64)) -> Option<&Entry> {
+        let (hi, lo, vlan) = key;
+        self.probe(key).find(|e| {
+            matches!(self.read(e), Some((ehi, elo, mac)) if (ehi, elo, mac & VLAN) == (hi, lo, vlan))
+        })
+    }
+
+    fn write(&self, who: Neighbor, what: Write) -> bool {
+        let key @ (hi, lo, vlan) = who.key();
+        for e in self.probe(key) {
             let s = e.seq.load(Ordering::Acquire);
             if s & 1 == 1 {
                 continue;
@@ -164,7 +211,7 @@ impl UnderlayNeighbors {
                 e.mac.load(Ordering::Relaxed),
             );
             let empty = ehi == 0 && elo == 0 && emac == 0;
-            if !empty && (ehi, elo) != (hi, lo) {
+            if !empty && (ehi, elo, emac & VLAN) != (hi, lo, vlan) {
                 continue;
             }
             if e.seq
@@ -175,25 +222,28 @@ impl UnderlayNeighbors {
                 return true;
             }
             // Re-check under the entry's lock: it may have been filled since we looked.
-            let (ehi, elo) = (e.hi.load(Ordering::Relaxed), e.lo.load(Ordering::Relaxed));
-            let mut still = (ehi == 0 && elo == 0 && e.mac.load(Ordering::Relaxed) == 0)
-                || (ehi, elo) == (hi, lo);
+            let (ehi, elo, emac) = (
+                e.hi.load(Ordering::Relaxed),
+                e.lo.load(Ordering::Relaxed),
+                e.mac.load(Ordering::Relaxed),
+            );
+            let same = (ehi, elo, emac & VLAN) == (hi, lo, vlan);
+            let mut still = (ehi == 0 && elo == 0 && emac == 0) || same;
             if let Write::Expire { confirmed } = what {
                 // Only the entry the scan saw stale: not one its neighbor answered since.
-                still &= (ehi, elo) == (hi, lo) && e.confirmed.load(Ordering::Relaxed) == confirmed;
+                still &= same && e.confirmed.load(Ordering::Relaxed) == confirmed;
             }
             if still {
                 e.hi.store(hi, Ordering::Relaxed);
                 e.lo.store(lo, Ordering::Relaxed);
-                let old = e.mac.load(Ordering::Relaxed);
                 let word = match what {
                     Write::Learn(m) => {
                         e.confirmed
                             .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
-                        m.to_u64() | RESOLVED
+                        m.to_u64() | vlan | RESOLVED
                     }
-                    Write::Pending => old | PRESENT,
-                    Write::Expire { .. } => (old & !RESOLVED) | PRESENT,
+                    Write::Pending => emac | vlan | PRESENT,
+                    Write::Expire { .. } => (emac & !RESOLVED) | PRESENT,
                 };
                 e.mac.store(word, Ordering::Relaxed);
             }
@@ -207,9 +257,10 @@ impl UnderlayNeighbors {
     }
 
     /// At most every 100 ms (one caller): sets the cache's clock (what [`Self::learn`] stamps
-    /// entries with) to `now_ns` and keeps the entries fresh: `probe(addr)` for each resolved entry unconfirmed for [`REACHABLE_NS`]
-    /// (every [`PROBE_NS`]), and no longer resolved after [`PROBES`] unanswered probes.
-    pub fn maintain(&self, now_ns: u64, mut probe: impl FnMut(Ipv6Addr)) {
+    /// entries with) to `now_ns` and keeps the entries fresh: `probe(neighbor)` for each
+    /// resolved entry unconfirmed for [`REACHABLE_NS`] (every [`PROBE_NS`]), and no longer
+    /// resolved after [`PROBES`] unanswered probes.
+    pub fn maintain(&self, now_ns: u64, mut probe: impl FnMut(Neighbor)) {
         // Every worker reads this between bursts; one writes, once per scan.
         let due = self.next_scan.load(Ordering::Relaxed);
         if now_ns < due
@@ -228,7 +279,7 @@ impl UnderlayNeighbors {
             if mac & RESOLVED == 0 {
                 continue;
             }
-            let addr = Ipv6Addr::from(u128::from(hi) << 64 | u128::from(lo));
+            let who = neighbor(hi, lo, mac);
             let confirmed = e.confirmed.load(Ordering::Relaxed);
             if confirmed == 0 {
                 // Learned before the first clock: it counts from now.
@@ -240,7 +291,7 @@ impl UnderlayNeighbors {
                 continue;
             }
             if age >= REACHABLE_NS + PROBES * PROBE_NS {
-                self.write(addr, Write::Expire { confirmed });
+                self.write(who, Write::Expire { confirmed });
                 continue;
             }
             let last = e.solicited.load(Ordering::Relaxed);
@@ -249,15 +300,15 @@ impl UnderlayNeighbors {
                     .compare_exchange(last, now_ns.max(1), Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
             {
-                probe(addr);
+                probe(who);
             }
         }
     }
 
-    /// The addresses traffic waits for that do not resolve: unresolved, and solicited in the
+    /// The neighbors traffic waits for that do not resolve: unresolved, and solicited in the
     /// two seconds before the last scan (packets through them keep asking every 200 ms). Their
     /// routes are down.
-    pub fn waiting(&self) -> Vec<Ipv6Addr> {
+    pub fn waiting(&self) -> Vec<Neighbor> {
         let since = self
             .clock
             .load(Ordering::Relaxed)
@@ -268,29 +319,23 @@ impl UnderlayNeighbors {
                 let (hi, lo, mac) = self.read(e)?;
                 let asked = e.solicited.load(Ordering::Relaxed);
                 (mac & RESOLVED == 0 && mac & PRESENT != 0 && asked != 0 && asked >= since)
-                    .then(|| Ipv6Addr::from(u128::from(hi) << 64 | u128::from(lo)))
+                    .then(|| neighbor(hi, lo, mac))
             })
             .collect()
     }
 
-    /// Whether the caller should send a solicitation for `addr` now (unresolved and none sent
+    /// Whether the caller should send a solicitation for `who` now (unresolved and none sent
     /// in the last `SOLICIT_INTERVAL_NS`). At most one caller per interval gets `true`.
-    pub fn should_solicit(&self, addr: Ipv6Addr, now_ns: u64) -> bool {
-        let (hi, lo) = split(addr);
-        // Make sure the address has an entry (unresolved) to hang the rate limit on.
-        let found = self
-            .probe(hi, lo)
-            .find(|e| matches!(self.read(e), Some((ehi, elo, _)) if (ehi, elo) == (hi, lo)));
-        let e = match found {
+    pub fn should_solicit(&self, who: Neighbor, now_ns: u64) -> bool {
+        let key = who.key();
+        // Make sure the neighbor has an entry (unresolved) to hang the rate limit on.
+        let e = match self.find(key) {
             Some(e) => e,
             None => {
-                if !self.write(addr, Write::Pending) {
+                if !self.write(who, Write::Pending) {
                     return false;
                 }
-                match self
-                    .probe(hi, lo)
-                    .find(|e| matches!(self.read(e), Some((ehi, elo, _)) if (ehi, elo) == (hi, lo)))
-                {
+                match self.find(key) {
                     Some(e) => e,
                     None => return false,
                 }
@@ -310,8 +355,31 @@ impl UnderlayNeighbors {
 mod tests {
     use super::*;
 
-    fn a(i: u16) -> Ipv6Addr {
-        Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i)
+    fn a(i: u16) -> Neighbor {
+        Neighbor::untagged(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i))
+    }
+
+    #[test]
+    fn one_address_on_two_vlans_is_two_neighbors() {
+        let n = UnderlayNeighbors::new(16);
+        let on = |vlan| Neighbor { vlan, ..a(3) };
+        let (m0, m100) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        assert!(n.learn(on(0), m0));
+        assert_eq!(n.lookup(on(100)), None);
+        assert!(n.should_solicit(on(100), 1_000));
+        assert!(n.learn(on(100), m100));
+        assert_eq!((n.lookup(on(0)), n.lookup(on(100))), (Some(m0), Some(m100)));
+        assert_eq!(n.lookup(on(4094)), None);
+        // A VLAN's entry does not refresh the other's.
+        assert!(n.learn(on(100), MacAddr([2, 0, 0, 0, 0, 3])));
+        assert_eq!(n.lookup(on(0)), Some(m0));
+        // Both are scanned, each as itself.
+        const S: u64 = 1_000_000_000;
+        let mut probed = Vec::new();
+        n.maintain(S, |w| probed.push(w));
+        n.maintain(32 * S, |w| probed.push(w));
+        probed.sort();
+        assert_eq!(probed, [on(0), on(100)]);
     }
 
     #[test]

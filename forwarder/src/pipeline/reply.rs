@@ -12,7 +12,7 @@ use super::cache::{Cx, NetCtx};
 use super::input::L3;
 use super::learn;
 use super::lookup::{UNREACH_ADMIN, UNREACH_PORT};
-use super::neigh::UnderlayNeighbors;
+use super::neigh::{Neighbor, UnderlayNeighbors};
 use super::{Config, Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::icmpv6::{self, NeighborFlags};
@@ -346,9 +346,10 @@ fn fast_arp_reply<B: PacketBuf>(pkt: &mut B, a: &mut Asker<'_>) -> bool {
     true
 }
 
-/// ARP on the uplink for one of the node's own IPv4 addresses there (ADR 0054): a request is
-/// answered with the uplink's MAC, a reply (to the node's request for a gateway) is consumed;
-/// either teaches the sender's MAC, as the reverse path. Anything else is not for the node.
+/// ARP on the uplink for one of the node's own IPv4 addresses there, on the VLAN it came on
+/// (ADR 0054): a request is answered with the uplink's MAC (back on that VLAN), a reply (to
+/// the node's request for a gateway) is consumed; either teaches the sender's MAC on that
+/// VLAN, as the reverse path. Anything else is not for the node.
 fn uplink_arp<B: PacketBuf>(
     cfg: &Config,
     neigh: &UnderlayNeighbors,
@@ -359,13 +360,17 @@ fn uplink_arp<B: PacketBuf>(
     let req = arp_request(d)?;
     let (sender, target) = (req.sender_protocol_addr, req.target_protocol_addr);
     if target == sender
-        || !cfg.uplink_hosts.has4(target)
+        || !cfg.uplink_hosts.has4(m.vlan, target)
         || sender.is_unspecified()
         || req.sender_hardware_addr.is_multicast()
     {
         return Err(DropReason::NotForUs);
     }
-    neigh.learn(sender.to_ipv6_mapped(), MacAddr(req.sender_hardware_addr.0));
+    let who = Neighbor {
+        vlan: m.vlan,
+        addr: sender.to_ipv6_mapped(),
+    };
+    neigh.learn(who, MacAddr(req.sender_hardware_addr.0));
     if req.operation != arp::Operation::Request {
         m.flags |= Meta::CONSUMED;
         return Ok(Stage::Drop);
@@ -607,12 +612,17 @@ fn nd_one<B: PacketBuf>(
             source_lladdr,
         } => {
             if uplink {
-                if target_addr != cfg.underlay_addr && !cfg.uplink_hosts.has6(target_addr) {
+                let underlay = m.vlan == 0 && target_addr == cfg.underlay_addr;
+                if !underlay && !cfg.uplink_hosts.has6(m.vlan, target_addr) {
                     return Err(DropReason::NotGateway);
                 }
                 // A solicitation carries the sender's MAC: learn it, as the reverse path.
                 if let (Some(ll), false) = (source_lladdr, src.is_unspecified()) {
-                    neigh.learn(src, MacAddr(ll.0));
+                    let who = Neighbor {
+                        vlan: m.vlan,
+                        addr: src,
+                    };
+                    neigh.learn(who, MacAddr(ll.0));
                 }
                 (target_addr, cfg.uplink_mac, false)
             } else {
@@ -647,7 +657,11 @@ fn nd_one<B: PacketBuf>(
             ..
         } if uplink => {
             let mac = target_lladdr.unwrap_or(frame_src);
-            neigh.learn(target_addr, MacAddr(mac.0));
+            let who = Neighbor {
+                vlan: m.vlan,
+                addr: target_addr,
+            };
+            neigh.learn(who, MacAddr(mac.0));
             m.flags |= Meta::CONSUMED;
             return Ok(Stage::Drop);
         }
@@ -765,7 +779,7 @@ fn echo4<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, 
         return Err(DropReason::Malformed);
     }
     // The node's own address on the uplink (uplink-input checked it), else a gateway.
-    let uplink = m.rx == PortId::UPLINK && cfg.uplink_hosts.has4(me);
+    let uplink = m.rx == PortId::UPLINK && cfg.uplink_hosts.has4(m.vlan, me);
     if !uplink {
         let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
         if ctx.gw4 != Some(me) {
@@ -792,7 +806,7 @@ fn echo4<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, 
 }
 
 /// An answer to a request on the uplink goes straight back to the sender's MAC, from the
-/// uplink's.
+/// uplink's, on the VLAN the request came on (`m.vlan`: tx tags it).
 fn straight_back(cfg: &Config, d: &mut [u8], m: &mut Meta) -> Stage {
     let mut eth = ethernet::Frame::new_unchecked(d);
     let sender = eth.src_addr();
@@ -817,7 +831,8 @@ fn echo6<B: PacketBuf>(cfg: &Config, pkt: &mut B, m: &mut Meta, cx: &mut Cx<'_, 
     if !icmp.verify_checksum(&src, &me) {
         return Err(DropReason::Malformed);
     }
-    let underlay = m.rx == PortId::UPLINK && (me == cfg.underlay_addr || cfg.uplink_hosts.has6(me));
+    let underlay = m.rx == PortId::UPLINK
+        && ((m.vlan == 0 && me == cfg.underlay_addr) || cfg.uplink_hosts.has6(m.vlan, me));
     if !underlay {
         let (_, ctx) = cx.net(m.net).ok_or(DropReason::NoNetwork)?;
         if ctx.gw6 != Some(me) {

@@ -66,6 +66,15 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ty: u16, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// `frame` with an 802.1Q tag for `vlan` (priority 0) after its addresses.
+pub fn tagged(vlan: u16, frame: &[u8]) -> Vec<u8> {
+    let mut f = frame[..12].to_vec();
+    f.extend_from_slice(&0x8100u16.to_be_bytes());
+    f.extend_from_slice(&vlan.to_be_bytes());
+    f.extend_from_slice(&frame[12..]);
+    f
+}
+
 /// An IPv4 packet without options (identification 0x1234), header checksum filled.
 pub fn ipv4(
     src: Ipv4Addr,

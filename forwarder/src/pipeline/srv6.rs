@@ -9,7 +9,7 @@ use lace_shared::types::{EncapRec, MacAddr, PortId};
 
 use super::input::{self, L3};
 use super::lookup;
-use super::neigh::UnderlayNeighbors;
+use super::neigh::{Neighbor, UnderlayNeighbors};
 use super::{Config, Hop, Io, Meta, NodeCtx, PacketBuf, Stage, Verdict, VEC_CAP};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::flow::{self, FiveTuple};
@@ -347,7 +347,7 @@ pub(super) fn l2_send_remote<B: PacketBuf, I: Io<B>>(
         Err(Miss::NoHeadroom) => return Err(DropReason::NoHeadroom),
     }
     let addr = rewrite.underlay_addr();
-    let Some(mac) = n.cx.underlay_mac(n.neigh, addr) else {
+    let Some(mac) = n.cx.underlay_mac(n.neigh, Neighbor::untagged(addr)) else {
         return Err(unresolved(n.cfg, n.neigh, addr, n.io));
     };
     underlay_eth(&mut pkt, mac, EthernetAddress(n.cfg.uplink_mac.0));
@@ -692,7 +692,7 @@ pub(super) fn underlay_out<B: PacketBuf, I: Io<B>>(
             to[k] = n.drop_for(i, DropReason::UnknownNode);
             continue;
         };
-        let Some(mac) = n.cx.underlay_mac(n.neigh, addr) else {
+        let Some(mac) = n.cx.underlay_mac(n.neigh, Neighbor::untagged(addr)) else {
             let r = unresolved(n.cfg, n.neigh, addr, n.io);
             to[k] = n.drop_for(i, r);
             continue;
@@ -702,7 +702,9 @@ pub(super) fn underlay_out<B: PacketBuf, I: Io<B>>(
             continue;
         };
         underlay_eth(pkt, mac, uplink_mac);
+        // The underlay is untagged, whatever VLAN the packet came in on.
         n.meta[slot].tx = PortId::UPLINK;
+        n.meta[slot].vlan = 0;
         to[k] = Stage::Tx;
     }
     n.hand_over(frame, &to[..frame.len()]);
@@ -716,8 +718,9 @@ fn unresolved<B: PacketBuf, I: Io<B>>(
     addr: Ipv6Addr,
     io: &mut I,
 ) -> DropReason {
-    if neigh.should_solicit(addr, io.now_ns()) {
-        if let Err(e) = super::gateway::solicit(cfg, addr, io) {
+    let who = Neighbor::untagged(addr);
+    if neigh.should_solicit(who, io.now_ns()) {
+        if let Err(e) = super::gateway::solicit(cfg, who, io) {
             return e;
         }
     }

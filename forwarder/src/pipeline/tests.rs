@@ -788,7 +788,7 @@ fn a_solicitation_teaches_the_solicitors_mac() {
         &ns(PEER3, snm(ME), ME, Some(mac3)),
     );
     run_on(&mut node, &mut pipe, &mut test_io(), PortId::UPLINK, frame);
-    assert_eq!(neigh.lookup(PEER3), Some(MacAddr(mac3)));
+    assert_eq!(neigh.lookup(Neighbor::untagged(PEER3)), Some(MacAddr(mac3)));
 }
 
 // ---- ICMP errors ----------------------------------------------------------------------------
@@ -989,24 +989,35 @@ fn route_outcomes() {
 fn the_node_speaks_to_a_peer_on_the_uplink_from_its_address_on_the_peers_subnet() {
     let a = |s: &str| -> IpAddr { s.parse().unwrap() };
     let h = UplinkHosts::new(&[
-        (a("192.0.2.10"), 24),
-        (a("198.51.100.7"), 25),
-        (a("2001:db8::10"), 64),
-        (a("2001:db8:1::10"), 64),
+        (0, a("192.0.2.10"), 24),
+        (0, a("198.51.100.7"), 25),
+        (0, a("2001:db8::10"), 64),
+        (0, a("2001:db8:1::10"), 64),
+        (7, a("198.51.100.9"), 24),
     ])
     .unwrap();
     let v4 = |s: &str| s.parse::<Ipv4Addr>().unwrap().to_ipv6_mapped();
-    assert_eq!(h.source_for(v4("198.51.100.1")), Some(a("198.51.100.7")));
-    assert_eq!(h.source_for(v4("192.0.2.1")), Some(a("192.0.2.10")));
+    assert_eq!(h.source_for(0, v4("198.51.100.1")), Some(a("198.51.100.7")));
+    assert_eq!(h.source_for(0, v4("192.0.2.1")), Some(a("192.0.2.10")));
     // Off every subnet (198.51.100.200 is outside the /25): the family's first.
-    assert_eq!(h.source_for(v4("198.51.100.200")), Some(a("192.0.2.10")));
+    assert_eq!(h.source_for(0, v4("198.51.100.200")), Some(a("192.0.2.10")));
     assert_eq!(
-        h.source_for("2001:db8:1::1".parse().unwrap()),
+        h.source_for(0, "2001:db8:1::1".parse().unwrap()),
         Some(a("2001:db8:1::10"))
     );
-    assert_eq!(UplinkHosts::NONE.source_for(v4("192.0.2.1")), None);
+    // On VLAN 7, only its own address; it has no IPv6 one.
+    assert_eq!(h.source_for(7, v4("198.51.100.1")), Some(a("198.51.100.9")));
+    assert_eq!(h.source_for(7, v4("192.0.2.1")), Some(a("198.51.100.9")));
+    assert_eq!(h.on_subnet(7, v4("192.0.2.1")), None);
+    assert_eq!(h.source_for(7, "2001:db8::1".parse().unwrap()), None);
+    assert!(
+        h.has4(7, "198.51.100.9".parse().unwrap()) && !h.has4(0, "198.51.100.9".parse().unwrap())
+    );
+    assert!(h.on_vlan(7) && !h.on_vlan(8) && !h.on_vlan(0));
+    assert_eq!(h.source_for(8, v4("192.0.2.1")), None);
+    assert_eq!(UplinkHosts::NONE.source_for(0, v4("192.0.2.1")), None);
     let too_many: Vec<_> = (0..=UplinkHosts::MAX as u8)
-        .map(|i| (IpAddr::V4(Ipv4Addr::new(192, 0, 2, i)), 24))
+        .map(|i| (0, IpAddr::V4(Ipv4Addr::new(192, 0, 2, i)), 24))
         .collect();
     assert_eq!(UplinkHosts::new(&too_many), None);
 }
@@ -1085,7 +1096,10 @@ fn a_route_out_of_the_uplink_resolves_its_gateway_and_is_down_until_it_does() {
         &arp(2, [2, 0xee, 0, 0, 0, 0x77], other, UPLINK_MAC, other),
     );
     run_on(&mut node, &mut pipe, &mut io, PortId::UPLINK, stray).dropped(DropReason::NotForUs);
-    assert_eq!(neigh.lookup(other.to_ipv6_mapped()), None);
+    assert_eq!(
+        neigh.lookup(Neighbor::untagged(other.to_ipv6_mapped())),
+        None
+    );
 
     // IPv6: a neighbor solicitation from the node's address on the gateway's subnet; the
     // advertisement brings the route up.
@@ -1454,6 +1468,18 @@ fn drop_case(r: DropReason) -> Option<(PortId, Vec<u8>, TestIo)> {
             ),
         ),
         GatewayUnresolved => (A, from_a4(Ipv4Addr::new(10, 7, 10, 9), 64, b"x")),
+        UnknownVlan => (
+            PortId::UPLINK,
+            tagged(
+                EXT_VLAN + 1,
+                &eth(
+                    UPLINK_MAC,
+                    EXT_ROUTER_MAC,
+                    0x0800,
+                    &ipv4(EXT_PREFIX4.0, C4, 17, 64, 0, true, b"x"),
+                ),
+            ),
+        ),
         Multicast => (
             A,
             eth(
@@ -3151,6 +3177,7 @@ fn the_host_port_has_no_way_into_remote_or_free_addresses() {
 
 mod ct;
 mod l2;
+mod vlan;
 
 // ---- l2 learning and the BUM limit (the fixture's network LNET) ------------------------------
 

@@ -523,8 +523,9 @@ pub struct Lab {
     /// off, they send MTU-sized frames with complete checksums.
     pub pod_offloads: bool,
     /// The forwarder nodes' own addresses on an external network through the uplink
-    /// (`[[uplink.external]]`): (node, `address/prefix-length`).
-    pub external: Vec<(u32, &'static str)>,
+    /// (`[[uplink.external]]`, one entry per VLAN): (node, VLAN (0: untagged),
+    /// `address/prefix-length`).
+    pub external: Vec<(u32, u16, &'static str)>,
     /// The uplinks of forwarder nodes 1 and 2 are one DPDK `net_memif` link between their
     /// processes (node 1 the server: start it first) that carries large frames (ADR 0055),
     /// instead of the underlay bridge.
@@ -1000,6 +1001,72 @@ impl Lab {
         );
     }
 
+    /// Adds to node k's published tables what `f` writes (what the lab does not make itself:
+    /// external networks, their sources tables, routes out of the uplink), and publishes.
+    pub fn tables(&mut self, k: u32, f: impl FnOnce(&mut TableWriter)) {
+        let w = self
+            .node_mut(k)
+            .writer
+            .as_mut()
+            .unwrap_or_else(|| panic!("node {k}'s tables are published at start"));
+        f(w);
+        w.publish()
+            .unwrap_or_else(|e| panic!("publish tables of node {k}: {e}"));
+    }
+
+    /// A router outside the cluster on 802.1Q VLANs of the underlay: a Linux guest (this
+    /// kernel may have no 802.1Q devices; the guest's has) whose NIC is the bridge port named
+    /// by `label`, with one namespace per VLAN holding that VLAN's device `v<vlan>` of MAC
+    /// `mac`, up and without addresses. Returns the namespaces, in `vlans`' order.
+    pub fn add_vlan_router(&mut self, label: &str, vlans: &[(u16, MacAddr)]) -> Vec<String> {
+        let u = self.underlay_ns.clone();
+        let g = guest::Guest::boot(label, &self.dir, &u, label, MacAddr([2, 0xee, 0, 0, 0, 0]));
+        self.guests.push(g.clone());
+        ipn(&u, &format!("link set dev {label} master br0"));
+        ipn(&u, &format!("link set dev {label} up"));
+        g.run(&["ip", "link", "set", "eth0", "up"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        vlans
+            .iter()
+            .map(|&(vlan, mac)| {
+                let ns = format!("{}-r{vlan}", self.tag);
+                let dev = format!("v{vlan}");
+                g.add_netns(&ns);
+                for cmd in [
+                    vec![
+                        "ip".to_owned(),
+                        "link".into(),
+                        "add".into(),
+                        "link".into(),
+                        "eth0".into(),
+                        "name".into(),
+                        dev.clone(),
+                        "address".into(),
+                        mac.to_string(),
+                        "type".into(),
+                        "vlan".into(),
+                        "id".into(),
+                        vlan.to_string(),
+                    ],
+                    vec![
+                        "ip".into(),
+                        "link".into(),
+                        "set".into(),
+                        dev.clone(),
+                        "netns".into(),
+                        ns.clone(),
+                    ],
+                ] {
+                    let argv: Vec<&str> = cmd.iter().map(String::as_str).collect();
+                    g.run(&argv).unwrap_or_else(|e| panic!("{e}"));
+                }
+                ipn(&ns, "link set lo up");
+                ipn(&ns, &format!("link set {dev} up"));
+                ns
+            })
+            .collect()
+    }
+
     /// Writes (creating on first use) and publishes node k's tables from the lab's model:
     /// networks with this node's gateway, its pods as ports with /32 and /128 routes, the other
     /// forwarder nodes' blocks via their End.DT46 SIDs, Linux nodes' pod prefixes via their
@@ -1127,11 +1194,31 @@ impl Lab {
     pub fn write_config(&self, k: u32) -> PathBuf {
         let node = self.node(k);
         let path = self.dir.join(format!("{}.toml", node_label(k)));
-        let external: Vec<String> = self
+        let mut vlans: Vec<u16> = self
             .external
             .iter()
-            .filter(|(n, _)| *n == k)
-            .map(|(_, a)| format!("\"{a}\""))
+            .filter(|(n, _, _)| *n == k)
+            .map(|&(_, v, _)| v)
+            .collect();
+        vlans.dedup();
+        let external: Vec<String> = vlans
+            .iter()
+            .map(|&vlan| {
+                let addrs: Vec<String> = self
+                    .external
+                    .iter()
+                    .filter(|&&(n, v, _)| n == k && v == vlan)
+                    .map(|(_, _, a)| format!("\"{a}\""))
+                    .collect();
+                let tag = match vlan {
+                    0 => String::new(),
+                    v => format!("vlan = {v}\n"),
+                };
+                format!(
+                    "\n[[uplink.external]]\n{tag}addresses = [{}]\n",
+                    addrs.join(", ")
+                )
+            })
             .collect();
         let mut text = format!(
             r#"name = "{name}"
@@ -1172,12 +1259,7 @@ mechanism = "{mechanism}"
                 (false, _) => "net_af_packet0,iface=ul".to_owned(),
             },
         );
-        if !external.is_empty() {
-            text.push_str(&format!(
-                "\n[[uplink.external]]\naddresses = [{}]\n",
-                external.join(", ")
-            ));
-        }
+        text.push_str(&external.concat());
         fs::write(&path, text).expect("write config");
         path
     }

@@ -300,7 +300,10 @@ impl Cluster {
                         .nodes
                         .get(*other)
                         .ok_or_else(|| format!("{other} is not in the world"))?;
-                    neigh.learn(m.underlay, MacAddr([0x02, 0xaa, 0, 0, 0, j as u8 + 1]));
+                    neigh.learn(
+                        lace_forwarder::pipeline::Neighbor::untagged(m.underlay),
+                        MacAddr([0x02, 0xaa, 0, 0, 0, j as u8 + 1]),
+                    );
                 }
             }
             let cfg = Config {

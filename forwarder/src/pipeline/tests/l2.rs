@@ -95,8 +95,8 @@ impl Twins {
         assert_eq!(self.fast.neigh.version(), self.general.neigh.version());
         for addr in [PEER, PEER3] {
             assert_eq!(
-                self.fast.neigh.lookup(addr),
-                self.general.neigh.lookup(addr)
+                self.fast.neigh.lookup(Neighbor::untagged(addr)),
+                self.general.neigh.lookup(Neighbor::untagged(addr))
             );
         }
         fast
