@@ -37,7 +37,7 @@ use lace_shared::types::{
 };
 
 use super::encode::{encode_sid, SidFunction};
-use super::routes::{narrowed, Ctx};
+use super::routes::{narrowed, net_obj, Ctx};
 use super::{NetworkTables, Note, NoteKind, Route};
 use crate::api::NetworkType;
 use crate::world::{NetworkModel, UplinkModel};
@@ -61,10 +61,6 @@ pub(super) struct ExternalTables<'w> {
     pub sources: BTreeMap<u16, NetworkTables>,
     /// What was left out, and why.
     pub notes: Vec<Note>,
-}
-
-fn net_obj(name: &str) -> String {
-    format!("Network {name}")
 }
 
 /// The first `spec.uplinks[]` entry of `net` that selects a node with `labels`, with its index.

@@ -56,9 +56,10 @@
 //!   networks reached; their own Services are not placed (ADR 0049).
 //! - **external** networks (`external.rs`, ADR 0054): on a node one of their `spec.uplinks[]`
 //!   entries selects, their static routes whose next hop lies on the node's subnets there →
-//!   `NextHop::Uplink`; and, on a node with one, the sources table
-//!   ([`NetworkId::EXTERNAL_SOURCES`]): every external network's prefixes → its id. A network
-//!   numbered with a reserved id is not programmed.
+//!   `NextHop::Uplink` (on the entry's VLAN); and, on a node with one, a sources table per
+//!   VLAN ([`NetworkId::external_sources`]): the prefixes of the external networks carried on
+//!   it → their ids (the untagged one also those of the networks the node does not carry). A
+//!   network numbered with a reserved id is not programmed.
 //! - **The host interface** (when the world has one, ADR 0023): its port
 //!   ([`PortId::HOST`], kind [`lace_shared::types::PortKind::Host`]) in the host network
 //!   ([`NetworkId::HOST`]): every local endpoint's addresses → `Local`, this node's l3 blocks →

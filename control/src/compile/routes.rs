@@ -285,7 +285,7 @@ pub(super) struct Cache {
     external: BTreeMap<NetworkId, Arc<NetworkTables>>,
 }
 
-fn net_obj(name: &str) -> String {
+pub(super) fn net_obj(name: &str) -> String {
     format!("Network {name}")
 }
 
@@ -943,11 +943,9 @@ impl Cache {
                     }
                 }
             }
-            // A one-way path toward an external network is refused before it gets here
-            // (`routing_support`): the uplink node does not track its connections.
-            let one_way_out =
-                net.kind == NetworkType::External && p.direction == Direction::SourceToDestination;
-            if p.destination == name && !one_way_out {
+            // (A one-way path toward an external network never gets here: `routing_support`
+            // refuses it, as the uplink node does not track its connections.)
+            if p.destination == name {
                 // One way: the sources' routes carry only the replies of connections they
                 // opened (the flow table decides); both ways: anything.
                 let flags = match p.direction {

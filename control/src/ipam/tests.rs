@@ -1392,10 +1392,11 @@ fn claimed_l2_addresses_are_never_handed_out() {
 
 #[test]
 fn the_node_tables_ids_are_never_a_networks() {
-    // The external sources' table (0xfffe) and the host network (0xffff) are skipped.
+    // The sources tables of the uplink's VLANs and of the untagged uplink (0xf000–0xfffe) and
+    // the host network (0xffff) are skipped.
     let mut i = Ipam::new(IpamConfig::default()).unwrap();
     let mut s = serde_json::to_value(i.to_state()).unwrap();
-    s["nextNetworkId"] = NetworkId::EXTERNAL_SOURCES.0.into();
+    s["nextNetworkId"] = NetworkId::NODE_TABLES.0.into();
     let s: IpamState = serde_json::from_value(s).unwrap();
     i = Ipam::from_state(&s, IpamConfig::default()).unwrap();
     let a = i

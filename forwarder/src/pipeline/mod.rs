@@ -29,8 +29,10 @@
 //!
 //! **External networks** (ADR 0054): a plain IP packet from the uplink to the node's MAC that
 //! is not for the node itself belongs to the external network whose prefixes hold its source
-//! (the longest match across all external networks, [`NetworkId::EXTERNAL_SOURCES`]) and is
-//! looked up in that network's FIB like any of its packets; no match is a counted drop.
+//! (the longest match across the external networks of its 802.1Q VLAN, or the untagged ones:
+//! [`NetworkId::external_sources`]) and is looked up in that network's FIB like any of its
+//! packets; no match is a counted drop. Its tag is popped on the way in and pushed again on
+//! what leaves on a VLAN (`vlan.rs`).
 //!
 //! **l2 networks** are bridged: a frame from a pod to another MAC than the gateway's is looked
 //! up in the network's FDB (`l2-forward`) and delivered unchanged to a local port or
