@@ -56,9 +56,9 @@ pub(super) struct Carried<'w> {
 pub(super) struct ExternalTables<'w> {
     /// Each external network this node carries, by name.
     pub networks: Vec<Carried<'w>>,
-    /// The sources tables by VLAN (0: untagged; none unless the node carries an external
-    /// network).
-    pub sources: BTreeMap<u16, NetworkTables>,
+    /// The sources tables, one per VLAN ([`NetworkId::external_sources`]; none unless the
+    /// node carries an external network).
+    pub sources: BTreeMap<NetworkId, NetworkTables>,
     /// What was left out, and why.
     pub notes: Vec<Note>,
 }
@@ -147,7 +147,7 @@ pub(super) fn compile<'w>(ctx: &Ctx<'w>) -> ExternalTables<'w> {
     if !out.networks.is_empty() {
         out.sources = sources(ctx, &mut out.notes)
             .into_iter()
-            .map(|(vlan, routes)| (vlan, tables(ctx, routes)))
+            .map(|(id, routes)| (id, tables(ctx, routes)))
             .collect();
     }
     out
@@ -309,12 +309,12 @@ fn static_routes(
     routes
 }
 
-/// The sources tables' routes by VLAN: each external network's prefixes → the network, in
+/// The sources tables' routes by table id: each external network's prefixes → the network, in
 /// the table of the VLAN this node carries it on, or the untagged one when it does not carry
 /// it; in one table a prefix stays the first network's (by name).
-fn sources(ctx: &Ctx<'_>, notes: &mut Vec<Note>) -> BTreeMap<u16, BTreeMap<IpNet, Route>> {
-    let mut owner: BTreeMap<(u16, IpNet), &str> = BTreeMap::new();
-    let mut tables: BTreeMap<u16, BTreeMap<IpNet, Route>> = BTreeMap::new();
+fn sources(ctx: &Ctx<'_>, notes: &mut Vec<Note>) -> BTreeMap<NetworkId, BTreeMap<IpNet, Route>> {
+    let mut owner: BTreeMap<(NetworkId, IpNet), &str> = BTreeMap::new();
+    let mut tables: BTreeMap<NetworkId, BTreeMap<IpNet, Route>> = BTreeMap::new();
     for net in ctx
         .world
         .networks
@@ -322,13 +322,13 @@ fn sources(ctx: &Ctx<'_>, notes: &mut Vec<Note>) -> BTreeMap<u16, BTreeMap<IpNet
         .filter(|n| n.kind == NetworkType::External)
     {
         let vlan = uplink_of(net, &ctx.me.labels).map_or(0, |(_, u)| u.vlan.unwrap_or(0));
-        if NetworkId::external_sources(vlan).is_none() {
+        let Some(table) = NetworkId::external_sources(vlan) else {
             // Validation keeps VLANs within 1–4094.
             continue;
-        }
+        };
         for p in &net.external {
             let p = p.trunc();
-            if let Some(first) = owner.get(&(vlan, p)) {
+            if let Some(first) = owner.get(&(table, p)) {
                 notes.push(Note {
                     kind: NoteKind::Conflict,
                     object: net_obj(&net.name),
@@ -344,9 +344,9 @@ fn sources(ctx: &Ctx<'_>, notes: &mut Vec<Note>) -> BTreeMap<u16, BTreeMap<IpNet
                 });
                 continue;
             }
-            owner.insert((vlan, p), &net.name);
+            owner.insert((table, p), &net.name);
             tables
-                .entry(vlan)
+                .entry(table)
                 .or_default()
                 .insert(p, Route::from(NextHop::Network { net: net.id }));
         }

@@ -1215,10 +1215,8 @@ impl Cache {
                 }),
             }
         }
-        for (vlan, sources) in ext.sources {
-            if let Some(id) = NetworkId::external_sources(vlan) {
-                add(id, sources, t);
-            }
+        for (id, sources) in ext.sources {
+            add(id, sources, t);
         }
         self.external = kept;
     }

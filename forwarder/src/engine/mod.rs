@@ -40,7 +40,7 @@ use crate::dpdk::{self, Eal, Mempool, Port, PortConfig, TunnelTso, Worker};
 use crate::pipeline::{self, Pipeline, Stage, UnderlayNeighbors};
 
 pub use config::{Config, ConfigError, Mechanism, Memory, Overrides, Polling, MEMIF_LARGE_FRAMES};
-use ports::{Attached, KernelPort, NetDev, PodPorts, Request};
+use ports::{Attached, KernelPort, KernelRole, NetDev, PodPorts, Request};
 use worker::{Command, LargeFrames, Mailbox, PortRx, PortTx, TxWhole, WorkerSetup};
 
 /// How often the main thread wakes: heartbeat, signals, tables, pod ports. Short, because a
@@ -344,8 +344,9 @@ fn open_uplink(
 ) -> anyhow::Result<(Attached, WorkerQueues, lace_shared::types::MacAddr)> {
     let dev = &config.uplink.device;
     if config.uplink.is_kernel_interface() {
-        let (k, queues) = KernelPort::open(dev, config.workers.count, pool, false, None)
-            .with_context(|| format!("uplink.device {dev:?}"))?;
+        let (k, queues) =
+            KernelPort::open(dev, config.workers.count, pool, KernelRole::Uplink, None)
+                .with_context(|| format!("uplink.device {dev:?}"))?;
         let mac = k.sockets[0]
             .mac()
             .with_context(|| format!("uplink.device {dev:?}: reading its MAC"))?;

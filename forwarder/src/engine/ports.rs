@@ -87,6 +87,16 @@ pub enum Attached {
     Kernel(KernelPort),
 }
 
+/// What a kernel interface behind packet sockets is to the forwarder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelRole {
+    /// A pod's interface: TCP runs toward it are merged, so that the pod's stack sees what a
+    /// kernel with GRO would give it.
+    Pod,
+    /// The uplink: frames keep their 802.1Q tags (external networks on VLANs).
+    Uplink,
+}
+
 /// The main thread's side of a packet-socket port: the sockets (for their counters).
 #[derive(Debug)]
 pub struct KernelPort {
@@ -100,13 +110,13 @@ pub struct KernelPort {
 
 impl KernelPort {
     /// Opens one socket per worker on `iface` (sharing its flows when there are several) and
-    /// builds each worker's queues; `coalesce`: merge TCP runs toward this interface; `large`:
-    /// take large segments from it whole into that pool's buffers.
+    /// builds each worker's queues for the interface's `role`; `large`: take large segments
+    /// from it whole into that pool's buffers.
     pub fn open(
         iface: &str,
         workers: u16,
         pool: &Mempool,
-        coalesce: bool,
+        role: KernelRole,
         large: Option<&Mempool>,
     ) -> Result<(KernelPort, Vec<(PortRx, PortTx)>), KernelError> {
         let fanout = (workers > 1).then(kernel::fanout_group);
@@ -118,6 +128,10 @@ impl KernelPort {
             if let Some(large) = large {
                 rx = rx.take_large_into(large.clone());
             }
+            if role == KernelRole::Uplink {
+                rx = rx.keep_vlan_tags()?;
+            }
+            let coalesce = role == KernelRole::Pod;
             queues.push((
                 PortRx::Kernel(Box::new(rx)),
                 PortTx::Kernel(Box::new(kernel::TxQueue::new(Arc::clone(&s), coalesce))),
@@ -466,12 +480,17 @@ impl PodPorts {
         let devargs = Self::devargs(self.mechanism, self.next_vdev, iface, self.workers);
         self.next_vdev = self.next_vdev.wrapping_add(1);
         if self.mechanism == Mechanism::PacketSocket {
-            let (k, queues) =
-                KernelPort::open(iface, self.workers, &self.pool, true, self.large.as_ref())
-                    .map_err(|e| AttachError {
-                        errno: e.errno(),
-                        message: e.to_string(),
-                    })?;
+            let (k, queues) = KernelPort::open(
+                iface,
+                self.workers,
+                &self.pool,
+                KernelRole::Pod,
+                self.large.as_ref(),
+            )
+            .map_err(|e| AttachError {
+                errno: e.errno(),
+                message: e.to_string(),
+            })?;
             hand_out(id, queues, mailboxes, &devargs)?;
             return Ok(Attached::Kernel(k));
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::KernelError;
 use crate::dpdk::{Burst, Mbuf, Mempool};
 use crate::offload::{self, Gso, OffloadError, Run, VnetHdr};
+use crate::wire::ethernet::{self, TAG_LEN};
 
 /// Most frames one `recvmmsg` takes (and mbufs a queue keeps ready).
 pub const MAX_RX_BURST: usize = 32;
@@ -23,8 +24,6 @@ const TX_IOVS: usize = 2 * 64;
 /// Words of a received message's control buffer: room for the `PACKET_AUXDATA` message
 /// (`CMSG_SPACE` of a `tpacket_auxdata`, 40 bytes on Linux) with some to spare.
 const CTL_WORDS: usize = 8;
-/// Bytes of an 802.1Q tag.
-const TAG_LEN: usize = 4;
 
 /// Fanout group ids handed out in this process (unique per socket group on a host when
 /// combined with the pid).
@@ -153,9 +152,6 @@ impl PacketSocket {
             1,
             "PACKET_IGNORE_OUTGOING",
         )?;
-        // The kernel takes the 802.1Q tag off every frame it receives (into the packet's
-        // metadata); the auxiliary data gives it back, so that frames come in as on the wire.
-        opt(libc::SOL_PACKET, libc::PACKET_AUXDATA, 1, "PACKET_AUXDATA")?;
         if setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RCVBUF).is_err() {
             opt(libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF, "SO_RCVBUF")?;
         }
@@ -333,8 +329,9 @@ pub struct RxQueue {
     /// Overflow space per slot for frames longer than an mbuf's room.
     big: Vec<Box<[u8]>>,
     hdrs: [[u8; VnetHdr::LEN]; MAX_RX_BURST],
-    /// A control buffer per message slot (the `PACKET_AUXDATA` message).
-    ctl: [[u64; CTL_WORDS]; MAX_RX_BURST],
+    /// A control buffer per message slot (the `PACKET_AUXDATA` message), when frames keep
+    /// their 802.1Q tags ([`RxQueue::keep_vlan_tags`]).
+    ctl: Option<Box<[[u64; CTL_WORDS]; MAX_RX_BURST]>>,
     /// Large segments received into `big`, waiting for room in the output: (slot, length).
     pending: [(u8, u32); MAX_RX_BURST],
     pending_head: usize,
@@ -387,13 +384,7 @@ fn stripped_tag(msg: &libc::msghdr) -> Option<[u8; TAG_LEN]> {
 
 /// Puts `tag` back after the addresses of the frame in `m`; false without the headroom.
 fn retag(m: &mut Mbuf, tag: [u8; TAG_LEN]) -> bool {
-    if m.prepend(TAG_LEN).is_none() {
-        return false;
-    }
-    let d = m.data_mut();
-    d.copy_within(TAG_LEN..TAG_LEN + 12, 0);
-    d[12..12 + TAG_LEN].copy_from_slice(&tag);
-    true
+    m.prepend(TAG_LEN).is_some() && ethernet::insert_tag(m.data_mut(), tag)
 }
 
 /// Segments a large frame (or completes a partial checksum) into `out`.
@@ -429,7 +420,7 @@ impl RxQueue {
                 .map(|_| vec![0u8; MAX_FRAME].into_boxed_slice())
                 .collect(),
             hdrs: [[0; VnetHdr::LEN]; MAX_RX_BURST],
-            ctl: [[0; CTL_WORDS]; MAX_RX_BURST],
+            ctl: None,
             pending: [(0, 0); MAX_RX_BURST],
             pending_head: 0,
             pending_len: 0,
@@ -443,6 +434,26 @@ impl RxQueue {
     pub fn take_large_into(mut self, large: Mempool) -> RxQueue {
         self.large = Some(large);
         self
+    }
+
+    /// Gives received frames back the 802.1Q tag the kernel takes off (into the packet's
+    /// metadata) before any packet socket sees them, so that they come in as on the wire: the
+    /// uplink's, where external networks ride VLANs. Each frame then brings a control message
+    /// (`PACKET_AUXDATA`) to read, so a pod's port does without.
+    pub fn keep_vlan_tags(mut self) -> Result<RxQueue, KernelError> {
+        setsockopt_int(
+            self.sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_AUXDATA,
+            1,
+        )
+        .map_err(|source| KernelError::Syscall {
+            what: "PACKET_AUXDATA",
+            iface: self.sock.iface.clone(),
+            source,
+        })?;
+        self.ctl = Some(Box::new([[0; CTL_WORDS]; MAX_RX_BURST]));
+        Ok(self)
     }
 
     /// A large segment `len` bytes long, its first `room` bytes in `head` and the rest in
@@ -537,8 +548,10 @@ impl RxQueue {
             };
             msgs[ready].msg_hdr.msg_iov = iovs[ready].as_mut_ptr();
             msgs[ready].msg_hdr.msg_iovlen = k + 2;
-            msgs[ready].msg_hdr.msg_control = self.ctl[ready].as_mut_ptr().cast();
-            msgs[ready].msg_hdr.msg_controllen = std::mem::size_of_val(&self.ctl[ready]);
+            if let Some(ctl) = self.ctl.as_mut() {
+                msgs[ready].msg_hdr.msg_control = ctl[ready].as_mut_ptr().cast();
+                msgs[ready].msg_hdr.msg_controllen = std::mem::size_of_val(&ctl[ready]);
+            }
             ready += 1;
         }
         if ready == 0 {
@@ -546,8 +559,8 @@ impl RxQueue {
             return c;
         }
         // SAFETY: msgs[..ready] point to iovecs describing live, writable memory owned by this
-        // queue (the slots' mbuf rooms, the headers, the overflow buffers) and to its control
-        // buffers, none of which moves or is touched elsewhere during the call; no names.
+        // queue (the slots' mbuf rooms, the headers, the overflow buffers) and, when it keeps
+        // tags, to its control buffers, none of which moves or is touched elsewhere during the call; no names.
         let n = unsafe {
             libc::recvmmsg(
                 self.sock.as_raw_fd(),
@@ -574,7 +587,11 @@ impl RxQueue {
             } else {
                 VnetHdr::default()
             };
-            let tag = stripped_tag(&msg.msg_hdr);
+            let tag = if self.ctl.is_some() {
+                stripped_tag(&msg.msg_hdr)
+            } else {
+                None
+            };
             if tag.is_some() && hdr.is_gso() {
                 // A large segment on a VLAN: the software segmentation cuts untagged frames
                 // only (turn GRO off on a trunk interface).

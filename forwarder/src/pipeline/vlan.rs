@@ -13,10 +13,8 @@ use lace_shared::types::PortId;
 
 use super::{Io, PacketBuf, UplinkHosts};
 use crate::offload::OffloadError;
-use crate::wire::ethernet::{EtherType, VlanTag};
+use crate::wire::ethernet::{self, EtherType, VlanTag, TAG_LEN};
 
-/// Bytes of an 802.1Q tag.
-pub(super) const TAG_LEN: usize = 4;
 /// Where the EtherType (or the tag's TPID) is.
 const ETHERTYPE: usize = 12;
 
@@ -47,16 +45,11 @@ pub(super) fn push<B: PacketBuf>(pkt: &mut B, vlan: u16) -> bool {
     if pkt.len() < ETHERTYPE || !pkt.prepend(TAG_LEN) {
         return false;
     }
-    let d = pkt.data_mut();
-    d.copy_within(TAG_LEN..TAG_LEN + ETHERTYPE, 0);
-    let tci = VlanTag {
+    let tag = VlanTag {
         vid: vlan,
         ..VlanTag::default()
-    }
-    .tci();
-    d[ETHERTYPE..ETHERTYPE + 2].copy_from_slice(&u16::from(EtherType::Vlan).to_be_bytes());
-    d[ETHERTYPE + 2..ETHERTYPE + TAG_LEN].copy_from_slice(&tci.to_be_bytes());
-    true
+    };
+    ethernet::insert_tag(pkt.data_mut(), tag.to_bytes())
 }
 
 /// Sends `pkt` out of the uplink on VLAN `vlan`, tagged. A large segment is cut into frames

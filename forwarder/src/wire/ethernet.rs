@@ -117,6 +117,26 @@ impl VlanTag {
     pub const fn tci(&self) -> u16 {
         ((self.pcp as u16 & 0x7) << 13) | ((self.dei as u16) << 12) | (self.vid & 0x0fff)
     }
+
+    /// The tag as on the wire: the 802.1Q TPID, then the TCI.
+    pub fn to_bytes(&self) -> [u8; TAG_LEN] {
+        let [t0, t1] = u16::from(EtherType::Vlan).to_be_bytes();
+        let [c0, c1] = self.tci().to_be_bytes();
+        [t0, t1, c0, c1]
+    }
+}
+
+/// Writes an 802.1Q tag (`tag`: TPID and TCI as on the wire) into a frame handed over with
+/// [`TAG_LEN`] bytes of room in front of it: the addresses move to the front and the tag
+/// follows them. False, with nothing written, when `frame` is too short to hold the room and
+/// the addresses.
+pub fn insert_tag(frame: &mut [u8], tag: [u8; TAG_LEN]) -> bool {
+    let Some(h) = frame.first_chunk_mut::<{ TAG_LEN + field::ETHERTYPE }>() else {
+        return false;
+    };
+    h.copy_within(TAG_LEN.., 0);
+    h[field::ETHERTYPE..].copy_from_slice(&tag);
+    true
 }
 
 /// Byte ranges of the Ethernet header (IEEE 802.3 §3.2.3, 802.1Q §9.3):
@@ -150,6 +170,8 @@ mod field {
 pub const HEADER_LEN: usize = field::PAYLOAD.start;
 /// Length of an Ethernet header with one 802.1Q tag.
 pub const VLAN_HEADER_LEN: usize = field::TAGGED_PAYLOAD.start;
+/// Length of an 802.1Q tag (TPID and TCI).
+pub const TAG_LEN: usize = VLAN_HEADER_LEN - HEADER_LEN;
 
 /// A read/write view of an Ethernet frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -578,6 +600,21 @@ mod tests {
         };
         assert_eq!(tag.tci(), 0xbffe);
         assert_eq!(VlanTag::from_tci(0xbffe), tag);
+    }
+
+    #[test]
+    fn insert_tag_makes_the_tagged_frame() {
+        let tag = tagged_repr().vlan.unwrap();
+        assert_eq!(tag.to_bytes(), TAGGED[12..16]);
+        // The capture's frame before its tag was pushed, with room in front.
+        let mut bytes = vec![0xee; TAG_LEN];
+        bytes.extend_from_slice(&TAGGED[..12]);
+        bytes.extend_from_slice(&TAGGED[16..]);
+        assert!(insert_tag(&mut bytes, tag.to_bytes()));
+        assert_eq!(bytes, TAGGED);
+        let mut short = [0xee; TAG_LEN + 11];
+        assert!(!insert_tag(&mut short, tag.to_bytes()));
+        assert_eq!(short, [0xee; TAG_LEN + 11]);
     }
 
     #[test]
