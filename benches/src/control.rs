@@ -582,6 +582,7 @@ fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
             destination: format!("net-{}", 2 * p + 2),
             prefixes: vec![],
             direction: Direction::Bidirectional,
+            transit: None,
         });
     }
     Ok(w)

@@ -160,6 +160,7 @@ impl EncapNode {
                 endpoint: 1,
                 iface: IfName::new("poda")?,
                 policy: lace_shared::policy::PolicySetId::NONE,
+                transit: false,
             },
         )?;
         w.add_route(

@@ -301,6 +301,7 @@ impl Node {
                     endpoint: u64::from(port.0),
                     iface: IfName::new(&format!("pod{}", port.0))?,
                     policy: lace_shared::policy::PolicySetId::NONE,
+                    transit: false,
                 },
             )?;
             w.add_route(
@@ -447,6 +448,7 @@ fn l2_network(w: &mut TableWriter) -> anyhow::Result<()> {
                 endpoint: u64::from(port.0),
                 iface: IfName::new(&format!("pod{}", port.0))?,
                 policy: lace_shared::policy::PolicySetId::NONE,
+                transit: false,
             },
         )?;
         w.set_fdb(
@@ -534,6 +536,7 @@ fn stateful(w: &mut TableWriter) -> anyhow::Result<()> {
                 endpoint: u64::from(port.0),
                 iface: IfName::new(&format!("pod{}", port.0))?,
                 policy,
+                transit: false,
             },
         )?;
         w.add_route(

@@ -162,6 +162,8 @@ pub struct RoutingModel {
     pub prefixes: Vec<IpNet>,
     /// Direction.
     pub direction: Direction,
+    /// `spec.nextHop.endpoint`: the pod the path crosses (ADR 0057).
+    pub transit: Option<NamespacedName>,
 }
 
 /// A ClusterIP Service bound to a network, with its backends resolved (see [`crate::service`]).

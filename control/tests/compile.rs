@@ -160,6 +160,7 @@ fn policy(name: &str, sources: &[u32], dest: u32, prefixes: &[&str]) -> RoutingM
         destination: net_name(dest),
         prefixes: prefixes.iter().map(|p| p.parse().unwrap()).collect(),
         direction: Direction::Bidirectional,
+        transit: None,
     }
 }
 
@@ -1052,6 +1053,134 @@ fn a_one_way_policy_gives_the_destination_reply_only_routes_back() {
     assert_eq!(v.route(2, IpAddr::V4(addr4(1, 1, 2))), None);
     assert_eq!(v.route(1, IpAddr::V4(addr4(2, 1, 4))), None);
     assert!(!v.info(2).unwrap().stateful);
+}
+
+/// A policy with a transit endpoint (ADR 0057): on the transit's node both ends' routes
+/// point at its interface, which is flagged transit, and its network's FIB carries both ends;
+/// a node without the transit, a missing or ambiguous transit, an anonymous transit network
+/// close the path with a note, never around the transit. Every step checks the incremental
+/// plan against a full compilation.
+#[test]
+fn a_transit_endpoint_takes_the_path_through_it() {
+    let mut world = two_nodes();
+    for n in [2, 3] {
+        add_network(&mut world, n);
+        for k in [1, 2] {
+            allocate(&mut world, n, k);
+        }
+    }
+    add_pod(&mut world, 2, 1, 4);
+    add_pod(&mut world, 2, 2, 5);
+    let mut p = policy("through-fw", &[1], 2, &[]);
+    p.transit = Some(NamespacedName::new("default", "pod-3-1-9"));
+    world.routing.push(p);
+    let note_of = |c: &mut Compiler, world: &World, text: &str| {
+        let notes = c.plan(world, &[]).unwrap().notes;
+        assert!(
+            notes.iter().any(|n| n.kind == NoteKind::Inconsistent
+                && n.object == "NetworkRoutingPolicy through-fw"
+                && n.message.contains(text)),
+            "no note with {text:?}: {notes:#?}"
+        );
+    };
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    // No transit pod yet: the path is closed.
+    assert_eq!(v.hop4(1, addr4(2, 1, 4)), None);
+    assert_eq!(v.hop4(2, addr4(1, 1, 2)), None);
+    note_of(&mut c, &world, "has no interface on a lace network (yet)");
+
+    // The transit pod comes up on this node, in network 3.
+    add_pod(&mut world, 3, 1, 9);
+    step(&mut c, &mut w, &world, &[Change::Endpoint(key(3, 1, 9))]);
+    assert!(c.plan(&world, &[]).unwrap().notes.is_empty());
+    let fw = local(3, 1, 9);
+    for (net, dst) in [
+        (1, addr4(2, 1, 4)),
+        (1, addr4(2, 2, 5)),
+        (2, addr4(1, 1, 2)),
+        (2, addr4(1, 2, 2)),
+    ] {
+        assert_eq!(v.hop4(net, dst), Some(fw), "network {net} to {dst}");
+    }
+    assert_eq!(v.hop6(1, addr6(2, 2, 5)), Some(fw));
+    // Each end still reaches itself directly.
+    assert_eq!(v.hop4(1, addr4(1, 2, 2)), Some(remote(2, 1)));
+    // The transit network carries what the pod forwards, both ways.
+    assert_eq!(v.hop4(3, addr4(2, 1, 4)), Some(local(2, 1, 4)));
+    assert_eq!(v.hop4(3, addr4(2, 2, 5)), Some(remote(2, 2)));
+    assert_eq!(v.hop4(3, addr4(1, 1, 2)), Some(local(1, 1, 2)));
+    assert_eq!(v.hop6(3, addr6(1, 2, 2)), Some(remote(2, 1)));
+    assert!(v.port(port(3, 9)).unwrap().transit);
+    assert!(!v.port(port(2, 4)).unwrap().transit);
+    assert!(!v.port(port(1, 2)).unwrap().transit);
+    assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
+
+    // On node 2 the transit is elsewhere: not carried yet, so that node's ends are closed.
+    let r2 = Region::new();
+    let mut w2 = r2.writer();
+    let mut c2 = Compiler::new(&name(2), cfg());
+    step(&mut c2, &mut w2, &world, &[Change::All]);
+    let v2 = View::new(&r2);
+    assert_eq!(v2.hop4(1, addr4(2, 2, 5)), None);
+    assert_eq!(v2.hop4(2, addr4(1, 2, 2)), None);
+    note_of(&mut c2, &world, "is on node node-1");
+
+    // A second interface off the path makes the transit ambiguous; it closes the path.
+    add_network(&mut world, 5);
+    allocate(&mut world, 5, 1);
+    let mut second = world.endpoints[&key(3, 1, 9)].clone();
+    second.network = net_name(5);
+    second.port = port(5, 9);
+    second.addresses = vec![IpAddr::V4(addr4(5, 1, 9))];
+    let second_key = AttachmentKey {
+        container_id: key(3, 1, 9).container_id,
+        ifname: "net1".into(),
+    };
+    world.endpoints.insert(second_key.clone(), second);
+    step(
+        &mut c,
+        &mut w,
+        &world,
+        &[
+            Change::Network(net_name(5)),
+            Change::Endpoint(second_key.clone()),
+        ],
+    );
+    assert_eq!(v.hop4(1, addr4(2, 1, 4)), None);
+    assert!(!v.port(port(3, 9)).unwrap().transit);
+    note_of(
+        &mut c,
+        &world,
+        "several interfaces off the path (net-3, net-5)",
+    );
+    world.endpoints.remove(&second_key);
+    step(&mut c, &mut w, &world, &[Change::Endpoint(second_key)]);
+    assert_eq!(v.hop4(1, addr4(2, 1, 4)), Some(fw));
+
+    // An anonymous transit network is refused, with the seed's reason.
+    world.networks.get_mut(&net_name(3)).unwrap().anonymous = true;
+    step(&mut c, &mut w, &world, &[Change::Network(net_name(3))]);
+    assert_eq!(v.hop4(1, addr4(2, 1, 4)), None);
+    assert_eq!(v.hop4(2, addr4(1, 1, 2)), None);
+    note_of(&mut c, &world, "cannot be used as a transit next hop");
+    world.networks.get_mut(&net_name(3)).unwrap().anonymous = false;
+    step(&mut c, &mut w, &world, &[Change::Network(net_name(3))]);
+    assert_eq!(v.hop4(2, addr4(1, 1, 2)), Some(fw));
+
+    // The transit pod goes: closed again, the flag with it.
+    world.endpoints.remove(&key(3, 1, 9));
+    step(&mut c, &mut w, &world, &[Change::Endpoint(key(3, 1, 9))]);
+    assert_eq!(v.hop4(1, addr4(2, 1, 4)), None);
+    assert_eq!(v.port(port(3, 9)), None);
+    // Without the next hop, the policy is a plain one again.
+    world.routing[0].transit = None;
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(v.hop4(1, addr4(2, 1, 4)), Some(local(2, 1, 4)));
+    assert_eq!(v.hop4(3, addr4(2, 1, 4)), None);
 }
 
 /// A batch the region cannot hold is abandoned: the error names the call, nothing is

@@ -10,6 +10,8 @@
 //! flows again; forwarding survives a killed lace-control, and after its restart nothing is
 //! reallocated; a restarted forwarder forwards again from the shared tables. An external network
 //! carries hosts outside the cluster by its static routes, on the node its uplink entry selects.
+//! A routing policy through a transit endpoint takes its path through a pod forwarding with
+//! Linux routing, and nowhere else.
 //!
 //! Needs root and host tools: `#[ignore]`d, run with `--include-ignored` (as `.ci/run` does); a
 //! missing prerequisite then fails the test, named with what provides it.
@@ -686,16 +688,18 @@ fn fdb_of(
     Some((at, rec.seq))
 }
 
-/// A capture on the underlay bridge (tshark, pcap in the work directory), stopped and read
-/// with a display filter and fields.
-struct UnderlayCapture {
+/// A capture of one interface in a namespace (tshark, pcap in the work directory), stopped and
+/// read with a display filter and fields ([`rows`]).
+struct Capture {
     proc: Proc,
     pcap: PathBuf,
 }
 
-impl UnderlayCapture {
-    fn start(lab: &Lab, ns: &str) -> UnderlayCapture {
-        let pcap = lab.res.dir.join("underlay.pcap");
+impl Capture {
+    /// Starts capturing `iface` in namespace `ns`; `name` names the pcap and the log.
+    fn start(lab: &Lab, ns: &str, iface: &str, name: &str) -> Capture {
+        let pcap = lab.res.dir.join(format!("{name}.pcap"));
+        let log = lab.res.dir.join(format!("tshark-{name}.log"));
         let argv = [
             "ip",
             "netns",
@@ -703,25 +707,21 @@ impl UnderlayCapture {
             ns,
             "tshark",
             "-i",
-            "br0",
+            iface,
             "-w",
             &pcap.display().to_string(),
         ]
         .map(String::from);
-        let proc = Proc::spawn(
-            "tshark on the underlay",
-            &argv,
-            lab.res.dir.join("tshark.log"),
-        );
-        wait_for("tshark capturing", WAIT, || {
-            std::fs::read_to_string(lab.res.dir.join("tshark.log"))
+        let proc = Proc::spawn(&format!("tshark on {name}"), &argv, log.clone());
+        wait_for(&format!("tshark capturing on {name}"), WAIT, || {
+            std::fs::read_to_string(&log)
                 .ok()
                 .filter(|l| l.contains("Capturing on"))
         });
-        UnderlayCapture { proc, pcap }
+        Capture { proc, pcap }
     }
 
-    /// Stops the capture; the file stays for [`UnderlayCapture::rows`].
+    /// Stops the capture; the file stays for [`rows`].
     fn stop(mut self) -> PathBuf {
         // tshark writes what it captured on SIGINT.
         self.proc.stop(Signal::SIGINT, Duration::from_secs(10));
@@ -768,7 +768,7 @@ fn l2_learning_and_vm_mobility() {
     prerequisites([program("tshark", "tshark"), program("python3", "python3")]);
     let mut lab = start_lab(&[("vms.yaml", VMS)]);
     let underlay = format!("{}-u", lab.res.tag);
-    let capture = UnderlayCapture::start(&lab, &underlay);
+    let capture = Capture::start(&lab, &underlay, "br0", "underlay");
     let peer1 = lab.add_pod(0, "team-blue", "peer-1");
     let peer2 = lab.add_pod(1, "team-blue", "peer-2");
     let launcher_a = lab.add_pod(0, "team-blue", "launcher-a");
@@ -942,6 +942,17 @@ spec:
   destination: {network: outside}
 "#;
 
+/// Node k's tables as its forwarder reads them.
+fn tables_of(lab: &Lab, k: usize) -> lace_control::compile::NodeTables {
+    lace_control::compile::read_back(&lace_shared::tables::TablesConfig {
+        dir: SHM.into(),
+        name: lab.tables_name(k),
+        size: 0,
+        reader_slots: 0,
+    })
+    .unwrap()
+}
+
 /// The compiler's notes in node-a's status file.
 fn notes(lab: &Lab) -> Vec<String> {
     let path = lab.manifests.join(".lace/status-node-a.yaml");
@@ -1054,16 +1065,7 @@ fn external_network_end_to_end() {
     );
 
     // Node-b is not selected: it has no table for the network.
-    let tables_of = |k: usize| {
-        lace_control::compile::read_back(&lace_shared::tables::TablesConfig {
-            dir: SHM.into(),
-            name: lab.tables_name(k),
-            size: 0,
-            reader_slots: 0,
-        })
-        .unwrap()
-    };
-    assert!(!tables_of(1)
+    assert!(!tables_of(&lab, 1)
         .networks
         .contains_key(&lace_shared::types::NetworkId::EXTERNAL_SOURCES));
 
@@ -1097,4 +1099,148 @@ fn external_network_end_to_end() {
     let before = lab.drops(0, DropReason::NoRoute);
     assert!(!ping_from(&h, "203.0.113.5", "198.51.100.9", 2));
     assert!(lab.drops(0, DropReason::NoRoute) >= before + 2);
+}
+
+/// A pod of `blue` on node-a that routing policy makes a transit (no tier label: per-team binds
+/// it to `blue`), and the policy: frontend ↔ backend through it.
+const THROUGH_FIREWALL: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: firewall-1
+  namespace: team-blue
+spec:
+  nodeName: node-a
+  containers:
+  - name: app
+    image: registry.k8s.io/pause:3.10
+---
+apiVersion: lace-cni.io/v1alpha1
+kind: NetworkRoutingPolicy
+metadata:
+  name: frontend-backend-through-firewall
+spec:
+  sources: [frontend]
+  destination: {network: backend}
+  nextHop:
+    endpoint: {namespace: team-blue, name: firewall-1}
+"#;
+
+/// A routing policy through a transit endpoint (ADR 0057): frontend ↔ backend through
+/// firewall-1, a pod of `blue` forwarding with Linux routing, all on node-a. Until the pod
+/// forwards, nothing gets through (the path leads into it, never around it); once it does,
+/// both ways work and tshark sees every packet twice on its interface, in and out. Its port is
+/// flagged transit, the others are not. Node-b's end of the path is closed (a transit on another
+/// node is not carried yet), and its status says so.
+#[test]
+#[ignore = "end-to-end: needs root, ip, ping, ethtool, sysctl, tshark; run with --include-ignored"]
+fn transit_endpoint_end_to_end() {
+    let _serial = serial();
+    prerequisites([program("tshark", "tshark")]);
+    let mut lab = start_lab(&[("through-firewall.yaml", THROUGH_FIREWALL)]);
+    let frontend = lab.add_pod(0, "team-blue", "frontend-1");
+    let backend = lab.add_pod(0, "team-blue", "backend-2");
+    let firewall = lab.add_pod(0, "team-blue", "firewall-1");
+    let far = lab.add_pod(1, "team-blue", "backend-1");
+    assert!(in_subnet(firewall.v4, "10.42.0.0/16"), "{}", firewall.v4);
+    let transit_ports = wait_for("firewall-1's port flagged transit", WAIT, || {
+        let t: Vec<IpAddr> = tables_of(&lab, 0)
+            .ports
+            .values()
+            .filter(|p| p.transit)
+            .filter_map(|p| p.ipv4.map(IpAddr::V4))
+            .collect();
+        (!t.is_empty()).then_some(t)
+    });
+    assert_eq!(transit_ports, [firewall.v4], "only firewall-1 is a transit");
+
+    // Linux routing in the pod, on or off (a new namespace may inherit the host's).
+    let forwarding = |on: bool| {
+        let v = u8::from(on);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &firewall.ns,
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.ip_forward={v}"),
+            &format!("net.ipv6.conf.all.forwarding={v}"),
+            "net.ipv4.conf.all.send_redirects=0",
+            "net.ipv4.conf.eth0.send_redirects=0",
+        ]);
+    };
+
+    // Not forwarding: the packets reach firewall-1 and end there.
+    forwarding(false);
+    assert!(
+        !ping(&frontend, backend.v4, 2),
+        "frontend reached backend around the transit"
+    );
+
+    // Forwarding: what lace steers to the pod goes back out to its gateway, and on.
+    forwarding(true);
+    let capture = Capture::start(&lab, &firewall.ns, "eth0", "firewall");
+    reachable(&frontend, backend.v4);
+    reachable(&frontend, backend.v6);
+    reachable(&backend, frontend.v4);
+    // Once more the first way: tshark may have begun a little after it said so.
+    assert!(ping(&frontend, backend.v4, 3), "frontend -> backend");
+    let pcap = capture.stop();
+    // The echoes crossed the pod's interface twice: in from lace (the hop limit one below the
+    // sender's 64), and out again forwarded by the pod (one lower still).
+    for (src, dst, filter, field) in [
+        (
+            frontend.v4,
+            backend.v4,
+            "icmp.type == 8 && ip.src == {s} && ip.dst == {d}",
+            "ip.ttl",
+        ),
+        (
+            backend.v4,
+            frontend.v4,
+            "icmp.type == 0 && ip.src == {s} && ip.dst == {d}",
+            "ip.ttl",
+        ),
+        (
+            backend.v4,
+            frontend.v4,
+            "icmp.type == 8 && ip.src == {s} && ip.dst == {d}",
+            "ip.ttl",
+        ),
+        (
+            frontend.v6,
+            backend.v6,
+            "icmpv6.type == 128 && ipv6.src == {s} && ipv6.dst == {d}",
+            "ipv6.hlim",
+        ),
+    ] {
+        let filter = filter
+            .replace("{s}", &src.to_string())
+            .replace("{d}", &dst.to_string());
+        let seen = rows(&pcap, &filter, &[field]);
+        assert!(
+            seen.iter().any(|h| h == "63") && seen.iter().any(|h| h == "62"),
+            "{filter}: want frames in (hop limit 63) and forwarded (62) on firewall-1's \
+             interface, got {seen:?}"
+        );
+    }
+
+    // The transit stops forwarding: so does the path.
+    forwarding(false);
+    assert!(
+        !ping(&frontend, backend.v4, 2),
+        "the path went around the transit"
+    );
+
+    // Node-b: the transit is on node-a, which node-b does not carry yet.
+    assert!(!ping(&far, frontend.v4, 2));
+    let status = lab.manifests.join(".lace/status-node-b.yaml");
+    wait_for("node-b's note on the transit elsewhere", WAIT, || {
+        let text = std::fs::read_to_string(&status).ok()?;
+        let s: lace_control::daemon::status::StatusFile = serde_yaml::from_str(&text).ok()?;
+        s.notes
+            .into_iter()
+            .find(|n| n.contains("transit endpoint team-blue/firewall-1 is on node node-a"))
+    });
 }

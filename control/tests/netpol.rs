@@ -413,6 +413,7 @@ fn policies_across_networks_and_bindings() {
         destination: "net-2".into(),
         prefixes: vec![],
         direction: Direction::Bidirectional,
+        transit: None,
     });
     pod(&mut w, "x", "a", &[("app", "a")], 1, 1, 10);
     pod(&mut w, "y", "b", &[("app", "b")], 2, 1, 11);

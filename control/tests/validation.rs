@@ -1194,7 +1194,7 @@ fn routing_policy_errors() {
                 ],
             ),
             (
-                "valid next hop and direction (the next hop is not supported yet)",
+                "valid next hop and direction (one way through a transit is not supported yet)",
                 "{sources: [a], destination: {network: b}, direction: sourceToDestination, nextHop: {endpoint: {namespace: fw, name: fw-0.x}}}",
                 &[],
             ),
@@ -1221,9 +1221,14 @@ fn routing_support_says_what_is_not_supported_yet() {
     let cases: &[(&str, &[Unsupported])] = &[
         ("{sources: [frontend], destination: {network: backend}}", &[]),
         ("{sources: [frontend], destination: {network: unknown-yet}}", &[]),
+        // A transit endpoint, both ways (ADR 0057); one way is not carried yet.
         (
             "{sources: [frontend], destination: {network: backend}, nextHop: {endpoint: {namespace: fw, name: fw-0}}}",
-            &[Unsupported::NextHopEndpoint],
+            &[],
+        ),
+        (
+            "{sources: [frontend], destination: {network: backend}, direction: sourceToDestination, nextHop: {endpoint: {namespace: fw, name: fw-0}}}",
+            &[Unsupported::OneWayThroughTransit],
         ),
         (
             "{sources: [frontend], destination: {network: backend}, nextHop: {gateway: 192.0.2.1}}",
@@ -1267,7 +1272,10 @@ fn routing_support_says_what_is_not_supported_yet() {
     }
     // The messages, exactly: one per feature, joined after the policy's name.
     let messages = [
-        (Unsupported::NextHopEndpoint, "spec.nextHop.endpoint (a transit endpoint) is not supported yet"),
+        (
+            Unsupported::OneWayThroughTransit,
+            "spec.nextHop.endpoint (a transit endpoint) with direction sourceToDestination is not supported yet (use bidirectional: both ways cross the transit)",
+        ),
         (Unsupported::NextHopGateway, "spec.nextHop.gateway (an uplink gateway) is not supported yet"),
         (
             Unsupported::OneWayToExternal { network: "corp".into() },
@@ -1279,11 +1287,16 @@ fn routing_support_says_what_is_not_supported_yet() {
     }
     let e = NotSupported {
         policy: "p".into(),
-        features: vec![Unsupported::NextHopGateway, Unsupported::NextHopEndpoint],
+        features: vec![
+            Unsupported::NextHopGateway,
+            Unsupported::OneWayToExternal {
+                network: "corp".into(),
+            },
+        ],
     };
     assert_eq!(
         e.to_string(),
-        "NetworkRoutingPolicy p: spec.nextHop.gateway (an uplink gateway) is not supported yet; spec.nextHop.endpoint (a transit endpoint) is not supported yet"
+        "NetworkRoutingPolicy p: spec.nextHop.gateway (an uplink gateway) is not supported yet; spec.destination.network \"corp\" is an external network and the direction is sourceToDestination; one-way paths to external networks are not supported yet (use bidirectional)"
     );
     assert_eq!(NotSupported::REASON, "NotSupported");
 }

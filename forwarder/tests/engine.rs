@@ -297,6 +297,7 @@ fn pod_port(iface: &str, endpoint: u64) -> PortInfo {
         endpoint,
         iface: IfName::new(iface).unwrap(),
         policy: lace_shared::policy::PolicySetId::NONE,
+        transit: false,
     }
 }
 

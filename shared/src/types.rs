@@ -388,6 +388,9 @@ pub struct PortInfo {
     pub iface: IfName,
     /// The endpoint's policy set ([`PolicySetId::NONE`]: no policy selects it).
     pub policy: PolicySetId,
+    /// A transit endpoint (ADR 0057): routing policy steers paths through it, so it forwards
+    /// packets whose source address is not its own; pod-input checks only their MAC.
+    pub transit: bool,
 }
 
 /// A remote node: where its SIDs live and how to reach it on the underlay.
@@ -596,7 +599,7 @@ impl NetworkInfo {
 pub struct PortRec {
     /// 0 absent, 1 Pod, 2 Uplink, 3 Host ([`PortKind`]).
     pub kind: u8,
-    /// Bit 0: has IPv4; bit 1: has IPv6.
+    /// Bit 0: has IPv4; bit 1: has IPv6; bit 2: a transit endpoint.
     pub flags: u8,
     /// MAC.
     pub mac: [u8; 6],
@@ -631,6 +634,11 @@ impl PortRec {
     pub fn is_host(&self) -> bool {
         self.kind == 3
     }
+    /// Whether the endpoint forwards others' packets ([`PortInfo::transit`]).
+    #[inline]
+    pub fn is_transit(&self) -> bool {
+        self.flags & 4 != 0
+    }
     /// The endpoint's IPv4 address, if it has one.
     #[inline]
     pub fn ipv4(&self) -> Option<Ipv4Addr> {
@@ -662,7 +670,9 @@ impl PortInfo {
                 PortKind::Uplink => 2,
                 PortKind::Host => 3,
             },
-            flags: self.ipv4.is_some() as u8 | (self.ipv6.is_some() as u8) << 1,
+            flags: self.ipv4.is_some() as u8
+                | (self.ipv6.is_some() as u8) << 1
+                | (self.transit as u8) << 2,
             mac: self.mac.0,
             network: self.network.0,
             ipv4: self.ipv4.map_or(0, u32::from),
@@ -689,6 +699,7 @@ impl PortInfo {
             endpoint: r.endpoint,
             iface: IfName::from_bytes(r.iface).unwrap_or_default(),
             policy: PolicySetId(r.policy),
+            transit: r.flags & 4 != 0,
         })
     }
 }
@@ -1012,6 +1023,7 @@ mod tests {
             endpoint: 99,
             iface: IfName::new("lace0a1b2c").unwrap(),
             policy: PolicySetId(7),
+            transit: false,
         };
         assert_eq!(PortInfo::from_rec(&p.to_rec()), Some(p));
         assert!(p.to_rec().is_pod() && !p.to_rec().is_host());
@@ -1024,6 +1036,9 @@ mod tests {
         let rec = host.to_rec();
         assert!(rec.is_host() && !rec.is_pod());
         assert_eq!(PortInfo::from_rec(&rec), Some(host));
+        let transit = PortInfo { transit: true, ..p };
+        assert!(transit.to_rec().is_transit() && !p.to_rec().is_transit());
+        assert_eq!(PortInfo::from_rec(&transit.to_rec()), Some(transit));
         for b in [
             SidBehavior::End,
             SidBehavior::EndDt46(NetworkId(2)),

@@ -615,6 +615,7 @@ fn reply_only_routes_are_their_own_next_hops_and_ports_carry_their_set() {
         endpoint: 9,
         iface: IfName::new("pod9").unwrap(),
         policy: PolicySetId(3),
+        transit: false,
     };
     w.set_port(PortId(9), &port).unwrap();
     w.publish().unwrap();
@@ -653,6 +654,7 @@ fn reply_only_routes_are_their_own_next_hops_and_ports_carry_their_set() {
         PortId(9),
         &PortInfo {
             policy: PolicySetId(4),
+            transit: false,
             ..port
         },
     )

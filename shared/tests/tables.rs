@@ -238,6 +238,7 @@ fn every_table_round_trips_and_bulk_lookups_agree() {
         endpoint: 77,
         iface: Default::default(),
         policy: lace_shared::policy::PolicySetId::NONE,
+        transit: false,
     };
     w.set_port(PortId(5), &port).unwrap();
     let node = NodeInfo {

@@ -121,6 +121,7 @@ fn write_generation(w: &mut TableWriter, g: u64) {
             endpoint: g,
             iface: Default::default(),
             policy: lace_shared::policy::PolicySetId::NONE,
+            transit: false,
         },
     )
     .unwrap();

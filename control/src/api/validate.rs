@@ -58,7 +58,7 @@ use crate::api::{
     NetworkBindingPolicySpec, NetworkEndpointSpec, NetworkRoutingPolicySpec, NetworkSpec,
     NetworkType, NodeLocatorSpec, RulePolicy, Subnet,
 };
-use crate::world::{L2Config, NetworkModel, NodeModel, RoutingModel, UplinkModel};
+use crate::world::{L2Config, NamespacedName, NetworkModel, NodeModel, RoutingModel, UplinkModel};
 
 /// Where an error is: the object's kind and name, and the field path inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -584,9 +584,10 @@ impl Errors {
 /// A feature of a valid routing policy that the compiler does not implement yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unsupported {
-    /// A transit endpoint as next hop.
-    #[error("spec.nextHop.endpoint (a transit endpoint) is not supported yet")]
-    NextHopEndpoint,
+    /// A transit endpoint on a one-way path: the way back would need the transit's flow state
+    /// (reply-only routes through it).
+    #[error("spec.nextHop.endpoint (a transit endpoint) with direction sourceToDestination is not supported yet (use bidirectional: both ways cross the transit)")]
+    OneWayThroughTransit,
     /// An uplink gateway as next hop.
     #[error("spec.nextHop.gateway (an uplink gateway) is not supported yet")]
     NextHopGateway,
@@ -1767,11 +1768,16 @@ pub fn routing_model(name: &str, spec: &NetworkRoutingPolicySpec) -> Result<Rout
         destination: spec.destination.network.clone(),
         prefixes,
         direction: spec.direction,
+        transit: spec
+            .next_hop
+            .as_ref()
+            .and_then(|nh| nh.endpoint.as_ref())
+            .map(|ep| NamespacedName::new(&ep.namespace, &ep.name)),
     })
 }
 
-/// Says whether the compiler implements a (valid) routing policy. Not yet: a next hop (transit
-/// endpoint or uplink gateway), a destination or source network of type external (l3 and l2
+/// Says whether the compiler implements a (valid) routing policy. Not yet: an uplink gateway
+/// as next hop, a transit endpoint on a one-way path, a destination or source network of type external (l3 and l2
 /// networks are routed between). Both directions are supported (`sourceToDestination`: the
 /// way back is reply-only, ADR 0029). `kind_of` gives the type
 /// of a network by name (`None` for a network not known yet: nothing is rejected for it).
@@ -1783,8 +1789,8 @@ pub fn routing_support(
 ) -> Result<(), NotSupported> {
     let mut features = Vec::new();
     if let Some(nh) = &spec.next_hop {
-        if nh.endpoint.is_some() {
-            features.push(Unsupported::NextHopEndpoint);
+        if nh.endpoint.is_some() && spec.direction == Direction::SourceToDestination {
+            features.push(Unsupported::OneWayThroughTransit);
         }
         if nh.gateway.is_some() {
             features.push(Unsupported::NextHopGateway);

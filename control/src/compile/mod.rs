@@ -99,6 +99,7 @@ mod policy;
 mod readback;
 mod routes;
 mod services;
+mod transit;
 
 pub use apply::{ApplyError, ApplyStats};
 pub use encode::{
@@ -494,6 +495,8 @@ impl Compiler {
                 match c {
                     Change::All => recompile_all = true,
                     Change::Endpoint(key) => {
+                        // A transit interface anywhere steers paths on this node.
+                        recompile_all |= transit::may_move_paths(world, key);
                         let (old, new) = cache.index.update(world, Members::Node(&self.node), key);
                         dirty.extend(old);
                         dirty.extend(new);

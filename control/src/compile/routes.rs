@@ -18,6 +18,7 @@ use lace_shared::types::{
 use super::encode::{encode_sid, gateway4, gateway6, gateway_mac, SidFunction};
 use super::policy::PolicyCompiler;
 use super::services::ServiceIndex;
+use super::transit::{self, Steering};
 use super::{
     stateful, CompileConfig, Compiled, NetworkTables, NodeTables, Note, NoteKind, Route,
     ServicePort, HOST_GATEWAY4, HOST_GATEWAY6,
@@ -299,9 +300,11 @@ fn host(a: IpAddr) -> IpNet {
 
 /// The networks whose compiled tables depend on any of `dirty`: themselves and those that
 /// import them through routing policy (the sources of a policy toward one, and the destination
-/// of a policy from one: bidirectional, or one-way with its reply-only routes back).
+/// of a policy from one: bidirectional, or one-way with its reply-only routes back), and those
+/// a transit links to them ([`transit::linked`]).
 pub(super) fn importers(world: &World, dirty: &BTreeSet<String>) -> BTreeSet<String> {
     let mut out = dirty.clone();
+    out.extend(transit::linked(world, dirty));
     for p in &world.routing {
         if dirty.contains(&p.destination) {
             out.extend(p.sources.iter().cloned());
@@ -561,12 +564,19 @@ impl Cache {
         let mine = world
             .allocations
             .get(&(name.to_string(), ctx.me.name.clone()));
+        let transits = transit::ports(ctx, name);
         let ports: Vec<(PortId, PortInfo)> = self
             .index
             .of(name)
             .into_iter()
             .flat_map(|m| m.values())
-            .map(|e| (e.port, port_info(net.id, e)))
+            .map(|e| {
+                let info = PortInfo {
+                    transit: transits.contains(&e.port),
+                    ..port_info(net.id, e)
+                };
+                (e.port, info)
+            })
             .collect();
         if (ports.is_empty() && mine.is_none()) || net.kind == NetworkType::External {
             return None;
@@ -932,14 +942,43 @@ impl Cache {
                     if p.destination != name && overlaps(net, d) {
                         fib.notes.push(overlap_note(&p.name, name, &p.destination));
                     }
+                    let steer = transit::steering(ctx, p, &p.destination);
                     let set = self.set(ctx, &p.destination);
                     for (pfx, r) in narrowed(&set.routes, &p.prefixes) {
+                        let r = match &steer {
+                            Steering::Direct => r,
+                            Steering::Through(nh) => Route { nh: *nh, ..r },
+                            Steering::Closed(_) => continue,
+                        };
                         fib.insert(pfx, r, &|| {
                             format!("{} (toward {})", policy_obj(&p.name), p.destination)
                         });
                     }
+                    if let Steering::Closed(note) = steer {
+                        fib.notes.push(note);
+                    }
                     if d.kind == NetworkType::L3 {
                         reach(&p.destination);
+                    }
+                }
+            }
+            if let Some(Ok(t)) = transit::of(world, p) {
+                if t.network == name {
+                    // What the transit forwards goes on as its network's own packets: to the
+                    // destination, and back to the sources (the policy is bidirectional).
+                    let set = self.set(ctx, &p.destination);
+                    for (pfx, r) in narrowed(&set.routes, &p.prefixes) {
+                        fib.insert(pfx, r, &|| {
+                            format!("{} (through to {})", policy_obj(&p.name), p.destination)
+                        });
+                    }
+                    for s in &p.sources {
+                        let set = self.set(ctx, s);
+                        for (pfx, r) in set.routes.iter() {
+                            fib.insert(*pfx, *r, &|| {
+                                format!("{} (back through to {s})", policy_obj(&p.name))
+                            });
+                        }
                     }
                 }
             }
@@ -960,12 +999,20 @@ impl Cache {
                     if overlaps(net, sm) {
                         fib.notes.push(overlap_note(&p.name, name, s));
                     }
+                    let steer = transit::steering(ctx, p, s);
                     let set = self.set(ctx, s);
                     for (pfx, r) in set.routes.iter() {
-                        let r = Route { flags, ..*r };
+                        let r = match &steer {
+                            Steering::Direct => Route { flags, ..*r },
+                            Steering::Through(nh) => Route { nh: *nh, flags },
+                            Steering::Closed(_) => continue,
+                        };
                         fib.insert(*pfx, r, &|| {
                             format!("{} (back toward {s})", policy_obj(&p.name))
                         });
+                    }
+                    if let Steering::Closed(note) = steer {
+                        fib.notes.push(note);
                     }
                     if p.direction == Direction::Bidirectional && sm.kind == NetworkType::L3 {
                         reach(s);
@@ -1374,6 +1421,7 @@ impl Cache {
             endpoint: h.endpoint,
             iface: h.iface,
             policy: PolicySetId::NONE,
+            transit: false,
         };
         (tables, port)
     }
@@ -1416,6 +1464,7 @@ fn port_info(net: NetworkId, e: &EndpointModel) -> PortInfo {
         endpoint: e.endpoint_id,
         iface: e.host_iface,
         policy: PolicySetId::NONE,
+        transit: false,
     }
 }
 
@@ -1500,6 +1549,7 @@ mod tests {
             destination: d.into(),
             prefixes: vec![],
             direction: dir,
+            transit: None,
         };
         w.routing
             .push(pol("ab", "a", "b", Direction::Bidirectional));

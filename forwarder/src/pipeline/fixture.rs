@@ -254,6 +254,7 @@ fn stateful(w: &mut TableWriter) {
     .unwrap();
     let port = |mac, v4, v6, set| PortInfo {
         policy: set,
+        transit: false,
         ..pod(SNET, mac, v4, Some(v6))
     };
     w.set_port(S1, &port(MAC_S1, S1_4, S1_6, SET1)).unwrap();
@@ -446,6 +447,7 @@ pub fn pod(net: NetworkId, mac: [u8; 6], v4: Ipv4Addr, v6: Option<Ipv6Addr>) -> 
         endpoint: u64::from(mac[5]),
         iface: IfName::new(&format!("pod{}", mac[5])).unwrap(),
         policy: PolicySetId::NONE,
+        transit: false,
     }
 }
 
@@ -551,6 +553,7 @@ pub fn node() -> Node {
             endpoint: 1 << 63 | 42,
             iface: IfName::new("lacehost-fw").unwrap(),
             policy: PolicySetId::NONE,
+            transit: false,
         },
     )
     .unwrap();

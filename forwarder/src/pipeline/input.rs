@@ -80,7 +80,8 @@ pub(super) fn icmpv6_type(ip: &ipv6::Packet<&[u8]>) -> Option<icmpv6::Message> {
 
 /// `pod-input`: frames from one pod port (all packets of a call arrive on one port). The port
 /// decides the network (isolation); the source MAC and address must be the endpoint's
-/// (anti-spoofing) — on an l2 network with learning, the source MAC may also be one the FDB
+/// (anti-spoofing; a transit endpoint's source address is not checked: it forwards others'
+/// packets, ADR 0057) — on an l2 network with learning, the source MAC may also be one the FDB
 /// places on this port (reported as seen at most once per aging time / 4), or any MAC for an
 /// announcement (`l2-learn` decides). Frames from the node's host interface
 /// ([`PortRec::is_host`]) come in here too, into the host network: their source MAC is the host
@@ -118,11 +119,13 @@ pub(super) fn pod_input<B: PacketBuf, I: Io<B>>(n: &mut NodeCtx<'_, '_, '_, B, I
     let ingress = PodIngress {
         mac: port.mac,
         ipv4: port.ipv4().map(u32::from),
+        transit: port.is_transit(),
         gw4: ctx.gw4.map(u32::from),
         gw_mac: (ctx.kind == NetworkKind::L2).then_some(ctx.gw_mac.0),
     };
-    // Whether the sources are checked against the endpoint: once per vector.
-    let endpoint = !port.is_host();
+    // Whether the sources are checked against the endpoint: once per vector. A transit
+    // endpoint forwards others' packets (routing policy steers paths through it, ADR 0057).
+    let endpoint = !port.is_host() && !ingress.transit;
     // The destinations of the IPv4 packets bound for ip4-lookup, read here anyway: when the
     // whole vector goes there (the common case), the lookup takes them as they are.
     let mut keys = [0u32; VEC_CAP];
@@ -264,6 +267,8 @@ struct PodIngress {
     mac: [u8; 6],
     /// The endpoint's IPv4 address.
     ipv4: Option<u32>,
+    /// A transit endpoint: packets from any source address.
+    transit: bool,
     /// The network's IPv4 gateway.
     gw4: Option<u32>,
     /// On an l2 network, the gateway's MAC: only frames to it are routed.
@@ -271,7 +276,7 @@ struct PodIngress {
 }
 
 /// The common packet from a pod, checked in one pass at fixed offsets: IPv4 without options,
-/// from the endpoint's MAC and address, to a unicast MAC (the gateway's on an l2 network), a
+/// from the endpoint's MAC and address (any address from a transit endpoint), to a unicast MAC (the gateway's on an l2 network), a
 /// valid header (the NIC's checksum verdict when it gives one, else the sum), not to the
 /// gateway, TTL above 1. Returns its destination — the FIB key — with Ethernet padding trimmed.
 /// `None` leaves the packet for [`classify_pod`], which decides everything else: what this
@@ -289,7 +294,7 @@ fn pod_ipv4<B: PacketBuf>(pkt: &mut B, ing: &PodIngress) -> Option<u32> {
         _ => {}
     }
     let (src, dst) = plain_ipv4(pkt, true)?;
-    (Some(src) == ing.ipv4 && Some(dst) != ing.gw4).then_some(dst)
+    ((ing.transit || Some(src) == ing.ipv4) && Some(dst) != ing.gw4).then_some(dst)
 }
 
 /// The common frame an endpoint of an l2 network bridges, checked at fixed offsets: from its
@@ -417,7 +422,8 @@ fn seen<B: PacketBuf, I: Io<B>>(
 }
 
 /// One frame from a pod port of an l3 network, or one to the gateway of an l2 network.
-/// `endpoint`: the source address must be the port's (false for the host interface).
+/// `endpoint`: the source address must be the port's (false for the host interface and a
+/// transit endpoint).
 #[inline(always)]
 fn classify_pod<B: PacketBuf>(
     pkt: &mut B,

@@ -979,6 +979,48 @@ fn anti_spoofing() {
 }
 
 #[test]
+fn a_transit_endpoint_forwards_others_packets_from_its_own_mac_only() {
+    let mut node = node();
+    let mut pipe = Pipeline::new(cfg(), Arc::new(UnderlayNeighbors::new(64)));
+    let mut io = test_io();
+    // Pod A forwards a packet of pod C (another network's) on to pod B: not its source.
+    let forwarded4 = || eth(GW_MAC, MAC_A, 0x0800, &ipv4(C4, B4, 17, 64, 0, true, b"x"));
+    let c6 = Ipv6Addr::new(0xfd08, 1, 0, 0, 0, 0, 0, 2);
+    let forwarded6 = || eth(GW_MAC, MAC_A, 0x86dd, &ipv6(c6, B6, 17, 64, 0, b"x"));
+    run_on(&mut node, &mut pipe, &mut io, A, forwarded4()).dropped(DropReason::SpoofedSource);
+    run_on(&mut node, &mut pipe, &mut io, A, forwarded6()).dropped(DropReason::SpoofedSource);
+    let transit = PortInfo {
+        transit: true,
+        ..pod(NET, MAC_A, A4, Some(A6))
+    };
+    node.writer.set_port(A, &transit).unwrap();
+    node.writer.publish().unwrap();
+    let want4 = eth(MAC_B, GW_MAC, 0x0800, &ipv4(C4, B4, 17, 63, 0, true, b"x"));
+    assert_eq!(
+        run_on(&mut node, &mut pipe, &mut io, A, forwarded4()).one(),
+        (B, &want4[..])
+    );
+    let want6 = eth(MAC_B, GW_MAC, 0x86dd, &ipv6(c6, B6, 17, 63, 0, b"x"));
+    assert_eq!(
+        run_on(&mut node, &mut pipe, &mut io, A, forwarded6()).one(),
+        (B, &want6[..])
+    );
+    // A whole vector of forwarded packets takes the fast pass, and comes out the same.
+    let snap = node.reader.snapshot();
+    let mut v: Vec<VecBuf> = (0..8)
+        .map(|_| VecBuf::from_slice(&forwarded4()).unwrap())
+        .collect();
+    pipe.process(&snap, A, &mut v, &mut io);
+    assert_eq!(io.sent.len(), 8, "{:?}", pipe.take_counters());
+    for (port, b) in io.sent.drain(..) {
+        assert_eq!((port, b.data()), (B, &want4[..]));
+    }
+    // The MAC is still the endpoint's own.
+    let f = eth(GW_MAC, MAC_C, 0x0800, &ipv4(C4, B4, 17, 64, 0, true, b"x"));
+    run_on(&mut node, &mut pipe, &mut io, A, f).dropped(DropReason::SpoofedMac);
+}
+
+#[test]
 fn route_outcomes() {
     run(A, from_a4(Ipv4Addr::new(10, 7, 9, 9), 64, b"x")).dropped(DropReason::Blackhole);
     run(A, from_a4(Ipv4Addr::new(10, 7, 11, 9), 64, b"x")).dropped(DropReason::UnknownNode);

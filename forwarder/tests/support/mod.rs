@@ -1172,6 +1172,7 @@ impl Lab {
                         endpoint: endpoint_id(p),
                         iface: IfName::new(&p.host_if).unwrap(),
                         policy: lace_shared::policy::PolicySetId::NONE,
+                        transit: false,
                     },
                 ),
                 "set_port",
