@@ -1057,8 +1057,9 @@ fn a_one_way_policy_gives_the_destination_reply_only_routes_back() {
 
 /// A policy with a transit endpoint (ADR 0057): on the transit's node both ends' routes
 /// point at its interface, which is flagged transit, and its network's FIB carries both ends;
-/// a node without the transit, a missing or ambiguous transit, an anonymous transit network
-/// close the path with a note, never around the transit. Every step checks the incremental
+/// on another node they point at the end's End.DT46 SID on the transit's node, which programs
+/// every end; a missing or ambiguous transit, an anonymous transit network close the path
+/// with a note, never around the transit. Every step checks the incremental
 /// plan against a full compilation.
 #[test]
 fn a_transit_endpoint_takes_the_path_through_it() {
@@ -1119,15 +1120,41 @@ fn a_transit_endpoint_takes_the_path_through_it() {
     assert!(!v.port(port(1, 2)).unwrap().transit);
     assert_eq!(&read_back(&r.cfg).unwrap(), c.last());
 
-    // On node 2 the transit is elsewhere: not carried yet, so that node's ends are closed.
+    // On node 2 the transit is elsewhere: both ends go to their own network's End.DT46 SID on
+    // node 1, whose FIBs steer them on to the interface.
     let r2 = Region::new();
     let mut w2 = r2.writer();
     let mut c2 = Compiler::new(&name(2), cfg());
     step(&mut c2, &mut w2, &world, &[Change::All]);
     let v2 = View::new(&r2);
-    assert_eq!(v2.hop4(1, addr4(2, 2, 5)), None);
-    assert_eq!(v2.hop4(2, addr4(1, 2, 2)), None);
-    note_of(&mut c2, &world, "is on node node-1");
+    assert_eq!(v2.hop4(1, addr4(2, 2, 5)), Some(remote(1, 1)));
+    assert_eq!(v2.hop6(1, addr6(2, 1, 4)), Some(remote(1, 1)));
+    assert_eq!(v2.hop4(2, addr4(1, 2, 2)), Some(remote(1, 2)));
+    assert!(c2.plan(&world, &[]).unwrap().notes.is_empty());
+
+    // An end with no endpoint on the transit's node is programmed there all the same, with
+    // its SID, so that the other nodes' packets of it reach the transit.
+    add_network(&mut world, 7);
+    allocate(&mut world, 7, 2);
+    add_pod(&mut world, 7, 2, 3);
+    let mut p7 = policy("seven-through-fw", &[7], 2, &[]);
+    p7.transit = Some(NamespacedName::new("default", "pod-3-1-9"));
+    world.routing.push(p7);
+    let changes = [
+        Change::Network(net_name(7)),
+        Change::Endpoint(key(7, 2, 3)),
+        Change::Routing,
+    ];
+    step(&mut c, &mut w, &world, &changes);
+    assert_eq!(v.hop4(7, addr4(2, 2, 5)), Some(fw));
+    assert_eq!(v.hop4(2, addr4(7, 2, 3)), Some(fw));
+    assert_eq!(v.hop4(3, addr4(7, 2, 3)), Some(remote(2, 7)));
+    assert!(c.last().sids.contains_key(&sid(1, 7)));
+    step(&mut c2, &mut w2, &world, &changes);
+    assert_eq!(v2.hop4(7, addr4(2, 1, 4)), Some(remote(1, 7)));
+    world.routing.pop();
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert!(v.info(7).is_none(), "no longer an end here: not programmed");
 
     // A second interface off the path makes the transit ambiguous; it closes the path.
     add_network(&mut world, 5);

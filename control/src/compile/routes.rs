@@ -578,7 +578,8 @@ impl Cache {
                 (e.port, info)
             })
             .collect();
-        if (ports.is_empty() && mine.is_none()) || net.kind == NetworkType::External {
+        let unused = ports.is_empty() && mine.is_none() && !transit::carries_an_end(ctx, name);
+        if unused || net.kind == NetworkType::External {
             return None;
         }
         let mut notes = Vec::new();
@@ -593,7 +594,7 @@ impl Cache {
                     IpNet::V6(b) => Some(gateway6(*b)),
                     IpNet::V4(_) => None,
                 });
-                if mine.is_none() {
+                if mine.is_none() && !ports.is_empty() {
                     notes.push(Note {
                         kind: NoteKind::Inconsistent,
                         object: net_obj(name),
@@ -942,7 +943,7 @@ impl Cache {
                     if p.destination != name && overlaps(net, d) {
                         fib.notes.push(overlap_note(&p.name, name, &p.destination));
                     }
-                    let steer = transit::steering(ctx, p, &p.destination);
+                    let steer = transit::steering(ctx, p, net, &p.destination);
                     let set = self.set(ctx, &p.destination);
                     for (pfx, r) in narrowed(&set.routes, &p.prefixes) {
                         let r = match &steer {
@@ -999,7 +1000,7 @@ impl Cache {
                     if overlaps(net, sm) {
                         fib.notes.push(overlap_note(&p.name, name, s));
                     }
-                    let steer = transit::steering(ctx, p, s);
+                    let steer = transit::steering(ctx, p, net, s);
                     let set = self.set(ctx, s);
                     for (pfx, r) in set.routes.iter() {
                         let r = match &steer {

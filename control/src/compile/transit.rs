@@ -7,22 +7,26 @@
 //! - **Steering**: in the sources' FIBs the destination's routes (narrowed to the policy's
 //!   prefixes) point at the transit interface instead of their own next hops, and in the
 //!   destination's FIB the sources' routes do too (the policy is bidirectional: both ways cross
-//!   the same pod, as a stateful firewall needs). The transit network's FIB imports both sets,
-//!   so what the pod forwards goes on as any packet of its network.
+//!   the same pod, as a stateful firewall needs). On the transit's node that is its interface;
+//!   on the others, the end network's End.DT46 SID on the transit's node, which programs every
+//!   end of such a path to steer what arrives there on to the interface. The transit
+//!   network's FIB imports both sets, so what the pod forwards goes on as any packet of its
+//!   network.
 //! - **The port flag**: the forwarder accepts packets with others' source addresses from the
 //!   transit interface ([`lace_shared::types::PortInfo::transit`]).
 //!
-//! A path whose transit does not resolve, or is on another node (not carried yet), is closed
-//! on this node, with a note: traffic never goes around the firewall.
+//! A path whose transit does not resolve is closed, with a note: traffic never goes around
+//! the firewall.
 
 use std::collections::BTreeSet;
 
 use lace_shared::types::{NextHop, PortId};
 
+use super::encode::{encode_sid, SidFunction};
 use super::routes::Ctx;
 use super::{Note, NoteKind};
 use crate::api::NetworkType;
-use crate::world::{AttachmentKey, EndpointModel, RoutingModel, World};
+use crate::world::{AttachmentKey, EndpointModel, NetworkModel, RoutingModel, World};
 
 /// The interface a policy's path crosses.
 #[derive(Debug, Clone, Copy)]
@@ -118,8 +122,17 @@ fn networks(eps: &[&EndpointModel]) -> String {
     names.into_iter().collect::<Vec<_>>().join(", ")
 }
 
-/// How policy `p`'s path leaves one of its ends on this node toward `toward`.
-pub(super) fn steering(ctx: &Ctx<'_>, p: &RoutingModel, toward: &str) -> Steering {
+/// How policy `p`'s path leaves its end `from` (a source, or back the destination) on this
+/// node toward `toward`: on the transit's node, to its interface; elsewhere, over SRv6 to
+/// `from`'s End.DT46 SID on the transit's node, whose FIB for `from` steers it on to the
+/// interface (that node programs every end of a path through its transits,
+/// [`carries_an_end`]).
+pub(super) fn steering(
+    ctx: &Ctx<'_>,
+    p: &RoutingModel,
+    from: &NetworkModel,
+    toward: &str,
+) -> Steering {
     let closed = |message: String| {
         Steering::Closed(Note {
             kind: NoteKind::Inconsistent,
@@ -127,19 +140,41 @@ pub(super) fn steering(ctx: &Ctx<'_>, p: &RoutingModel, toward: &str) -> Steerin
             message,
         })
     };
-    match of(ctx.world, p) {
-        None => Steering::Direct,
-        Some(Err(e)) => closed(e),
-        Some(Ok(t)) if t.endpoint.node == ctx.me.name => Steering::Through(NextHop::Local {
+    let t = match of(ctx.world, p) {
+        None => return Steering::Direct,
+        Some(Err(e)) => return closed(e),
+        Some(Ok(t)) => t,
+    };
+    if t.endpoint.node == ctx.me.name {
+        return Steering::Through(NextHop::Local {
             port: t.endpoint.port,
             mac: t.endpoint.mac,
-        }),
-        Some(Ok(t)) => closed(format!(
-            "transit endpoint {}/{} is on node {}; paths through a transit on another node are \
-             not carried yet: this node's end of the path does not reach {toward}",
+        });
+    }
+    let Some(node) = ctx.world.nodes.get(&t.endpoint.node) else {
+        return closed(format!(
+            "transit endpoint {}/{} is on node {}, which is not in the world (no locator); \
+             the path toward {toward} is closed here",
             t.endpoint.namespace, t.endpoint.pod, t.endpoint.node
+        ));
+    };
+    match encode_sid(node.locator, SidFunction::EndDt46, from.id) {
+        Ok(sid) => Steering::Through(NextHop::Remote { node: node.id, sid }),
+        Err(e) => closed(format!(
+            "no SID of network {} on node {} toward the transit: {e}",
+            from.name, node.name
         )),
     }
+}
+
+/// Whether network `name` is an end of a path through a transit on this node: the node then
+/// programs it even without endpoints of its own, as the other nodes send that end's packets
+/// to its End.DT46 SID here ([`steering`]).
+pub(super) fn carries_an_end(ctx: &Ctx<'_>, name: &str) -> bool {
+    ctx.world.routing.iter().any(|p| {
+        (p.destination == name || p.sources.iter().any(|s| s == name))
+            && matches!(of(ctx.world, p), Some(Ok(t)) if t.endpoint.node == ctx.me.name)
+    })
 }
 
 /// The ports of this node's transit interfaces on network `name`.
