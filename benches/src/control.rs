@@ -583,6 +583,7 @@ fn compile_world(s: CompileSizes) -> anyhow::Result<World> {
             prefixes: vec![],
             direction: Direction::Bidirectional,
             transit: None,
+            gateway: None,
         });
     }
     Ok(w)

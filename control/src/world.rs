@@ -164,6 +164,8 @@ pub struct RoutingModel {
     pub direction: Direction,
     /// `spec.nextHop.endpoint`: the pod the path crosses (ADR 0057).
     pub transit: Option<NamespacedName>,
+    /// `spec.nextHop.gateway`: where a path toward an external network leaves the uplink.
+    pub gateway: Option<IpAddr>,
 }
 
 /// A ClusterIP Service bound to a network, with its backends resolved (see [`crate::service`]).

@@ -161,6 +161,7 @@ fn policy(name: &str, sources: &[u32], dest: u32, prefixes: &[&str]) -> RoutingM
         prefixes: prefixes.iter().map(|p| p.parse().unwrap()).collect(),
         direction: Direction::Bidirectional,
         transit: None,
+        gateway: None,
     }
 }
 
@@ -1728,6 +1729,88 @@ fn routing_policy_opens_paths_to_and_from_an_external_network() {
             .all(|n| !n.object.starts_with("NetworkRoutingPolicy")),
         "{:#?}",
         uplink.notes
+    );
+}
+
+/// A policy toward an external network with an uplink gateway: on the node that carries the
+/// network, the sources' FIBs send its prefixes (narrowed by the policy) out of the uplink to
+/// the gateway, on the VLAN the node carries it on, instead of by its static routes; the other
+/// nodes send them to the source's End.DT46 SID on that node, which programs the source for it
+/// without endpoints there. A gateway off the node's subnets there closes the path, noted; one
+/// the forwarder reports as not answering is noted down. Every step checks the incremental
+/// plan against a full compilation.
+#[test]
+fn an_uplink_gateway_takes_the_path_out_there() {
+    let mut world = external_world();
+    add_network(&mut world, 5);
+    allocate(&mut world, 5, 2);
+    add_pod(&mut world, 5, 2, 3);
+    let mut p = policy("via-gw", &[1, 5], 0, &["203.0.113.128/25"]);
+    p.destination = "ext-b".into();
+    p.gateway = Some(ip("192.0.2.7"));
+    world.routing.push(p);
+    let r = Region::new();
+    let mut w = r.writer();
+    let mut c = Compiler::new(&name(1), cfg());
+    step(&mut c, &mut w, &world, &[Change::All]);
+    let v = View::new(&r);
+    let gw = via_vlan("192.0.2.7", 100);
+    // Node 1 carries ext-b on VLAN 100: out to the gateway there, not by the static default.
+    assert_eq!(v.hop4(1, "203.0.113.200".parse().unwrap()), Some(gw));
+    assert_eq!(v.hop4(1, "203.0.113.5".parse().unwrap()), None, "narrowed");
+    // net-5 has no endpoint on node 1, and is programmed there for the others' packets.
+    assert_eq!(v.hop4(5, "203.0.113.200".parse().unwrap()), Some(gw));
+    assert!(c.last().sids.contains_key(&sid(1, 5)));
+    // The way back is ext-b's own.
+    assert_eq!(v.hop4(21, addr4(5, 2, 3)), Some(remote(2, 5)));
+    assert!(c
+        .plan(&world, &[])
+        .unwrap()
+        .notes
+        .iter()
+        .all(|n| !n.object.contains("via-gw")));
+
+    // Node 2 does not carry it: to the source's SID on node 1.
+    let r2 = Region::new();
+    let mut w2 = r2.writer();
+    let mut c2 = Compiler::new(&name(2), cfg());
+    step(&mut c2, &mut w2, &world, &[Change::All]);
+    let v2 = View::new(&r2);
+    assert_eq!(
+        v2.hop4(5, "203.0.113.200".parse().unwrap()),
+        Some(remote(1, 5))
+    );
+    assert_eq!(
+        v2.hop4(1, "203.0.113.129".parse().unwrap()),
+        Some(remote(1, 1))
+    );
+
+    // The gateway does not answer: still routed (its packets wait, counted), and noted down.
+    world.unresolved = vec![(100, ip("192.0.2.7"))];
+    step(&mut c, &mut w, &world, &[Change::All]);
+    assert_eq!(v.hop4(1, "203.0.113.200".parse().unwrap()), Some(gw));
+    let notes = c.plan(&world, &[]).unwrap().notes;
+    assert!(
+        notes.iter().any(|n| n.kind == NoteKind::Down
+            && n.object == "NetworkRoutingPolicy via-gw"
+            && n.message
+                .contains("spec.nextHop.gateway 192.0.2.7 is down on node node-1")),
+        "{notes:#?}"
+    );
+    world.unresolved.clear();
+
+    // A gateway off the node's subnets on that VLAN closes the path there, and says why.
+    world.routing[0].gateway = Some(ip("198.51.100.7"));
+    step(&mut c, &mut w, &world, &[Change::Routing]);
+    assert_eq!(v.hop4(1, "203.0.113.200".parse().unwrap()), None);
+    let notes = c.plan(&world, &[]).unwrap().notes;
+    assert!(
+        notes.iter().any(|n| n.kind == NoteKind::Inconsistent
+            && n.message.contains(
+                "spec.nextHop.gateway 198.51.100.7 is not used on node node-1: the next hop is \
+                 on none of its subnets on VLAN 100 of interface \"eth1\" (192.0.2.0/24)"
+            )),
+        "{notes:#?}"
     );
 }
 

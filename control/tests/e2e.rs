@@ -980,7 +980,8 @@ fn ping_from(ns: &str, src: &str, dst: &str, count: u32) -> bool {
 /// node's subnet is noted, not programmed; without the route the path is gone; node-b, which
 /// the uplink entry does not select, carries no table of its own. Pods of `backend` reach the
 /// host only once a routing policy opens `outside` to them: from node-a out of its uplink, from
-/// node-b over SRv6 to node-a and out there; the host's replies come back the reverse way.
+/// node-b over SRv6 to node-a and out there; the host's replies come back the reverse way. With
+/// `nextHop.gateway` in the policy, the pods' packets leave to that gateway (R) instead.
 #[test]
 #[ignore = "end-to-end: needs root, ip, ping, ethtool; run with --include-ignored"]
 fn external_network_end_to_end() {
@@ -1081,6 +1082,34 @@ fn external_network_end_to_end() {
         );
     }
     write(&lab.manifests.join("backend-outside.yaml"), BACKEND_OUTSIDE);
+    for p in [&here, &there] {
+        reachable(p, "203.0.113.5".parse().unwrap());
+    }
+
+    // An uplink gateway in the policy: the pods' packets leave to R instead of by the static
+    // route (straight to H). While R does not forward, nothing arrives; once it does, the
+    // pods reach H through it, from node-a and over SRv6 from node-b.
+    let r_forwards = |on: u8| {
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &r,
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.ip_forward={on}"),
+        ]);
+    };
+    r_forwards(0);
+    write(
+        &lab.manifests.join("backend-outside.yaml"),
+        &format!("{BACKEND_OUTSIDE}  nextHop: {{gateway: 192.0.2.1}}\n"),
+    );
+    wait_for("the pods' path to R, which does not forward", WAIT, || {
+        (!ping(&here, "203.0.113.5".parse().unwrap(), 1)).then_some(())
+    });
+    assert!(!ping(&there, "203.0.113.5".parse().unwrap(), 2));
+    r_forwards(1);
     for p in [&here, &there] {
         reachable(p, "203.0.113.5".parse().unwrap());
     }

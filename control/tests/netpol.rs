@@ -414,6 +414,7 @@ fn policies_across_networks_and_bindings() {
         prefixes: vec![],
         direction: Direction::Bidirectional,
         transit: None,
+        gateway: None,
     });
     pod(&mut w, "x", "a", &[("app", "a")], 1, 1, 10);
     pod(&mut w, "y", "b", &[("app", "b")], 2, 1, 11);

@@ -1230,10 +1230,9 @@ fn routing_support_says_what_is_not_supported_yet() {
             "{sources: [frontend], destination: {network: backend}, direction: sourceToDestination, nextHop: {endpoint: {namespace: fw, name: fw-0}}}",
             &[Unsupported::OneWayThroughTransit],
         ),
-        (
-            "{sources: [frontend], destination: {network: backend}, nextHop: {gateway: 192.0.2.1}}",
-            &[Unsupported::NextHopGateway],
-        ),
+        // An uplink gateway toward an external network (that the destination is one is the
+        // daemon's check against its world).
+        ("{sources: [frontend], destination: {network: corp}, nextHop: {gateway: 192.0.2.1}}", &[]),
         // External networks are routed to and from; one way only from them.
         ("{sources: [frontend], destination: {network: corp}}", &[]),
         ("{sources: [corp], destination: {network: backend}, direction: sourceToDestination}", &[]),
@@ -1253,10 +1252,7 @@ fn routing_support_says_what_is_not_supported_yet() {
         ),
         (
             "{sources: [corp], destination: {network: corp}, direction: sourceToDestination, nextHop: {gateway: 192.0.2.1}}",
-            &[
-                Unsupported::NextHopGateway,
-                Unsupported::OneWayToExternal { network: "corp".into() },
-            ],
+            &[Unsupported::OneWayToExternal { network: "corp".into() }],
         ),
     ];
     for (text, want) in cases {
@@ -1276,7 +1272,6 @@ fn routing_support_says_what_is_not_supported_yet() {
             Unsupported::OneWayThroughTransit,
             "spec.nextHop.endpoint (a transit endpoint) with direction sourceToDestination is not supported yet (use bidirectional: both ways cross the transit)",
         ),
-        (Unsupported::NextHopGateway, "spec.nextHop.gateway (an uplink gateway) is not supported yet"),
         (
             Unsupported::OneWayToExternal { network: "corp".into() },
             "spec.destination.network \"corp\" is an external network and the direction is sourceToDestination; one-way paths to external networks are not supported yet (use bidirectional)",
@@ -1288,7 +1283,7 @@ fn routing_support_says_what_is_not_supported_yet() {
     let e = NotSupported {
         policy: "p".into(),
         features: vec![
-            Unsupported::NextHopGateway,
+            Unsupported::OneWayThroughTransit,
             Unsupported::OneWayToExternal {
                 network: "corp".into(),
             },
@@ -1296,7 +1291,7 @@ fn routing_support_says_what_is_not_supported_yet() {
     };
     assert_eq!(
         e.to_string(),
-        "NetworkRoutingPolicy p: spec.nextHop.gateway (an uplink gateway) is not supported yet; spec.destination.network \"corp\" is an external network and the direction is sourceToDestination; one-way paths to external networks are not supported yet (use bidirectional)"
+        "NetworkRoutingPolicy p: spec.nextHop.endpoint (a transit endpoint) with direction sourceToDestination is not supported yet (use bidirectional: both ways cross the transit); spec.destination.network \"corp\" is an external network and the direction is sourceToDestination; one-way paths to external networks are not supported yet (use bidirectional)"
     );
     assert_eq!(NotSupported::REASON, "NotSupported");
 }

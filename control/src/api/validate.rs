@@ -588,9 +588,6 @@ pub enum Unsupported {
     /// (reply-only routes through it).
     #[error("spec.nextHop.endpoint (a transit endpoint) with direction sourceToDestination is not supported yet (use bidirectional: both ways cross the transit)")]
     OneWayThroughTransit,
-    /// An uplink gateway as next hop.
-    #[error("spec.nextHop.gateway (an uplink gateway) is not supported yet")]
-    NextHopGateway,
     /// A one-way path toward an external network: its replies come back through the uplink
     /// node, which does not track the connections opened toward it yet.
     #[error("spec.destination.network {network:?} is an external network and the direction is sourceToDestination; one-way paths to external networks are not supported yet (use bidirectional)")]
@@ -1773,13 +1770,18 @@ pub fn routing_model(name: &str, spec: &NetworkRoutingPolicySpec) -> Result<Rout
             .as_ref()
             .and_then(|nh| nh.endpoint.as_ref())
             .map(|ep| NamespacedName::new(&ep.namespace, &ep.name)),
+        gateway: spec
+            .next_hop
+            .as_ref()
+            .and_then(|nh| nh.gateway.as_ref())
+            .and_then(|gw| gw.parse().ok()),
     })
 }
 
-/// Says whether the compiler implements a (valid) routing policy. Not yet: an uplink gateway
-/// as next hop, a transit endpoint on a one-way path, a destination or source network of type external (l3 and l2
-/// networks are routed between). Both directions are supported (`sourceToDestination`: the
-/// way back is reply-only, ADR 0029). `kind_of` gives the type
+/// Says whether the compiler implements a (valid) routing policy. Not yet: a transit endpoint
+/// on a one-way path, and a one-way path toward an external network (its replies come back
+/// through the uplink node, which does not track them). Both directions are supported
+/// otherwise (`sourceToDestination`: the way back is reply-only, ADR 0029). `kind_of` gives the type
 /// of a network by name (`None` for a network not known yet: nothing is rejected for it).
 /// The daemon sets `Supported=False` with the error's message, never silently ignores.
 pub fn routing_support(
@@ -1791,9 +1793,6 @@ pub fn routing_support(
     if let Some(nh) = &spec.next_hop {
         if nh.endpoint.is_some() && spec.direction == Direction::SourceToDestination {
             features.push(Unsupported::OneWayThroughTransit);
-        }
-        if nh.gateway.is_some() {
-            features.push(Unsupported::NextHopGateway);
         }
     }
     if spec.direction == Direction::SourceToDestination

@@ -40,7 +40,7 @@ use super::encode::{encode_sid, SidFunction};
 use super::routes::{narrowed, net_obj, Ctx};
 use super::{NetworkTables, Note, NoteKind, Route};
 use crate::api::NetworkType;
-use crate::world::{NetworkModel, UplinkModel};
+use crate::world::{NetworkModel, NodeModel, UplinkModel};
 
 /// An external network this node carries: its static routes, before routing policy's.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,6 +79,15 @@ fn carries(net: &NetworkModel, labels: &BTreeMap<String, String>) -> bool {
     uplink_of(net, labels).is_some()
 }
 
+/// The node other nodes send external network `net`'s traffic to: the first (by name) that
+/// carries it, other than this one.
+pub(super) fn carrier<'w>(ctx: &Ctx<'w>, net: &NetworkModel) -> Option<&'w NodeModel> {
+    ctx.world
+        .nodes
+        .values()
+        .find(|n| n.name != ctx.me.name && carries(net, &n.labels))
+}
+
 /// External network `net`'s route set on this node (see the module docs).
 pub(super) fn route_set(ctx: &Ctx<'_>, net: &NetworkModel) -> (BTreeMap<IpNet, Route>, Vec<Note>) {
     if let Some((i, up)) = uplink_of(net, &ctx.me.labels) {
@@ -86,12 +95,7 @@ pub(super) fn route_set(ctx: &Ctx<'_>, net: &NetworkModel) -> (BTreeMap<IpNet, R
         let routes = static_routes(ctx, net, i, up, &mut Vec::new());
         return (narrowed(&routes, &net.external).collect(), Vec::new());
     }
-    let carrier = ctx
-        .world
-        .nodes
-        .values()
-        .find(|n| n.name != ctx.me.name && carries(net, &n.labels));
-    let Some(carrier) = carrier else {
+    let Some(carrier) = carrier(ctx, net) else {
         return (BTreeMap::new(), Vec::new());
     };
     match encode_sid(carrier.locator, SidFunction::EndDt46, net.id) {
@@ -175,8 +179,114 @@ pub(super) fn tables(ctx: &Ctx<'_>, routes: BTreeMap<IpNet, Route>) -> NetworkTa
     }
 }
 
-/// The routes of entry `i` (`up`) of `net`: its static routes whose next hop lies on a subnet
-/// of the node's `[[uplink.external]]` entries the uplink entry names.
+/// The node's side of one `spec.uplinks[]` entry: the subnets of its forwarder's
+/// `[[uplink.external]]` entries there (the entry's VLAN, and its interface when it names one),
+/// which a next hop must lie on.
+pub(super) struct UplinkSide {
+    /// The entry's VLAN (0: untagged).
+    pub vlan: u16,
+    /// Where, for messages (`interface "eth1"`, `VLAN 100 of the uplink`).
+    pub place: String,
+    /// The node's addresses there, with their subnets.
+    subnets: Vec<(IpAddr, IpNet)>,
+}
+
+impl UplinkSide {
+    /// The node's side of entry `up`; `Err` (the note's message, after "…selects node X,
+    /// whose forwarder…") when its forwarder has no `[[uplink.external]]` entry there.
+    pub fn of(ctx: &Ctx<'_>, up: &UplinkModel) -> Result<UplinkSide, String> {
+        let vlan = up.vlan.unwrap_or(0);
+        let carriers: Vec<&ExternalUplink> = ctx
+            .world
+            .external_uplinks
+            .iter()
+            .filter(|u| u.vlan == vlan && up.interface.as_ref().is_none_or(|i| *i == u.interface))
+            .collect();
+        let place = match (&up.interface, up.vlan) {
+            (Some(i), None) => format!("interface {i:?}"),
+            (Some(i), Some(v)) => format!("VLAN {v} of interface {i:?}"),
+            (None, None) => "the uplink".to_owned(),
+            (None, Some(v)) => format!("VLAN {v} of the uplink"),
+        };
+        if carriers.is_empty() {
+            return Err(format!(
+                "whose forwarder has no [[uplink.external]] entry for {place}. Give the \
+                 forwarder the node's address on the network's subnet{}",
+                match (&up.interface, up.vlan) {
+                    (Some(i), None) => format!(" in an entry with interface = {i:?}"),
+                    (Some(i), Some(v)) => {
+                        format!(" in an entry with interface = {i:?} and vlan = {v}")
+                    }
+                    (None, None) => String::new(),
+                    (None, Some(v)) => format!(" in an entry with vlan = {v}"),
+                }
+            ));
+        }
+        let subnets = carriers
+            .iter()
+            .flat_map(|u| &u.addresses)
+            .filter_map(|&(a, len)| Some((a, IpNet::new(a, len).ok()?.trunc())))
+            .collect();
+        Ok(UplinkSide {
+            vlan,
+            place,
+            subnets,
+        })
+    }
+
+    /// The uplink next hop to gateway `nh` here; `Err` says why `nh` cannot be one (after "the
+    /// next hop …").
+    pub fn next_hop(&self, nh: IpAddr) -> Result<NextHop, String> {
+        let place = &self.place;
+        if self.subnets.iter().any(|(a, _)| *a == nh) {
+            return Err("is the node's own address there".to_owned());
+        }
+        if !self.subnets.iter().any(|(_, s)| s.contains(&nh)) {
+            let mut on: Vec<String> = self
+                .subnets
+                .iter()
+                .filter(|(a, _)| a.is_ipv4() == nh.is_ipv4())
+                .map(|(_, s)| s.to_string())
+                .collect();
+            on.dedup();
+            return Err(if on.is_empty() {
+                format!(
+                    "is on none of its subnets on {place}: the node has no {} address there",
+                    if nh.is_ipv4() { "IPv4" } else { "IPv6" }
+                )
+            } else {
+                format!("is on none of its subnets on {place} ({})", on.join(", "))
+            });
+        }
+        Ok(NextHop::Uplink {
+            port: PortId::UPLINK,
+            gateway: match nh {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            },
+            vlan: self.vlan,
+        })
+    }
+
+    /// Why gateway `nh` is down here (after "… is down on node X: "), when the forwarder
+    /// reports it as not answering.
+    pub fn down(&self, ctx: &Ctx<'_>, nh: IpAddr) -> Option<String> {
+        ctx.world.unresolved.contains(&(self.vlan, nh)).then(|| {
+            format!(
+                "the next hop does not answer {}; its packets are dropped (gateway-unresolved) \
+                 until it does",
+                if nh.is_ipv4() {
+                    "ARP"
+                } else {
+                    "neighbor solicitations"
+                }
+            )
+        })
+    }
+}
+
+/// Entry `up` (the `i`th of `net`)'s static routes on this node, each next hop checked against
+/// the node's subnets there; what is left out (or down) is noted in `notes`.
 fn static_routes(
     ctx: &Ctx<'_>,
     net: &NetworkModel,
@@ -189,104 +299,45 @@ fn static_routes(
         return routes;
     }
     let node = &ctx.me.name;
-    let vlan = up.vlan.unwrap_or(0);
-    let carriers: Vec<&ExternalUplink> = ctx
-        .world
-        .external_uplinks
-        .iter()
-        .filter(|u| u.vlan == vlan && up.interface.as_ref().is_none_or(|i| *i == u.interface))
-        .collect();
-    let interface = match (&up.interface, up.vlan) {
-        (Some(i), None) => format!("interface {i:?}"),
-        (Some(i), Some(v)) => format!("VLAN {v} of interface {i:?}"),
-        (None, None) => "the uplink".to_owned(),
-        (None, Some(v)) => format!("VLAN {v} of the uplink"),
-    };
-    if carriers.is_empty() {
-        notes.push(Note {
-            kind: NoteKind::Inconsistent,
-            object: net_obj(&net.name),
-            message: format!(
-                "spec.uplinks[{i}] selects node {node}, whose forwarder has no \
-                 [[uplink.external]] entry for {interface}: its static routes are not \
-                 programmed there. Give the forwarder the node's address on the network's \
-                 subnet{}",
-                match (&up.interface, up.vlan) {
-                    (Some(i), None) => format!(" in an entry with interface = {i:?}"),
-                    (Some(i), Some(v)) => {
-                        format!(" in an entry with interface = {i:?} and vlan = {v}")
-                    }
-                    (None, None) => String::new(),
-                    (None, Some(v)) => format!(" in an entry with vlan = {v}"),
-                }
-            ),
-        });
-        return routes;
-    }
-    let subnets: Vec<(IpAddr, IpNet)> = carriers
-        .iter()
-        .flat_map(|u| &u.addresses)
-        .filter_map(|&(a, len)| Some((a, IpNet::new(a, len).ok()?.trunc())))
-        .collect();
-    for (j, (dst, nh)) in up.static_routes.iter().enumerate() {
-        let why = if subnets.iter().any(|(a, _)| a == nh) {
-            Some("is the node's own address there".to_owned())
-        } else if !subnets.iter().any(|(_, s)| s.contains(nh)) {
-            let mut on: Vec<String> = subnets
-                .iter()
-                .filter(|(a, _)| a.is_ipv4() == nh.is_ipv4())
-                .map(|(_, s)| s.to_string())
-                .collect();
-            on.dedup();
-            Some(if on.is_empty() {
-                format!(
-                    "is on none of its subnets on {interface}: the node has no {} address there",
-                    if nh.is_ipv4() { "IPv4" } else { "IPv6" }
-                )
-            } else {
-                format!(
-                    "is on none of its subnets on {interface} ({})",
-                    on.join(", ")
-                )
-            })
-        } else {
-            None
-        };
-        if let Some(why) = why {
+    let side = match UplinkSide::of(ctx, up) {
+        Ok(side) => side,
+        Err(why) => {
             notes.push(Note {
                 kind: NoteKind::Inconsistent,
                 object: net_obj(&net.name),
                 message: format!(
-                    "spec.uplinks[{i}].staticRoutes[{j}] ({dst} via {nh}) is not programmed on \
-                     node {node}: the next hop {why}"
+                    "spec.uplinks[{i}] selects node {node}, {why}; its static routes are not \
+                     programmed there"
                 ),
             });
-            continue;
+            return routes;
         }
-        if ctx.world.unresolved.contains(&(vlan, *nh)) {
+    };
+    for (j, (dst, nh)) in up.static_routes.iter().enumerate() {
+        let route = match side.next_hop(*nh) {
+            Ok(hop) => Route::from(hop),
+            Err(why) => {
+                notes.push(Note {
+                    kind: NoteKind::Inconsistent,
+                    object: net_obj(&net.name),
+                    message: format!(
+                        "spec.uplinks[{i}].staticRoutes[{j}] ({dst} via {nh}) is not programmed \
+                         on node {node}: the next hop {why}"
+                    ),
+                });
+                continue;
+            }
+        };
+        if let Some(why) = side.down(ctx, *nh) {
             notes.push(Note {
                 kind: NoteKind::Down,
                 object: net_obj(&net.name),
                 message: format!(
-                    "spec.uplinks[{i}].staticRoutes[{j}] ({dst} via {nh}) is down on node {node}: \
-                     the next hop does not answer {}; its packets are dropped \
-                     (gateway-unresolved) until it does",
-                    if nh.is_ipv4() {
-                        "ARP"
-                    } else {
-                        "neighbor solicitations"
-                    }
+                    "spec.uplinks[{i}].staticRoutes[{j}] ({dst} via {nh}) is down on node \
+                     {node}: {why}"
                 ),
             });
         }
-        let route = Route::from(NextHop::Uplink {
-            port: PortId::UPLINK,
-            gateway: match *nh {
-                IpAddr::V4(a) => a.to_ipv6_mapped(),
-                IpAddr::V6(a) => a,
-            },
-            vlan,
-        });
         match routes.get(dst) {
             None => {
                 routes.insert(*dst, route);

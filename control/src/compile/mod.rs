@@ -95,11 +95,11 @@ use crate::world::{AttachmentKey, NamespacedName, World};
 mod apply;
 mod encode;
 mod external;
+mod next_hop;
 mod policy;
 mod readback;
 mod routes;
 mod services;
-mod transit;
 
 pub use apply::{ApplyError, ApplyStats};
 pub use encode::{
@@ -496,7 +496,7 @@ impl Compiler {
                     Change::All => recompile_all = true,
                     Change::Endpoint(key) => {
                         // A transit interface anywhere steers paths on this node.
-                        recompile_all |= transit::may_move_paths(world, key);
+                        recompile_all |= next_hop::may_move_paths(world, key);
                         let (old, new) = cache.index.update(world, Members::Node(&self.node), key);
                         dirty.extend(old);
                         dirty.extend(new);

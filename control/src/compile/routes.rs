@@ -16,9 +16,9 @@ use lace_shared::types::{
 };
 
 use super::encode::{encode_sid, gateway4, gateway6, gateway_mac, SidFunction};
+use super::next_hop::{self, Steering, Way};
 use super::policy::PolicyCompiler;
 use super::services::ServiceIndex;
-use super::transit::{self, Steering};
 use super::{
     stateful, CompileConfig, Compiled, NetworkTables, NodeTables, Note, NoteKind, Route,
     ServicePort, HOST_GATEWAY4, HOST_GATEWAY6,
@@ -301,10 +301,10 @@ fn host(a: IpAddr) -> IpNet {
 /// The networks whose compiled tables depend on any of `dirty`: themselves and those that
 /// import them through routing policy (the sources of a policy toward one, and the destination
 /// of a policy from one: bidirectional, or one-way with its reply-only routes back), and those
-/// a transit links to them ([`transit::linked`]).
+/// a transit links to them ([`next_hop::linked`]).
 pub(super) fn importers(world: &World, dirty: &BTreeSet<String>) -> BTreeSet<String> {
     let mut out = dirty.clone();
-    out.extend(transit::linked(world, dirty));
+    out.extend(next_hop::linked(world, dirty));
     for p in &world.routing {
         if dirty.contains(&p.destination) {
             out.extend(p.sources.iter().cloned());
@@ -564,7 +564,7 @@ impl Cache {
         let mine = world
             .allocations
             .get(&(name.to_string(), ctx.me.name.clone()));
-        let transits = transit::ports(ctx, name);
+        let transits = next_hop::transit_ports(ctx, name);
         let ports: Vec<(PortId, PortInfo)> = self
             .index
             .of(name)
@@ -578,7 +578,7 @@ impl Cache {
                 (e.port, info)
             })
             .collect();
-        let unused = ports.is_empty() && mine.is_none() && !transit::carries_an_end(ctx, name);
+        let unused = ports.is_empty() && mine.is_none() && !next_hop::carries_an_end(ctx, name);
         if unused || net.kind == NetworkType::External {
             return None;
         }
@@ -943,27 +943,36 @@ impl Cache {
                     if p.destination != name && overlaps(net, d) {
                         fib.notes.push(overlap_note(&p.name, name, &p.destination));
                     }
-                    let steer = transit::steering(ctx, p, net, &p.destination);
-                    let set = self.set(ctx, &p.destination);
-                    for (pfx, r) in narrowed(&set.routes, &p.prefixes) {
-                        let r = match &steer {
-                            Steering::Direct => r,
-                            Steering::Through(nh) => Route { nh: *nh, ..r },
-                            Steering::Closed(_) => continue,
-                        };
-                        fib.insert(pfx, r, &|| {
-                            format!("{} (toward {})", policy_obj(&p.name), p.destination)
-                        });
-                    }
-                    if let Steering::Closed(note) = steer {
-                        fib.notes.push(note);
+                    let way = (Way::Toward, p.destination.as_str());
+                    let steer = next_hop::steering(ctx, p, net, way, &mut fib.notes);
+                    let origin = || format!("{} (toward {})", policy_obj(&p.name), p.destination);
+                    match (steer, p.gateway) {
+                        (Steering::Through(nh), Some(_)) => {
+                            // Out to the gateway: the network's prefixes, not its own routes.
+                            let prefixes: BTreeMap<IpNet, ()> =
+                                d.external.iter().map(|x| (x.trunc(), ())).collect();
+                            for (pfx, ()) in narrowed(&prefixes, &p.prefixes) {
+                                fib.insert(pfx, nh, &origin);
+                            }
+                        }
+                        (Steering::Closed, _) => {}
+                        (steer, _) => {
+                            let set = self.set(ctx, &p.destination);
+                            for (pfx, r) in narrowed(&set.routes, &p.prefixes) {
+                                let r = match steer {
+                                    Steering::Through(nh) => Route { nh, ..r },
+                                    _ => r,
+                                };
+                                fib.insert(pfx, r, &origin);
+                            }
+                        }
                     }
                     if d.kind == NetworkType::L3 {
                         reach(&p.destination);
                     }
                 }
             }
-            if let Some(Ok(t)) = transit::of(world, p) {
+            if let Some(Ok(t)) = next_hop::transit(world, p) {
                 if t.network == name {
                     // What the transit forwards goes on as its network's own packets: to the
                     // destination, and back to the sources (the policy is bidirectional).
@@ -1000,20 +1009,18 @@ impl Cache {
                     if overlaps(net, sm) {
                         fib.notes.push(overlap_note(&p.name, name, s));
                     }
-                    let steer = transit::steering(ctx, p, net, s);
+                    let way = (Way::Back, s.as_str());
+                    let steer = next_hop::steering(ctx, p, net, way, &mut fib.notes);
                     let set = self.set(ctx, s);
                     for (pfx, r) in set.routes.iter() {
-                        let r = match &steer {
+                        let r = match steer {
                             Steering::Direct => Route { flags, ..*r },
-                            Steering::Through(nh) => Route { nh: *nh, flags },
-                            Steering::Closed(_) => continue,
+                            Steering::Through(nh) => Route { nh, flags },
+                            Steering::Closed => break,
                         };
                         fib.insert(*pfx, r, &|| {
                             format!("{} (back toward {s})", policy_obj(&p.name))
                         });
-                    }
-                    if let Steering::Closed(note) = steer {
-                        fib.notes.push(note);
                     }
                     if p.direction == Direction::Bidirectional && sm.kind == NetworkType::L3 {
                         reach(s);
@@ -1551,6 +1558,7 @@ mod tests {
             prefixes: vec![],
             direction: dir,
             transit: None,
+            gateway: None,
         };
         w.routing
             .push(pol("ab", "a", "b", Direction::Bidirectional));

@@ -1508,6 +1508,18 @@ fn check_routing_refs(
     if !missing.is_empty() {
         return Err(unknown(name, &missing));
     }
+    if let Some(gw) = spec.next_hop.as_ref().and_then(|nh| nh.gateway.as_ref()) {
+        if d.kind != NetworkType::External {
+            return Err((
+                "GatewayNeedsExternal",
+                format!(
+                    "NetworkRoutingPolicy {name}: spec.nextHop.gateway {gw} is an uplink \
+                     gateway, for a destination of type external; Network {dest} is not one. \
+                     Use spec.nextHop.endpoint for a pod on the path"
+                ),
+            ));
+        }
+    }
     let mut outside = Vec::new();
     for (i, p) in spec.destination.prefixes.iter().enumerate() {
         let Ok(p) = p.parse::<IpNet>() else { continue };
@@ -1921,16 +1933,21 @@ metadata:
         );
         let outside = cond(&core, "NetworkRoutingPolicy", "outside", ACCEPTED);
         assert_eq!(outside.reason, "PrefixOutsideDestination");
-        // An l2 destination is routed to; an uplink gateway as next hop is not yet.
-        let s = cond(&core, "NetworkRoutingPolicy", "to-flat", SUPPORTED);
+        // An uplink gateway is a next hop toward an external network only.
+        let a = cond(&core, "NetworkRoutingPolicy", "to-flat", ACCEPTED);
         assert_eq!(
-            (s.status.as_str(), s.reason.as_str(), s.message.as_str()),
+            (a.status.as_str(), a.reason.as_str(), a.message.as_str()),
             (
                 "False",
-                "NotSupported",
-                "NetworkRoutingPolicy to-flat: spec.nextHop.gateway (an uplink gateway) is not \
-                 supported yet; nothing is compiled for this policy"
+                "GatewayNeedsExternal",
+                "NetworkRoutingPolicy to-flat: spec.nextHop.gateway 192.0.2.1 is an uplink \
+                 gateway, for a destination of type external; Network flat is not one. Use \
+                 spec.nextHop.endpoint for a pod on the path"
             )
+        );
+        assert_eq!(
+            cond(&core, "NetworkRoutingPolicy", "to-flat", SUPPORTED).reason,
+            "NotAccepted"
         );
         let names: Vec<&str> = core
             .world()

@@ -1,28 +1,38 @@
-//! Transit next hops (ADR 0057): a routing policy's `nextHop.endpoint` steers its path through
-//! a pod acting as a router or firewall.
+//! Routing policy next hops: a transit endpoint (`nextHop.endpoint`, ADR 0057) steers a path
+//! through a pod acting as a router or firewall; an uplink gateway (`nextHop.gateway`) sends a
+//! path toward an external network out of the uplink to that gateway.
 //!
 //! - **The transit** is the pod's one interface on a network that is neither a source nor the
 //!   destination of the policy (its *transit network*). It must be an l3 network that is not
 //!   anonymous: the seed's anonymous networks cannot be used as a transit next hop.
-//! - **Steering**: in the sources' FIBs the destination's routes (narrowed to the policy's
-//!   prefixes) point at the transit interface instead of their own next hops, and in the
-//!   destination's FIB the sources' routes do too (the policy is bidirectional: both ways cross
-//!   the same pod, as a stateful firewall needs). On the transit's node that is its interface;
-//!   on the others, the end network's End.DT46 SID on the transit's node, which programs every
-//!   end of such a path to steer what arrives there on to the interface. The transit
-//!   network's FIB imports both sets, so what the pod forwards goes on as any packet of its
-//!   network.
+//! - **Steering through a transit**: in the sources' FIBs the destination's routes (narrowed
+//!   to the policy's prefixes) point at the transit interface instead of their own next hops,
+//!   and in the destination's FIB the sources' routes do too (the policy is bidirectional:
+//!   both ways cross the same pod, as a stateful firewall needs). On the transit's node that is
+//!   its interface; on the others, the end network's End.DT46 SID on the transit's node, which
+//!   programs every end of such a path to steer what arrives there on to the interface. The
+//!   transit network's FIB imports both sets, so what the pod forwards goes on as any packet
+//!   of its network.
 //! - **The port flag**: the forwarder accepts packets with others' source addresses from the
 //!   transit interface ([`lace_shared::types::PortInfo::transit`]).
+//! - **An uplink gateway**: in the sources' FIBs the external destination's prefixes (narrowed
+//!   by the policy) go out of the uplink to the gateway, instead of by the network's static
+//!   routes — on a node that carries the network, once the gateway is checked against the
+//!   node's subnets there as a static route's next hop is; from the other nodes, to the
+//!   source's End.DT46 SID on the node that carries it (the first by name, as for static
+//!   routes), which programs the sources for it. The way back is the network's, as without a
+//!   next hop.
 //!
-//! A path whose transit does not resolve is closed, with a note: traffic never goes around
-//! the firewall.
+//! A path whose next hop does not resolve is closed, with a note: traffic never goes around
+//! the firewall, nor out another way.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use lace_shared::types::{NextHop, PortId};
 
 use super::encode::{encode_sid, SidFunction};
+use super::external::{self, UplinkSide};
 use super::routes::Ctx;
 use super::{Note, NoteKind};
 use crate::api::NetworkType;
@@ -37,20 +47,32 @@ pub(super) struct Transit<'w> {
     pub endpoint: &'w EndpointModel,
 }
 
+/// Which way along a policy's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Way {
+    /// From a source toward the destination.
+    Toward,
+    /// From the destination back to a source.
+    Back,
+}
+
 /// How a policy's path leaves a source (or, back, the destination) on this node.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(super) enum Steering {
     /// Straight to the other end: no transit.
     Direct,
     /// Through the transit interface: every route of the other end takes this next hop.
     Through(NextHop),
-    /// Not at all from this node, for the note's reason.
-    Closed(Note),
+    /// Not at all from this node (a note says why).
+    Closed,
 }
 
 /// The transit of policy `p`: `None` without one, else the pod's interface on its transit
 /// network or why there is none.
-pub(super) fn of<'w>(world: &'w World, p: &RoutingModel) -> Option<Result<Transit<'w>, String>> {
+pub(super) fn transit<'w>(
+    world: &'w World,
+    p: &RoutingModel,
+) -> Option<Result<Transit<'w>, String>> {
     let pod = p.transit.as_ref()?;
     let on_path = |n: &str| n == p.destination || p.sources.iter().any(|s| s == n);
     let mine: Vec<&EndpointModel> = world
@@ -122,27 +144,37 @@ fn networks(eps: &[&EndpointModel]) -> String {
     names.into_iter().collect::<Vec<_>>().join(", ")
 }
 
-/// How policy `p`'s path leaves its end `from` (a source, or back the destination) on this
-/// node toward `toward`: on the transit's node, to its interface; elsewhere, over SRv6 to
-/// `from`'s End.DT46 SID on the transit's node, whose FIB for `from` steers it on to the
-/// interface (that node programs every end of a path through its transits,
-/// [`carries_an_end`]).
+/// How policy `p`'s path leaves its end `from` on this node (`way`: a source toward the
+/// destination, or back the destination toward source `toward`); what closes it is noted in
+/// `notes`.
 pub(super) fn steering(
     ctx: &Ctx<'_>,
     p: &RoutingModel,
     from: &NetworkModel,
-    toward: &str,
+    (way, toward): (Way, &str),
+    notes: &mut Vec<Note>,
 ) -> Steering {
-    let closed = |message: String| {
-        Steering::Closed(Note {
-            kind: NoteKind::Inconsistent,
+    let mut closed = |kind, message: String| {
+        notes.push(Note {
+            kind,
             object: format!("NetworkRoutingPolicy {}", p.name),
             message,
-        })
+        });
+        Steering::Closed
     };
-    let t = match of(ctx.world, p) {
+    if let (Some(gw), Way::Toward) = (p.gateway, way) {
+        return match through_gateway(ctx, p, from, gw) {
+            Ok((nh, None)) => Steering::Through(nh),
+            Ok((nh, Some(down))) => {
+                closed(NoteKind::Down, down);
+                Steering::Through(nh)
+            }
+            Err(why) => closed(NoteKind::Inconsistent, why),
+        };
+    }
+    let t = match transit(ctx.world, p) {
         None => return Steering::Direct,
-        Some(Err(e)) => return closed(e),
+        Some(Err(e)) => return closed(NoteKind::Inconsistent, e),
         Some(Ok(t)) => t,
     };
     if t.endpoint.node == ctx.me.name {
@@ -152,37 +184,110 @@ pub(super) fn steering(
         });
     }
     let Some(node) = ctx.world.nodes.get(&t.endpoint.node) else {
-        return closed(format!(
-            "transit endpoint {}/{} is on node {}, which is not in the world (no locator); \
-             the path toward {toward} is closed here",
-            t.endpoint.namespace, t.endpoint.pod, t.endpoint.node
-        ));
+        return closed(
+            NoteKind::Inconsistent,
+            format!(
+                "transit endpoint {}/{} is on node {}, which is not in the world (no \
+                 locator); the path toward {toward} is closed here",
+                t.endpoint.namespace, t.endpoint.pod, t.endpoint.node
+            ),
+        );
     };
     match encode_sid(node.locator, SidFunction::EndDt46, from.id) {
         Ok(sid) => Steering::Through(NextHop::Remote { node: node.id, sid }),
-        Err(e) => closed(format!(
-            "no SID of network {} on node {} toward the transit: {e}",
-            from.name, node.name
-        )),
+        Err(e) => closed(
+            NoteKind::Inconsistent,
+            format!(
+                "no SID of network {} on node {} toward the transit: {e}",
+                from.name, node.name
+            ),
+        ),
     }
 }
 
-/// Whether network `name` is an end of a path through a transit on this node: the node then
-/// programs it even without endpoints of its own, as the other nodes send that end's packets
-/// to its End.DT46 SID here ([`steering`]).
+/// The next hop of a path from `from` to gateway `gw` of policy `p`'s external destination on
+/// this node, with why it is down when it is; `Err`: why there is none.
+fn through_gateway(
+    ctx: &Ctx<'_>,
+    p: &RoutingModel,
+    from: &NetworkModel,
+    gw: IpAddr,
+) -> Result<(NextHop, Option<String>), String> {
+    let me = &ctx.me.name;
+    let Some(ext) = ctx
+        .world
+        .networks
+        .get(&p.destination)
+        .filter(|d| d.kind == NetworkType::External)
+    else {
+        return Err(format!(
+            "spec.nextHop.gateway {gw}: the destination {} is not an external network",
+            p.destination
+        ));
+    };
+    if let Some((i, up)) = external::uplink_of(ext, &ctx.me.labels) {
+        let side = UplinkSide::of(ctx, up).map_err(|why| {
+            format!(
+                "spec.nextHop.gateway {gw} is not used on node {me}: network {}'s \
+                 spec.uplinks[{i}] selects the node, {why}",
+                ext.name
+            )
+        })?;
+        let nh = side.next_hop(gw).map_err(|why| {
+            format!("spec.nextHop.gateway {gw} is not used on node {me}: the next hop {why}")
+        })?;
+        let down = side
+            .down(ctx, gw)
+            .map(|why| format!("spec.nextHop.gateway {gw} is down on node {me}: {why}"));
+        return Ok((nh, down));
+    }
+    let Some(carrier) = external::carrier(ctx, ext) else {
+        return Err(format!(
+            "spec.nextHop.gateway {gw}: no node carries network {} (no spec.uplinks[] entry \
+             selects a node's labels)",
+            ext.name
+        ));
+    };
+    let sid = encode_sid(carrier.locator, SidFunction::EndDt46, from.id).map_err(|e| {
+        format!(
+            "no SID of network {} on node {} toward the gateway: {e}",
+            from.name, carrier.name
+        )
+    })?;
+    Ok((
+        NextHop::Remote {
+            node: carrier.id,
+            sid,
+        },
+        None,
+    ))
+}
+
+/// Whether this node programs network `name` for the paths of others: an end of a path
+/// through a transit here, or a source of a path to an uplink gateway of an external network
+/// it carries. The other nodes send those packets to its End.DT46 SID here ([`steering`]).
 pub(super) fn carries_an_end(ctx: &Ctx<'_>, name: &str) -> bool {
     ctx.world.routing.iter().any(|p| {
-        (p.destination == name || p.sources.iter().any(|s| s == name))
-            && matches!(of(ctx.world, p), Some(Ok(t)) if t.endpoint.node == ctx.me.name)
+        let source = p.sources.iter().any(|s| s == name);
+        let through_here = (source || p.destination == name)
+            && matches!(transit(ctx.world, p), Some(Ok(t)) if t.endpoint.node == ctx.me.name);
+        let out_here = source
+            && p.gateway.is_some()
+            && ctx
+                .world
+                .networks
+                .get(&p.destination)
+                .is_some_and(|d| external::uplink_of(d, &ctx.me.labels).is_some());
+        through_here || out_here
     })
 }
 
 /// The ports of this node's transit interfaces on network `name`.
-pub(super) fn ports(ctx: &Ctx<'_>, name: &str) -> BTreeSet<PortId> {
+pub(super) fn transit_ports(ctx: &Ctx<'_>, name: &str) -> BTreeSet<PortId> {
     ctx.world
         .routing
         .iter()
-        .filter_map(|p| of(ctx.world, p)?.ok())
+        .filter_map(|p| transit(ctx.world, p)?.ok())
         .filter(|t| t.network == name && t.endpoint.node == ctx.me.name)
         .map(|t| t.endpoint.port)
         .collect()
