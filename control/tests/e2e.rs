@@ -1155,12 +1155,47 @@ spec:
     endpoint: {namespace: team-blue, name: firewall-1}
 "#;
 
+/// Kubernetes NetworkPolicy enforced in `backend` (bound there by a binding policy): pods of
+/// backend admit the addresses `from` only (`ipBlock`s).
+fn backend_ingress(from: &[IpAddr]) -> String {
+    let blocks: Vec<String> = from
+        .iter()
+        .map(|a| {
+            let len = if a.is_ipv4() { 32 } else { 128 };
+            format!("    - ipBlock: {{cidr: \"{a}/{len}\"}}\n")
+        })
+        .collect();
+    format!(
+        r#"
+apiVersion: lace-cni.io/v1alpha1
+kind: NetworkBindingPolicy
+metadata: {{name: policies-in-backend}}
+spec:
+  matchKind: [networkpolicy]
+  rules:
+  - network: backend
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: backend-from-frontend-1, namespace: team-blue}}
+spec:
+  podSelector: {{matchLabels: {{tier: backend}}}}
+  policyTypes: [Ingress]
+  ingress:
+  - from:
+{}"#,
+        blocks.concat()
+    )
+}
+
 /// A routing policy through a transit endpoint (ADR 0057): frontend ↔ backend through
 /// firewall-1, a pod of `blue` forwarding with Linux routing on node-a. Until the pod
 /// forwards, nothing gets through (the path leads into it, never around it); once it does,
 /// both ways work, from node-a's pods and from backend-1 on node-b (over SRv6 to node-a, then
 /// through the pod), and tshark sees the packets twice on the pod's interface: in, and out
-/// forwarded. Its port is flagged transit, the others are not.
+/// forwarded. Its port is flagged transit, the others are not. A NetworkPolicy on the
+/// destination sees the original source through the transit: it admits frontend-1 and refuses
+/// frontend-2.
 #[test]
 #[ignore = "end-to-end: needs root, ip, ping, ethtool, sysctl, tshark; run with --include-ignored"]
 fn transit_endpoint_end_to_end() {
@@ -1271,6 +1306,24 @@ fn transit_endpoint_end_to_end() {
              got hop limits {seen:?}"
         );
     }
+
+    // NetworkPolicy on the destination sees the path's original source, not the transit:
+    // backend-2 admits frontend-1's addresses only; frontend-2, which got through the transit
+    // too, is refused once the policy is in, frontend-1 still gets through.
+    let other = lab.add_pod(0, "team-blue", "frontend-2");
+    reachable(&other, backend.v4);
+    write(
+        &lab.manifests.join("backend-ingress.yaml"),
+        &backend_ingress(&[frontend.v4, frontend.v6]),
+    );
+    wait_for(
+        "backend-2's ingress policy refusing frontend-2",
+        WAIT,
+        || (!ping(&other, backend.v4, 1)).then_some(()),
+    );
+    reachable(&frontend, backend.v4);
+    reachable(&frontend, backend.v6);
+    assert!(!ping(&other, backend.v4, 2), "the policy let frontend-2 in");
 
     // The transit stops forwarding: so does the path.
     forwarding(false);
