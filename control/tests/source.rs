@@ -838,6 +838,28 @@ fn the_demo_manifests_parse() {
     assert!(checked.is_ok(), "{:?}", checked.map_err(|e| e.messages()));
 }
 
+/// `transit/`: the path frontend ↔ backend through tools-1 parses, validates and is supported.
+#[test]
+fn the_transit_example_parses_and_is_supported() {
+    let mut source = StandaloneSource::polling(examples().join("transit")).unwrap();
+    let snapshot = load(&mut source);
+    assert_eq!(snapshot.problems, vec![], "{:#?}", snapshot.problems);
+    let name = "frontend-backend-through-tools";
+    let spec = &snapshot.objects.routing_policies[name].spec;
+    let checked = validate::validate_routing_policy(name, spec);
+    assert!(checked.is_ok(), "{:?}", checked.map_err(|e| e.messages()));
+    let model = validate::routing_model(name, spec).unwrap();
+    assert_eq!(
+        model.transit,
+        Some(lace_control::source::NamespacedName::new(
+            "team-blue",
+            "tools-1"
+        ))
+    );
+    let kinds = |_: &str| Some(lace_control::api::NetworkType::L3);
+    assert_eq!(validate::routing_support(name, spec, kinds), Ok(()));
+}
+
 /// `calico-vrf/`: Calico's VRF Network sample (seed 003) as lace objects. They parse and
 /// validate; the uplink entry is Calico's `hostConfig` (every node, eth1 VLAN 100, the default
 /// route); the routing policy opens it both ways (supported); the binding policy puts a pod
