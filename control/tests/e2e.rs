@@ -942,6 +942,25 @@ spec:
   destination: {network: outside}
 "#;
 
+/// Linux routing in namespace `ns` on or off, both families (a new namespace may inherit the
+/// host's setting), without ICMP redirects from `iface`: a router that forwards out of the
+/// interface a packet came in on would otherwise redirect its sender.
+fn routes(ns: &str, iface: &str, on: bool) {
+    let v = u8::from(on);
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "sysctl",
+        "-qw",
+        &format!("net.ipv4.ip_forward={v}"),
+        &format!("net.ipv6.conf.all.forwarding={v}"),
+        "net.ipv4.conf.all.send_redirects=0",
+        &format!("net.ipv4.conf.{iface}.send_redirects=0"),
+    ]);
+}
+
 /// Node k's tables as its forwarder reads them.
 fn tables_of(lab: &Lab, k: usize) -> lace_control::compile::NodeTables {
     lace_control::compile::read_back(&lace_shared::tables::TablesConfig {
@@ -1089,18 +1108,7 @@ fn external_network_end_to_end() {
     // An uplink gateway in the policy: the pods' packets leave to R instead of by the static
     // route (straight to H). While R does not forward, nothing arrives; once it does, the
     // pods reach H through it, from node-a and over SRv6 from node-b.
-    let r_forwards = |on: u8| {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &r,
-            "sysctl",
-            "-qw",
-            &format!("net.ipv4.ip_forward={on}"),
-        ]);
-    };
-    r_forwards(0);
+    routes(&r, "e0", false);
     write(
         &lab.manifests.join("backend-outside.yaml"),
         &format!("{BACKEND_OUTSIDE}  nextHop: {{gateway: 192.0.2.1}}\n"),
@@ -1109,7 +1117,7 @@ fn external_network_end_to_end() {
         (!ping(&here, "203.0.113.5".parse().unwrap(), 1)).then_some(())
     });
     assert!(!ping(&there, "203.0.113.5".parse().unwrap(), 2));
-    r_forwards(1);
+    routes(&r, "e0", true);
     for p in [&here, &there] {
         reachable(p, "203.0.113.5".parse().unwrap());
     }
@@ -1218,32 +1226,15 @@ fn transit_endpoint_end_to_end() {
     });
     assert_eq!(transit_ports, [firewall.v4], "only firewall-1 is a transit");
 
-    // Linux routing in the pod, on or off (a new namespace may inherit the host's).
-    let forwarding = |on: bool| {
-        let v = u8::from(on);
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &firewall.ns,
-            "sysctl",
-            "-qw",
-            &format!("net.ipv4.ip_forward={v}"),
-            &format!("net.ipv6.conf.all.forwarding={v}"),
-            "net.ipv4.conf.all.send_redirects=0",
-            "net.ipv4.conf.eth0.send_redirects=0",
-        ]);
-    };
-
     // Not forwarding: the packets reach firewall-1 and end there.
-    forwarding(false);
+    routes(&firewall.ns, "eth0", false);
     assert!(
         !ping(&frontend, backend.v4, 2),
         "frontend reached backend around the transit"
     );
 
     // Forwarding: what lace steers to the pod goes back out to its gateway, and on.
-    forwarding(true);
+    routes(&firewall.ns, "eth0", true);
     let capture = Capture::start(&lab, &firewall.ns, "eth0", "firewall");
     reachable(&frontend, backend.v4);
     reachable(&frontend, backend.v6);
@@ -1326,7 +1317,7 @@ fn transit_endpoint_end_to_end() {
     assert!(!ping(&other, backend.v4, 2), "the policy let frontend-2 in");
 
     // The transit stops forwarding: so does the path.
-    forwarding(false);
+    routes(&firewall.ns, "eth0", false);
     assert!(
         !ping(&frontend, backend.v4, 2),
         "the path went around the transit"

@@ -570,13 +570,7 @@ impl Cache {
             .of(name)
             .into_iter()
             .flat_map(|m| m.values())
-            .map(|e| {
-                let info = PortInfo {
-                    transit: transits.contains(&e.port),
-                    ..port_info(net.id, e)
-                };
-                (e.port, info)
-            })
+            .map(|e| (e.port, port_info(net.id, e, transits.contains(&e.port))))
             .collect();
         let unused = ports.is_empty() && mine.is_none() && !next_hop::carries_an_end(ctx, name);
         if unused || net.kind == NetworkType::External {
@@ -1454,7 +1448,8 @@ fn node_info(n: &NodeModel) -> NodeInfo {
     }
 }
 
-fn port_info(net: NetworkId, e: &EndpointModel) -> PortInfo {
+/// Endpoint `e`'s port record in network `net`; `transit`: a policy steers paths through it.
+fn port_info(net: NetworkId, e: &EndpointModel, transit: bool) -> PortInfo {
     let ipv4 = e.addresses.iter().find_map(|a| match a {
         IpAddr::V4(a) => Some(*a),
         IpAddr::V6(_) => None,
@@ -1472,7 +1467,7 @@ fn port_info(net: NetworkId, e: &EndpointModel) -> PortInfo {
         endpoint: e.endpoint_id,
         iface: e.host_iface,
         policy: PolicySetId::NONE,
-        transit: false,
+        transit,
     }
 }
 
